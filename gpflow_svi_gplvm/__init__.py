@@ -1,0 +1,33 @@
+"""Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
+
+from .latents import EncoderLatent, GaussianLatent, LatentBatch, LatentVariables, MAPLatent, PointLatent
+from .likelihoods import MaskedLikelihood
+from .models import (
+    AmortisedBayesianGPLVM,
+    BayesianSVIGPLVM,
+    MAPGPLVM,
+    PointGPLVM,
+    SVIGPLVM,
+)
+from .training import History, NonFiniteLossError, Trainer, fit
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SVIGPLVM",
+    "PointGPLVM",
+    "MAPGPLVM",
+    "BayesianSVIGPLVM",
+    "AmortisedBayesianGPLVM",
+    "LatentVariables",
+    "LatentBatch",
+    "PointLatent",
+    "MAPLatent",
+    "GaussianLatent",
+    "EncoderLatent",
+    "MaskedLikelihood",
+    "fit",
+    "Trainer",
+    "History",
+    "NonFiniteLossError",
+]

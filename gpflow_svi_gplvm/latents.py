@@ -1,0 +1,244 @@
+"""Latent-variable modules: the swappable treatments of the GPLVM inputs X [N, Q].
+
+A latent module takes a minibatch of row indices ``idx`` [B] and the rows ``Y`` [B, D] and returns
+a :class:`LatentBatch`: samples of x_n, the per-row term of the bound and the moments of q(x_n).
+The model never needs to know which treatment it holds, so a new family (a flow, say) is a new
+subclass of :class:`LatentVariables` and nothing else.
+
+Per-row parameters are read with :func:`gather_rows`, which gathers the *unconstrained* table and
+then applies the transform, so the gradient is a sparse ``IndexedSlices`` over the batch rows and
+the cost of a step does not grow with N.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import NamedTuple, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+from gpflow.base import Module, Parameter
+from gpflow.config import default_float
+from gpflow.utilities import positive
+
+from .networks import MLP
+
+__all__ = [
+    "LatentBatch",
+    "LatentVariables",
+    "PointLatent",
+    "MAPLatent",
+    "GaussianLatent",
+    "EncoderLatent",
+    "gather_rows",
+]
+
+
+class LatentBatch(NamedTuple):
+    """What a latent module returns for a minibatch of B rows."""
+
+    samples: tf.Tensor
+    """[S, B, Q] draws of x_n (S = number of samples; 1 for a deterministic latent)."""
+    row_term: tf.Tensor
+    """[B] the row's term of the bound: 0, log p(x_n) or -KL(q(x_n) || p(x_n))."""
+    mean: tf.Tensor
+    """[B, Q] mean of q(x_n)."""
+    variance: tf.Tensor
+    """[B, Q] marginal variances of q(x_n) (zeros for a point estimate)."""
+
+
+def gather_rows(parameter: Parameter, idx: tf.Tensor) -> tf.Tensor:
+    """Rows ``idx`` [B] of ``parameter`` [N, ...], constrained: transform(gather(raw, idx)).
+
+    Gathering before transforming keeps the gradient an ``IndexedSlices`` over B rows.
+    """
+    rows = tf.gather(parameter.unconstrained_variable, idx)
+    return rows if parameter.transform is None else parameter.transform.forward(rows)
+
+
+class LatentVariables(Module, abc.ABC):
+    """Base class of q(x_n): maps (idx [B], Y [B, D]) to a :class:`LatentBatch`."""
+
+    amortised: bool = False
+    """True when q(x_n) is computed from y_n (no per-row parameters)."""
+
+    def __init__(self, latent_dim: int, name: Optional[str] = None):
+        super().__init__(name=name)
+        self.latent_dim = int(latent_dim)
+
+    @abc.abstractmethod
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and marginal variance of q(x_n), both [B, Q]."""
+
+    @abc.abstractmethod
+    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+        """Samples of x_n [S, B, Q], the row term [B] and the moments of q(x_n)."""
+
+    def noise(self, idx: tf.Tensor, num_samples: int) -> tf.Tensor:
+        """Standard normal draws eps [S, B, Q] for the reparameterisation x = mu + L eps.
+
+        Override to supply common random numbers or quasi-random draws.
+        """
+        shape = tf.stack([num_samples, tf.shape(idx)[0], self.latent_dim])
+        return tf.random.normal(shape, dtype=default_float())
+
+
+class PointLatent(LatentVariables):
+    """x_n is a free parameter (a delta q(x_n)); no row term. The sparse GPLVM."""
+
+    def __init__(self, initial_mean: np.ndarray, name: Optional[str] = None):
+        initial_mean = np.asarray(initial_mean)
+        super().__init__(initial_mean.shape[1], name=name)
+        self.num_data = initial_mean.shape[0]
+        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        mean = gather_rows(self.mean, idx)
+        return mean, tf.zeros_like(mean)
+
+    def row_term(self, x: tf.Tensor) -> tf.Tensor:
+        """The row term at the point x [B, Q]: zero for the unregularised point estimate."""
+        return tf.zeros_like(x[:, 0])
+
+    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+        # A delta q(x) needs one "sample" whatever num_samples is: all draws would be identical.
+        mean, variance = self.moments(idx, Y)
+        return LatentBatch(mean[None], self.row_term(mean), mean, variance)
+
+
+class MAPLatent(PointLatent):
+    """x_n a free parameter regularised by log p(x_n) (default p = N(0, I)): the MAP GPLVM."""
+
+    def __init__(
+        self,
+        initial_mean: np.ndarray,
+        prior: Optional[tfp.distributions.Distribution] = None,
+        name: Optional[str] = None,
+    ):
+        super().__init__(initial_mean, name=name)
+        if prior is None:
+            zeros = tf.zeros(self.latent_dim, dtype=default_float())
+            prior = tfp.distributions.MultivariateNormalDiag(zeros, tf.ones_like(zeros))
+        if tuple(prior.event_shape) != (self.latent_dim,):
+            raise ValueError(
+                f"The MAP prior must have event shape [{self.latent_dim}] (one density over a "
+                f"whole latent vector), got {tuple(prior.event_shape)}. Wrap a scalar prior in "
+                "tfp.distributions.Independent(..., reinterpreted_batch_ndims=1)."
+            )
+        self.prior = prior
+
+    def row_term(self, x: tf.Tensor) -> tf.Tensor:
+        """log p(x_n) [B], once per row."""
+        return self.prior.log_prob(x)
+
+
+class GaussianLatent(LatentVariables):
+    """q(x_n) = N(mu_n, diag s_n) with per-row parameters; row term -KL(q(x_n) || N(0, I)).
+
+    KL = 1/2 sum_q (s_nq + mu_nq^2 - 1 - log s_nq).
+    """
+
+    def __init__(
+        self,
+        initial_mean: np.ndarray,
+        initial_variance: float | np.ndarray = 0.1,
+        name: Optional[str] = None,
+    ):
+        initial_mean = np.asarray(initial_mean)
+        super().__init__(initial_mean.shape[1], name=name)
+        self.num_data = initial_mean.shape[0]
+        variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
+        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+        self.variance = Parameter(
+            variance, transform=positive(), dtype=default_float(), name="latent_variance"
+        )
+
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return gather_rows(self.mean, idx), gather_rows(self.variance, idx)
+
+    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+        mean, variance = self.moments(idx, Y)
+        samples = mean + tf.sqrt(variance) * self.noise(idx, num_samples)
+        kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
+        return LatentBatch(samples, -kl, mean, variance)
+
+
+class EncoderLatent(LatentVariables):
+    """Amortised q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) with MLPs G and L (AEB-SVI).
+
+    Both MLPs have ``hidden_sizes`` hidden layers (default (10, 5): the paper's oil-flow nets).
+
+    ``covariance="triangular"`` (default): L is lower triangular with a softplus-positive
+    diagonal (plus ``jitter``), which trains stably. ``covariance="dense"``: the paper's dense
+    Q x Q factor H, with L = chol(H H^T + jitter I).
+    The row term is -KL = -1/2 (tr(L L^T) + |G|^2 - Q - 2 sum log diag L).
+
+    The encoder reads the observed values of y_n with missing entries (NaN) set to zero; with
+    ``missing_aware=True`` it also reads the 0/1 observation mask, so it can tell a zero from a gap.
+    """
+
+    amortised = True
+
+    def __init__(
+        self,
+        data_dim: int,
+        latent_dim: int,
+        hidden_sizes: Sequence[int] = (10, 5),
+        activation: str = "tanh",
+        covariance: str = "triangular",
+        missing_aware: bool = False,
+        jitter: float = 1e-6,
+        seed: int = 0,
+        name: Optional[str] = None,
+    ):
+        super().__init__(latent_dim, name=name)
+        if covariance not in ("triangular", "dense"):
+            raise ValueError(f"covariance must be 'triangular' or 'dense', got {covariance!r}.")
+        self.data_dim = int(data_dim)
+        self.covariance = covariance
+        self.missing_aware = bool(missing_aware)
+        self.jitter = jitter
+        q = self.latent_dim
+        factor_size = q * (q + 1) // 2 if covariance == "triangular" else q * q
+        input_size = 2 * self.data_dim if self.missing_aware else self.data_dim
+        self.mean_network = MLP(input_size, hidden_sizes, q, activation, seed=seed)
+        self.factor_network = MLP(input_size, hidden_sizes, factor_size, activation, seed=seed + 1)
+
+    def encoder_input(self, Y: tf.Tensor) -> tf.Tensor:
+        """[B, D] (or [B, 2D] with the mask): NaNs replaced by zero before any arithmetic."""
+        observed = tf.math.is_finite(Y)
+        values = tf.where(observed, Y, tf.zeros_like(Y))
+        if not self.missing_aware:
+            return values
+        return tf.concat([values, tf.cast(observed, Y.dtype)], axis=-1)
+
+    def scale_tril(self, inputs: tf.Tensor) -> tf.Tensor:
+        """L(y) [B, Q, Q], lower triangular with a positive diagonal."""
+        raw = self.factor_network(inputs)
+        q = self.latent_dim
+        if self.covariance == "triangular":
+            shift = tf.constant(self.jitter, dtype=raw.dtype)
+            return tfp.bijectors.FillScaleTriL(diag_shift=shift).forward(raw)
+        factor = tf.reshape(raw, [-1, q, q])
+        covariance = tf.matmul(factor, factor, transpose_b=True)
+        return tf.linalg.cholesky(covariance + self.jitter * tf.eye(q, dtype=raw.dtype))
+
+    def _mean_and_scale(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        inputs = self.encoder_input(Y)
+        return self.mean_network(inputs), self.scale_tril(inputs)
+
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        mean, scale = self._mean_and_scale(Y)
+        return mean, tf.reduce_sum(tf.square(scale), axis=-1)
+
+    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+        mean, scale = self._mean_and_scale(Y)
+        eps = self.noise(idx, num_samples)
+        samples = mean + tf.einsum("bij,sbj->sbi", scale, eps)
+        variance = tf.reduce_sum(tf.square(scale), axis=-1)
+        trace = tf.reduce_sum(variance, axis=-1)
+        log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale)), axis=-1)
+        kl = 0.5 * (trace + tf.reduce_sum(tf.square(mean), -1) - self.latent_dim - log_det)
+        return LatentBatch(samples, -kl, mean, variance)
+

@@ -1,0 +1,79 @@
+"""Likelihoods for data with missing entries, and checks that data lie in a likelihood's support."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from gpflow.likelihoods import Bernoulli, Likelihood, Poisson, ScalarLikelihood
+
+__all__ = ["MaskedLikelihood", "check_likelihood_support"]
+
+
+class MaskedLikelihood(Likelihood):
+    """Wraps a scalar likelihood so that only observed entries of Y count; NaN marks "missing".
+
+    For Y [..., D] with observed set O: sum_{d in O} E_q(f_d)[log p(y_d | f_d)] (and likewise for
+    ``log_prob`` and ``predict_log_density``). Missing entries are replaced by ``fill_value``
+    *before* any arithmetic, then their per-entry terms are masked out, so gradients stay finite.
+    ``fill_value`` must lie in the support of the base likelihood (0 suits Gaussian, Poisson,
+    Bernoulli, StudentT). Predictions of Y delegate to ``base``.
+    """
+
+    def __init__(self, base: ScalarLikelihood, fill_value: float = 0.0):
+        if isinstance(base, MaskedLikelihood):
+            base = base.base
+        if not isinstance(base, ScalarLikelihood):
+            raise ValueError(
+                f"MaskedLikelihood wraps a gpflow ScalarLikelihood (one output per f), got "
+                f"{type(base).__name__}."
+            )
+        super().__init__(input_dim=None, latent_dim=None, observation_dim=None)
+        self.base = base
+        self.fill_value = fill_value
+
+    def _masked_sum(self, method, X, F1, F2, Y) -> tf.Tensor:
+        """sum over observed d of method(X, F1_d, F2_d, y_d), per-entry via a trailing axis."""
+        observed = tf.logical_not(tf.math.is_nan(Y))
+        filled = tf.where(observed, Y, tf.cast(self.fill_value, Y.dtype))
+        args = [X[..., None, :], F1[..., None]]
+        if F2 is not None:
+            args.append(F2[..., None])
+        terms = method(*args, filled[..., None])  # [..., D]
+        return tf.reduce_sum(tf.where(observed, terms, tf.zeros_like(terms)), axis=-1)
+
+    def _log_prob(self, X, F, Y) -> tf.Tensor:
+        return self._masked_sum(self.base.log_prob, X, F, None, Y)
+
+    def _variational_expectations(self, X, Fmu, Fvar, Y) -> tf.Tensor:
+        return self._masked_sum(self.base.variational_expectations, X, Fmu, Fvar, Y)
+
+    def _predict_log_density(self, X, Fmu, Fvar, Y) -> tf.Tensor:
+        return self._masked_sum(self.base.predict_log_density, X, Fmu, Fvar, Y)
+
+    def _predict_mean_and_var(self, X, Fmu, Fvar) -> tuple[tf.Tensor, tf.Tensor]:
+        return self.base.predict_mean_and_var(X, Fmu, Fvar)
+
+    def _conditional_mean(self, X, F) -> tf.Tensor:
+        return self.base.conditional_mean(X, F)
+
+    def _conditional_variance(self, X, F) -> tf.Tensor:
+        return self.base.conditional_variance(X, F)
+
+
+def check_likelihood_support(likelihood: Likelihood, Y: np.ndarray) -> None:
+    """Raise ``ValueError`` when observed entries of Y lie outside the likelihood's support."""
+    base = likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
+    observed = Y[~np.isnan(Y)]
+    if isinstance(base, Poisson):
+        if np.any(observed < 0) or np.any(observed != np.round(observed)):
+            raise ValueError(
+                "A Poisson likelihood needs non-negative integer counts, but Y has negative or "
+                "non-integer entries. Pass raw counts, or use a Gaussian likelihood for "
+                "continuous data."
+            )
+    elif isinstance(base, Bernoulli):
+        if not np.all(np.isin(observed, (0.0, 1.0))):
+            raise ValueError(
+                "A Bernoulli likelihood needs binary data with entries 0 or 1, but Y has other "
+                "values. Binarise Y first (e.g. Y > threshold), or use another likelihood."
+            )

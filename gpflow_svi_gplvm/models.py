@@ -1,0 +1,250 @@
+"""GPLVMs trained by stochastic variational inference: SVGP with latent inputs.
+
+All four models are :class:`SVIGPLVM` with a different latent module; the bound on a minibatch B of
+rows (indices idx, data Y_B) is
+
+    L = N/|B| sum_{n in B} [ E_q(x_n) sum_{d observed} E_q(f_d(x_n)) log p(y_nd | f_d) + r_n ]
+        - sum_d KL(q(u_d) || p(u_d)),
+
+with r_n the latent module's row term (0, log p(x_n) or -KL(q(x_n) || p(x_n))) and E_q(x_n)
+estimated by S reparameterised samples.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Optional, Sequence
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+import tensorflow_probability as tfp
+from gpflow.config import default_float
+from gpflow.kernels import Kernel
+from gpflow.likelihoods import Likelihood
+from gpflow.mean_functions import MeanFunction
+from gpflow.models import SVGP
+
+from .initialisation import inducing_inputs, initial_offset, pca_latents, random_latents
+from .latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
+from .likelihoods import MaskedLikelihood, check_likelihood_support
+from .validation import check_observations
+
+__all__ = ["SVIGPLVM", "PointGPLVM", "MAPGPLVM", "BayesianSVIGPLVM", "AmortisedBayesianGPLVM"]
+
+LatentFactory = Callable[[np.ndarray], LatentVariables]
+
+
+class SVIGPLVM(SVGP):
+    """An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
+
+    D GPs share one kernel and M inducing inputs Z [M, Q]; q(u) is GPflow's uncollapsed,
+    whitened q(u_d) = N(m_d, S_d). ``latent`` builds the latent module from the initial latents
+    [N, Q]; the four public models fix it, and a new latent family needs only a new module:
+    ``SVIGPLVM(Y, Q, latent=MyLatent)``.
+
+    Data for ``elbo`` / ``training_loss`` is ``(idx, Y_batch)``: int64 row indices [B] and the
+    rows [B, D] (NaN where missing).
+    """
+
+    def __init__(
+        self,
+        data,
+        latent_dim: int,
+        num_inducing: int = 25,
+        kernel: Optional[Kernel] = None,
+        likelihood: Optional[Likelihood] = None,
+        num_samples: int = 1,
+        *,
+        latent: LatentFactory,
+        latent_init: str = "pca",
+        mean_function: Optional[MeanFunction] = None,
+        whiten: bool = True,
+        seed: int = 0,
+    ):
+        Y = check_observations(data, "data")
+        num_data, data_dim = Y.shape
+        latent_dim = _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical")
+        num_inducing = _check_int(num_inducing, "num_inducing", "25 to 100 is typical")
+        num_samples = _check_int(num_samples, "num_samples", "1 usually suffices")
+        if num_inducing > num_data:
+            raise ValueError(
+                f"num_inducing ({num_inducing}) exceeds the number of rows N ({num_data}): "
+                f"choose num_inducing <= {num_data}."
+            )
+        if latent_init == "pca":
+            initial_latents = pca_latents(Y, latent_dim, seed=seed)
+        elif latent_init == "random":
+            initial_latents = random_latents(num_data, latent_dim, seed=seed)
+        else:
+            raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
+
+        if kernel is None:
+            kernel = gpflow.kernels.SquaredExponential(lengthscales=np.ones(latent_dim))
+        if likelihood is None:
+            noise = 0.1 * float(np.nanmean(np.nanvar(Y, axis=0)))
+            likelihood = gpflow.likelihoods.Gaussian(variance=max(noise, 1e-3))
+        if np.isnan(Y).any() and not isinstance(likelihood, MaskedLikelihood):
+            warnings.warn(
+                f"{np.isnan(Y).mean():.1%} of the entries of data are missing (NaN): the "
+                "likelihood is wrapped in MaskedLikelihood so that only observed entries count.",
+                stacklevel=3,
+            )
+            likelihood = MaskedLikelihood(likelihood)
+        check_likelihood_support(likelihood, Y)
+        if mean_function is None:
+            mean_function = gpflow.mean_functions.Constant(initial_offset(likelihood, Y))
+
+        super().__init__(
+            kernel,
+            likelihood,
+            inducing_inputs(initial_latents, num_inducing, seed=seed),
+            mean_function=mean_function,
+            num_latent_gps=data_dim,
+            whiten=whiten,
+            num_data=num_data,
+        )
+        self.latent = latent(initial_latents)
+        if getattr(self.latent, "num_data", num_data) != num_data:
+            raise ValueError(
+                f"The latent module holds {self.latent.num_data} rows but data has {num_data}."
+            )
+        if self.latent.latent_dim != latent_dim:
+            raise ValueError(
+                f"The latent module has {self.latent.latent_dim} dims but latent_dim={latent_dim}."
+            )
+        self.data_dim = data_dim
+        self.latent_dim = latent_dim
+        self.num_samples = num_samples
+
+    def elbo(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar."""
+        idx, Y = data
+        batch = self.latent(idx, Y, self.num_samples)
+        num_draws = tf.shape(batch.samples)[0]
+        X = tf.reshape(batch.samples, [-1, self.latent_dim])  # [S * B, Q], draw-major
+        f_mean, f_var = self.predict_f(X)
+        Y_tiled = tf.tile(Y, [num_draws, 1])
+        expected_log_lik = self.likelihood.variational_expectations(X, f_mean, f_var, Y_tiled)
+        data_term = tf.reduce_sum(expected_log_lik) / tf.cast(num_draws, expected_log_lik.dtype)
+        scale = tf.cast(self.num_data, data_term.dtype) / tf.cast(tf.shape(idx)[0], data_term.dtype)
+        return scale * (data_term + tf.reduce_sum(batch.row_term)) - self.prior_kl()
+
+    def maximum_log_likelihood_objective(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        return self.elbo(data)
+
+    def training_loss(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        """-(ELBO + log prior of the hyperparameters) on ``(idx [B], Y [B, D])``.
+
+        Overridden because GPflow's version shape-checks data as (X [N, D], Y [N, P]).
+        """
+        return self._training_loss(data)
+
+    def _all_rows(self, Y) -> tuple[tf.Tensor, tf.Tensor]:
+        if self.latent.amortised:
+            if Y is None:
+                raise ValueError(
+                    "An amortised model computes q(x) from the data: pass the training rows, "
+                    "e.g. model.latent_mean(Y)."
+                )
+            Y = tf.convert_to_tensor(check_observations(Y, "Y", self.data_dim))
+            return tf.range(tf.shape(Y)[0], dtype=tf.int64), Y
+        empty = tf.zeros([self.num_data, self.data_dim], dtype=default_float())
+        return tf.range(self.num_data, dtype=tf.int64), empty
+
+    def latent_mean(self, Y=None) -> tf.Tensor:
+        """Mean of q(x_n) [N, Q] for the training rows (amortised models need those rows Y)."""
+        return self.latent.moments(*self._all_rows(Y))[0]
+
+    def latent_variance(self, Y=None) -> tf.Tensor:
+        """Marginal variances of q(x_n) [N, Q] (zeros for point and MAP estimates)."""
+        return self.latent.moments(*self._all_rows(Y))[1]
+
+
+class PointGPLVM(SVIGPLVM):
+    """Sparse GPLVM with point-estimated latents (the paper's "Point")."""
+
+    def __init__(self, data, latent_dim: int, num_inducing: int = 25, *args, **kwargs):
+        super().__init__(data, latent_dim, num_inducing, *args, latent=PointLatent, **kwargs)
+
+
+class MAPGPLVM(SVIGPLVM):
+    """GPLVM with MAP latents under a prior p(x) (default N(0, I)) (the paper's "MAP")."""
+
+    def __init__(
+        self,
+        data,
+        latent_dim: int,
+        num_inducing: int = 25,
+        *args,
+        prior: Optional[tfp.distributions.Distribution] = None,
+        **kwargs,
+    ):
+        super().__init__(
+            data,
+            latent_dim,
+            num_inducing,
+            *args,
+            latent=lambda initial: MAPLatent(initial, prior=prior),
+            **kwargs,
+        )
+
+
+class BayesianSVIGPLVM(SVIGPLVM):
+    """Bayesian GPLVM with per-row q(x_n) = N(mu_n, diag s_n) (the paper's "B-SVI")."""
+
+    def __init__(
+        self,
+        data,
+        latent_dim: int,
+        num_inducing: int = 25,
+        *args,
+        initial_variance: float = 0.1,
+        **kwargs,
+    ):
+        super().__init__(
+            data,
+            latent_dim,
+            num_inducing,
+            *args,
+            latent=lambda initial: GaussianLatent(initial, initial_variance),
+            **kwargs,
+        )
+
+
+class AmortisedBayesianGPLVM(SVIGPLVM):
+    """Bayesian GPLVM with q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) from an MLP encoder ("AEB-SVI").
+
+    Encoder options (``hidden_sizes``, ``activation``, ``covariance``, ``missing_aware``) go to
+    :class:`EncoderLatent`; ``missing_aware`` defaults to whether the data has missing entries.
+    """
+
+    def __init__(
+        self,
+        data,
+        latent_dim: int,
+        num_inducing: int = 25,
+        *args,
+        hidden_sizes: Sequence[int] = (10, 5),
+        activation: str = "tanh",
+        covariance: str = "triangular",
+        missing_aware: Optional[bool] = None,
+        **kwargs,
+    ):
+        Y = check_observations(data, "data")
+        encoder = EncoderLatent(
+            Y.shape[1],
+            _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical"),
+            hidden_sizes=hidden_sizes,
+            activation=activation,
+            covariance=covariance,
+            missing_aware=bool(np.isnan(Y).any()) if missing_aware is None else missing_aware,
+            seed=kwargs.get("seed", 0),
+        )
+        super().__init__(Y, latent_dim, num_inducing, *args, latent=lambda _: encoder, **kwargs)
+
+
+def _check_int(value, name: str, hint: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r} ({hint}).")
+    return int(value)

@@ -1,0 +1,41 @@
+"""Checks at the boundary: data and settings are turned into clear ``ValueError``s here."""
+
+from __future__ import annotations
+
+import numpy as np
+from gpflow.config import default_float
+
+__all__ = ["check_observations"]
+
+
+def check_observations(Y, name: str = "Y", num_columns: int | None = None) -> np.ndarray:
+    """Y as a float array [N, D] (NaN = missing), or a ``ValueError`` saying what to fix.
+
+    Rejects: not 2-D, no rows or no columns, a wrong column count (when ``num_columns`` is given),
+    non-numeric entries, infinities, and data with every entry missing.
+    """
+    try:
+        Y = np.asarray(Y, dtype=default_float())
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a numeric array [N, D]: {error}") from error
+    expected = f"[N, {num_columns}]" if num_columns is not None else "[N, D]"
+    if Y.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D {expected} (rows = data points, columns = outputs), got shape "
+            f"{Y.shape}. Reshape it, e.g. Y.reshape(len(Y), -1)."
+        )
+    if Y.shape[0] == 0 or Y.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {Y.shape}.")
+    if num_columns is not None and Y.shape[1] != num_columns:
+        raise ValueError(
+            f"{name} must have shape {expected} (the model was built for {num_columns} columns), "
+            f"got {Y.shape}."
+        )
+    if np.isinf(Y).any():
+        raise ValueError(
+            f"{name} has infinite entries; infinity is not 'missing'. Replace them with NaN to "
+            "mark them missing, or fix the data."
+        )
+    if np.isnan(Y).all():
+        raise ValueError(f"Every entry of {name} is missing (NaN): there is nothing to learn from.")
+    return Y
