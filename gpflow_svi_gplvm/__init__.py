@@ -1,13 +1,20 @@
 """Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
 
-from .latents import EncoderLatent, GaussianLatent, LatentBatch, LatentVariables, MAPLatent, PointLatent
+from .latents import (
+    EncoderLatent,
+    GaussianLatent,
+    LatentBatch,
+    LatentVariables,
+    MAPLatent,
+    PointLatent,
+)
 from .likelihoods import MaskedLikelihood
 from .models import (
+    MAPGPLVM,
+    SVIGPLVM,
     AmortisedBayesianGPLVM,
     BayesianSVIGPLVM,
-    MAPGPLVM,
     PointGPLVM,
-    SVIGPLVM,
 )
 from .training import History, NonFiniteLossError, Trainer, fit
 

@@ -13,7 +13,8 @@ the cost of a step does not grow with N.
 from __future__ import annotations
 
 import abc
-from typing import NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -63,7 +64,7 @@ class LatentVariables(Module, abc.ABC):
     amortised: bool = False
     """True when q(x_n) is computed from y_n (no per-row parameters)."""
 
-    def __init__(self, latent_dim: int, name: Optional[str] = None):
+    def __init__(self, latent_dim: int, name: str | None = None):
         super().__init__(name=name)
         self.latent_dim = int(latent_dim)
 
@@ -87,7 +88,7 @@ class LatentVariables(Module, abc.ABC):
 class PointLatent(LatentVariables):
     """x_n is a free parameter (a delta q(x_n)); no row term. The sparse GPLVM."""
 
-    def __init__(self, initial_mean: np.ndarray, name: Optional[str] = None):
+    def __init__(self, initial_mean: np.ndarray, name: str | None = None):
         initial_mean = np.asarray(initial_mean)
         super().__init__(initial_mean.shape[1], name=name)
         self.num_data = initial_mean.shape[0]
@@ -113,8 +114,8 @@ class MAPLatent(PointLatent):
     def __init__(
         self,
         initial_mean: np.ndarray,
-        prior: Optional[tfp.distributions.Distribution] = None,
-        name: Optional[str] = None,
+        prior: tfp.distributions.Distribution | None = None,
+        name: str | None = None,
     ):
         super().__init__(initial_mean, name=name)
         if prior is None:
@@ -143,7 +144,7 @@ class GaussianLatent(LatentVariables):
         self,
         initial_mean: np.ndarray,
         initial_variance: float | np.ndarray = 0.1,
-        name: Optional[str] = None,
+        name: str | None = None,
     ):
         initial_mean = np.asarray(initial_mean)
         super().__init__(initial_mean.shape[1], name=name)
@@ -190,7 +191,7 @@ class EncoderLatent(LatentVariables):
         missing_aware: bool = False,
         jitter: float = 1e-6,
         seed: int = 0,
-        name: Optional[str] = None,
+        name: str | None = None,
     ):
         super().__init__(latent_dim, name=name)
         if covariance not in ("triangular", "dense"):
@@ -241,4 +242,3 @@ class EncoderLatent(LatentVariables):
         log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale)), axis=-1)
         kl = 0.5 * (trace + tf.reduce_sum(tf.square(mean), -1) - self.latent_dim - log_det)
         return LatentBatch(samples, -kl, mean, variance)
-

@@ -13,7 +13,7 @@ estimated by S reparameterised samples.
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import gpflow
 import numpy as np
@@ -52,13 +52,13 @@ class SVIGPLVM(SVGP):
         data,
         latent_dim: int,
         num_inducing: int = 25,
-        kernel: Optional[Kernel] = None,
-        likelihood: Optional[Likelihood] = None,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
         num_samples: int = 1,
         *,
         latent: LatentFactory,
         latent_init: str = "pca",
-        mean_function: Optional[MeanFunction] = None,
+        mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
     ):
@@ -177,7 +177,7 @@ class MAPGPLVM(SVIGPLVM):
         latent_dim: int,
         num_inducing: int = 25,
         *args,
-        prior: Optional[tfp.distributions.Distribution] = None,
+        prior: tfp.distributions.Distribution | None = None,
         **kwargs,
     ):
         super().__init__(
@@ -228,7 +228,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         hidden_sizes: Sequence[int] = (10, 5),
         activation: str = "tanh",
         covariance: str = "triangular",
-        missing_aware: Optional[bool] = None,
+        missing_aware: bool | None = None,
         **kwargs,
     ):
         Y = check_observations(data, "data")

@@ -7,7 +7,7 @@ parameter.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -32,11 +32,13 @@ class MLP(Module):
         output_size: int,
         activation: str = "tanh",
         seed: int = 0,
-        name: Optional[str] = None,
+        name: str | None = None,
     ):
         super().__init__(name=name)
         if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}.")
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}."
+            )
         self.activation = activation
         sizes = [int(input_size), *map(int, hidden_sizes), int(output_size)]
         rng = np.random.default_rng(seed)

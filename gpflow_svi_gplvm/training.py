@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -21,7 +21,7 @@ __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset"]
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; ``history`` holds the ELBO up to that step."""
 
-    def __init__(self, message: str, history: "History"):
+    def __init__(self, message: str, history: History):
         super().__init__(message)
         self.history = history
 
@@ -75,7 +75,7 @@ class Trainer:
         data,
         batch_size: int = 100,
         learning_rate: float = 1e-2,
-        optimizer: Optional[tf_keras.optimizers.Optimizer] = None,
+        optimizer: tf_keras.optimizers.Optimizer | None = None,
         seed: int = 0,
         jit_compile: bool = False,
     ):
@@ -126,7 +126,7 @@ class Trainer:
         iterations: int,
         steps_per_call: int = 100,
         progress: bool = True,
-        callback: Optional[Callable[[int], None]] = None,
+        callback: Callable[[int], None] | None = None,
         callback_every: int = 100,
     ) -> History:
         """Run ``iterations`` steps; ``callback(step)`` runs every ``callback_every`` steps.
@@ -176,12 +176,12 @@ def fit(
     iterations: int = 1000,
     batch_size: int = 100,
     learning_rate: float = 1e-2,
-    optimizer: Optional[tf_keras.optimizers.Optimizer] = None,
+    optimizer: tf_keras.optimizers.Optimizer | None = None,
     seed: int = 0,
     progress: bool = True,
     jit_compile: bool = False,
     steps_per_call: int = 100,
-    callback: Optional[Callable[[int], None]] = None,
+    callback: Callable[[int], None] | None = None,
     callback_every: int = 100,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
