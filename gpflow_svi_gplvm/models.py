@@ -79,11 +79,16 @@ class SVIGPLVM(SVGP):
         else:
             raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
 
-        if kernel is None:
-            kernel = gpflow.kernels.SquaredExponential(lengthscales=np.ones(latent_dim))
+        data_variance = max(float(np.nanmean(np.nanvar(Y, axis=0))), 1e-3)
         if likelihood is None:
-            noise = 0.1 * float(np.nanmean(np.nanvar(Y, axis=0)))
-            likelihood = gpflow.likelihoods.Gaussian(variance=max(noise, 1e-3))
+            likelihood = gpflow.likelihoods.Gaussian(variance=0.1 * data_variance)
+        if kernel is None:
+            # For a Gaussian likelihood f lives on the data's scale; otherwise on the link's.
+            base = getattr(likelihood, "base", likelihood)
+            gaussian = isinstance(base, gpflow.likelihoods.Gaussian)
+            kernel = gpflow.kernels.SquaredExponential(
+                variance=data_variance if gaussian else 1.0, lengthscales=np.ones(latent_dim)
+            )
         if np.isnan(Y).any() and not isinstance(likelihood, MaskedLikelihood):
             warnings.warn(
                 f"{np.isnan(Y).mean():.1%} of the entries of data are missing (NaN): the "
@@ -151,6 +156,16 @@ class SVIGPLVM(SVGP):
             return tf.range(tf.shape(Y)[0], dtype=tf.int64), Y
         empty = tf.zeros([self.num_data, self.data_dim], dtype=default_float())
         return tf.range(self.num_data, dtype=tf.int64), empty
+
+    def ard_relevance(self) -> np.ndarray:
+        """1 / lengthscale of each latent dimension [Q]: large = the dimension is used."""
+        lengthscales = getattr(self.kernel, "lengthscales", None)
+        if lengthscales is None:
+            raise ValueError(
+                f"ARD relevances need a kernel with lengthscales; {type(self.kernel).__name__} "
+                "has none."
+            )
+        return np.broadcast_to(1.0 / lengthscales.numpy(), (self.latent_dim,)).copy()
 
     def latent_mean(self, Y=None) -> tf.Tensor:
         """Mean of q(x_n) [N, Q] for the training rows (amortised models need those rows Y)."""
