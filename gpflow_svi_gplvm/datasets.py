@@ -21,7 +21,7 @@ class DataSet:
 
 
 def load_digits() -> DataSet:
-    """scikit-learn's bundled 8 x 8 handwritten digits (1797 x 64), scaled to [0, 1]; no download."""
+    """scikit-learn's bundled 8 x 8 digits (1797 x 64), scaled to [0, 1]; no download needed."""
     from sklearn.datasets import load_digits as sklearn_digits
 
     digits = sklearn_digits()
