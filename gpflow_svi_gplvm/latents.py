@@ -73,8 +73,20 @@ class LatentVariables(Module, abc.ABC):
         """Mean and marginal variance of q(x_n), both [B, Q]."""
 
     @abc.abstractmethod
-    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
-        """Samples of x_n [S, B, Q], the row term [B] and the moments of q(x_n)."""
+    def __call__(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+    ) -> LatentBatch:
+        """Samples of x_n [S, B, Q], the row term [B] and the moments of q(x_n).
+
+        ``noise`` [S, B or 1, Q] replaces the standard normal draws of :meth:`noise`.
+        """
+
+    def for_new_rows(self, initial_mean: np.ndarray) -> LatentVariables:
+        """A fresh module of the same family for other rows, e.g. to infer latents of new data.
+
+        Amortised modules need none: they compute q(x) from y directly.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support new rows.")
 
     def noise(self, idx: tf.Tensor, num_samples: int) -> tf.Tensor:
         """Standard normal draws eps [S, B, Q] for the reparameterisation x = mu + L eps.
@@ -98,11 +110,16 @@ class PointLatent(LatentVariables):
         mean = gather_rows(self.mean, idx)
         return mean, tf.zeros_like(mean)
 
+    def for_new_rows(self, initial_mean: np.ndarray) -> PointLatent:
+        return PointLatent(initial_mean)
+
     def row_term(self, x: tf.Tensor) -> tf.Tensor:
         """The row term at the point x [B, Q]: zero for the unregularised point estimate."""
         return tf.zeros_like(x[:, 0])
 
-    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+    def __call__(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+    ) -> LatentBatch:
         # A delta q(x) needs one "sample" whatever num_samples is: all draws would be identical.
         mean, variance = self.moments(idx, Y)
         return LatentBatch(mean[None], self.row_term(mean), mean, variance)
@@ -128,6 +145,9 @@ class MAPLatent(PointLatent):
                 "tfp.distributions.Independent(..., reinterpreted_batch_ndims=1)."
             )
         self.prior = prior
+
+    def for_new_rows(self, initial_mean: np.ndarray) -> MAPLatent:
+        return MAPLatent(initial_mean, prior=self.prior)
 
     def row_term(self, x: tf.Tensor) -> tf.Tensor:
         """log p(x_n) [B], once per row."""
@@ -155,12 +175,19 @@ class GaussianLatent(LatentVariables):
             variance, transform=positive(), dtype=default_float(), name="latent_variance"
         )
 
+    def for_new_rows(self, initial_mean: np.ndarray) -> GaussianLatent:
+        """New rows start at the median trained variance of each dimension."""
+        return GaussianLatent(initial_mean, np.median(self.variance.numpy(), axis=0))
+
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return gather_rows(self.mean, idx), gather_rows(self.variance, idx)
 
-    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+    def __call__(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+    ) -> LatentBatch:
         mean, variance = self.moments(idx, Y)
-        samples = mean + tf.sqrt(variance) * self.noise(idx, num_samples)
+        eps = self.noise(idx, num_samples) if noise is None else noise
+        samples = mean + tf.sqrt(variance) * eps
         kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
         return LatentBatch(samples, -kl, mean, variance)
 
@@ -233,9 +260,12 @@ class EncoderLatent(LatentVariables):
         mean, scale = self._mean_and_scale(Y)
         return mean, tf.reduce_sum(tf.square(scale), axis=-1)
 
-    def __call__(self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int) -> LatentBatch:
+    def __call__(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+    ) -> LatentBatch:
         mean, scale = self._mean_and_scale(Y)
-        eps = self.noise(idx, num_samples)
+        eps = self.noise(idx, num_samples) if noise is None else noise
+        eps = tf.broadcast_to(eps, tf.stack([tf.shape(eps)[0], tf.shape(mean)[0], self.latent_dim]))
         samples = mean + tf.einsum("bij,sbj->sbi", scale, eps)
         variance = tf.reduce_sum(tf.square(scale), axis=-1)
         trace = tf.reduce_sum(variance, axis=-1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["rmse"]
+__all__ = ["rmse", "nlpd"]
 
 
 def rmse(Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None) -> float:
@@ -12,10 +12,45 @@ def rmse(Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None)
 
     Scored entries are those where ``mask`` is True (default: everywhere) and ``Y_true`` is not NaN.
     """
-    Y_true = np.asarray(Y_true, dtype=float)
+    Y_true, scored = _scored(Y_true, mask, Y_pred)
     Y_pred = np.asarray(Y_pred, dtype=float)
-    if Y_true.shape != Y_pred.shape:
-        raise ValueError(f"Y_true {Y_true.shape} and Y_pred {Y_pred.shape} must have one shape.")
+    return float(np.sqrt(np.mean((Y_true[scored] - Y_pred[scored]) ** 2)))
+
+
+def nlpd(
+    Y_true: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    mask: np.ndarray | None = None,
+    joint: bool = False,
+) -> float:
+    """Negative log predictive density under Gaussian predictives N(mean_nd, variance_nd).
+
+    Pointwise (default): mean over scored entries of 1/2 log(2 pi v) + (y - m)^2 / (2 v).
+    ``joint=True``: the paper's per-test-point variant, -log p(y_n) = the sum of those terms over
+    a row's scored entries (independent given the predictive), averaged over rows with any
+    scored entry.
+    """
+    Y_true, scored = _scored(Y_true, mask, mean, variance)
+    mean, variance = np.asarray(mean, dtype=float), np.asarray(variance, dtype=float)
+    if np.any(variance[scored] <= 0):
+        raise ValueError("Predictive variances must be positive on the scored entries.")
+    with np.errstate(invalid="ignore"):
+        terms = 0.5 * np.log(2 * np.pi * variance) + (Y_true - mean) ** 2 / (2 * variance)
+    if not joint:
+        return float(np.mean(terms[scored]))
+    per_row = np.where(scored, terms, 0.0).sum(axis=1)
+    return float(np.mean(per_row[scored.any(axis=1)]))
+
+
+def _scored(Y_true, mask, *predictions) -> tuple[np.ndarray, np.ndarray]:
+    """Y_true as floats and the boolean array of entries to score; checks shapes."""
+    Y_true = np.asarray(Y_true, dtype=float)
+    for prediction in predictions:
+        if np.shape(prediction) != Y_true.shape:
+            raise ValueError(
+                f"Predictions {np.shape(prediction)} must have the shape of Y_true {Y_true.shape}."
+            )
     scored = ~np.isnan(Y_true)
     if mask is not None:
         mask = np.asarray(mask, dtype=bool)
@@ -24,4 +59,4 @@ def rmse(Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None)
         scored &= mask
     if not scored.any():
         raise ValueError("No entry to score: every entry is masked out or missing.")
-    return float(np.sqrt(np.mean((Y_true[scored] - Y_pred[scored]) ** 2)))
+    return Y_true, scored

@@ -25,6 +25,7 @@ from gpflow.likelihoods import Likelihood
 from gpflow.mean_functions import MeanFunction
 from gpflow.models import SVGP
 
+from . import inference
 from .initialisation import inducing_inputs, initial_offset, pca_latents, random_latents
 from .latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
@@ -122,18 +123,38 @@ class SVIGPLVM(SVGP):
         self.latent_dim = latent_dim
         self.num_samples = num_samples
 
-    def elbo(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-        """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar."""
-        idx, Y = data
-        batch = self.latent(idx, Y, self.num_samples)
+    def row_bounds(
+        self,
+        idx: tf.Tensor,
+        Y: tf.Tensor,
+        latent: LatentVariables | None = None,
+        noise: tf.Tensor | None = None,
+        likelihood: Likelihood | None = None,
+    ) -> tf.Tensor:
+        """Each row's part of the bound [B], unscaled:
+
+        E_q(x_n)[sum_{d observed} E_q(f_d(x_n)) log p(y_nd | f_d)] + r_n,
+
+        for ``latent`` (default: the model's own q(x)); ``noise`` [S, B or 1, Q] fixes the draws;
+        ``likelihood`` replaces the model's (e.g. a masked view of it for rows with NaNs).
+        """
+        latent = self.latent if latent is None else latent
+        likelihood = self.likelihood if likelihood is None else likelihood
+        batch = latent(idx, Y, self.num_samples, noise)
         num_draws = tf.shape(batch.samples)[0]
         X = tf.reshape(batch.samples, [-1, self.latent_dim])  # [S * B, Q], draw-major
         f_mean, f_var = self.predict_f(X)
         Y_tiled = tf.tile(Y, [num_draws, 1])
-        expected_log_lik = self.likelihood.variational_expectations(X, f_mean, f_var, Y_tiled)
-        data_term = tf.reduce_sum(expected_log_lik) / tf.cast(num_draws, expected_log_lik.dtype)
-        scale = tf.cast(self.num_data, data_term.dtype) / tf.cast(tf.shape(idx)[0], data_term.dtype)
-        return scale * (data_term + tf.reduce_sum(batch.row_term)) - self.prior_kl()
+        expected_log_lik = likelihood.variational_expectations(X, f_mean, f_var, Y_tiled)
+        per_row = tf.reduce_mean(tf.reshape(expected_log_lik, [num_draws, -1]), axis=0)
+        return per_row + batch.row_term
+
+    def elbo(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar."""
+        idx, Y = data
+        rows = self.row_bounds(idx, Y)
+        scale = tf.cast(self.num_data, rows.dtype) / tf.cast(tf.shape(idx)[0], rows.dtype)
+        return scale * tf.reduce_sum(rows) - self.prior_kl()
 
     def maximum_log_likelihood_objective(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
         return self.elbo(data)
@@ -174,6 +195,21 @@ class SVIGPLVM(SVGP):
     def latent_variance(self, Y=None) -> tf.Tensor:
         """Marginal variances of q(x_n) [N, Q] (zeros for point and MAP estimates)."""
         return self.latent.moments(*self._all_rows(Y))[1]
+
+    def infer_latents(
+        self, Y_new, iterations: int = 300, learning_rate: float = 0.05, seed: int = 0
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); see
+        :func:`gpflow_svi_gplvm.inference.infer_latents`. The model is not modified."""
+        return inference.infer_latents(self, Y_new, iterations, learning_rate, seed)
+
+    def reconstruct(
+        self, Y, rows=None, num_samples: int = 64, **inference_options
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
+        ``rows`` = training-row indices of Y's rows. See
+        :func:`gpflow_svi_gplvm.inference.reconstruct`."""
+        return inference.reconstruct(self, Y, rows, num_samples, **inference_options)
 
 
 class PointGPLVM(SVIGPLVM):
