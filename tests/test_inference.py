@@ -1,0 +1,142 @@
+"""Latents and reconstructions for new rows; metrics against hand-computed values."""
+
+import numpy as np
+import pytest
+
+from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, MAPGPLVM, fit
+from gpflow_svi_gplvm.metrics import nlpd, rmse
+
+N_TRAIN, N_TEST, D, Q = 200, 60, 8, 2
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((N_TRAIN + N_TEST, Q))
+    W = rng.standard_normal((Q, D))
+    Y = np.tanh(X @ W) + 0.1 * rng.standard_normal((N_TRAIN + N_TEST, D))
+    hidden = rng.random((N_TEST, D)) < 0.3
+    return Y[:N_TRAIN], Y[N_TRAIN:], hidden
+
+
+@pytest.fixture(scope="module")
+def bsvi(data):
+    Y_train = data[0]
+    model = BayesianSVIGPLVM(Y_train, Q, num_inducing=20)
+    fit(model, Y_train, iterations=1500, batch_size=50, learning_rate=0.02, progress=False)
+    return model
+
+
+def _values(model):
+    return [v.numpy().copy() for v in model.trainable_variables]
+
+
+def test_inferring_training_rows_recovers_their_trained_latents(bsvi, data):
+    Y_train = data[0]
+    rows = np.arange(0, N_TRAIN, 5)
+    mean, variance = bsvi.infer_latents(Y_train[rows], iterations=300)
+    trained_mean = bsvi.latent_mean().numpy()[rows]
+    trained_var = bsvi.latent_variance().numpy()[rows]
+    z = np.abs(mean.numpy() - trained_mean) / np.sqrt(trained_var + variance.numpy())
+    # Same data, same frozen globals: q(x*) must sit on the trained q(x) up to its own spread.
+    assert np.median(z) < 0.5
+    assert np.mean(z < 2.0) > 0.9
+    np.testing.assert_allclose(variance.numpy(), trained_var, rtol=0.5)
+
+
+def test_inference_leaves_the_model_unchanged(bsvi, data):
+    before = _values(bsvi)
+    bsvi.infer_latents(data[1][:5], iterations=20)
+    bsvi.reconstruct(np.where(data[2], np.nan, data[1])[:5], iterations=20)
+    for old, new in zip(before, _values(bsvi)):
+        np.testing.assert_array_equal(old, new)
+
+
+@pytest.mark.parametrize("model_class", [BayesianSVIGPLVM, MAPGPLVM])
+def test_batched_inference_equals_row_by_row(model_class, data):
+    Y_train, Y_test, hidden = data
+    model = model_class(Y_train, Q, num_inducing=10)
+    fit(model, Y_train, iterations=200, batch_size=50, progress=False)
+    rows = np.where(hidden, np.nan, Y_test)[:3]
+    mean, variance = model.infer_latents(rows, iterations=60, seed=3)
+    for n in range(len(rows)):
+        mean_n, variance_n = model.infer_latents(rows[n : n + 1], iterations=60, seed=3)
+        np.testing.assert_allclose(mean_n.numpy()[0], mean.numpy()[n], rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(variance_n.numpy()[0], variance.numpy()[n], rtol=1e-8)
+
+
+def test_reconstruction_beats_column_means_and_is_calibrated(bsvi, data):
+    Y_train, Y_test, hidden = data
+    mean, variance = bsvi.reconstruct(np.where(hidden, np.nan, Y_test), num_samples=128)
+    mean, variance = mean.numpy(), variance.numpy()
+    column_means = np.broadcast_to(Y_train.mean(0), Y_test.shape)
+    model_rmse = rmse(Y_test, mean, mask=hidden)
+    assert model_rmse < 0.5 * rmse(Y_test, column_means, mask=hidden)
+    inside = np.abs(Y_test - mean) <= 1.96 * np.sqrt(variance)
+    coverage = inside[hidden].mean()
+    # 95% nominal; about 140 held-out entries give a binomial sd of ~2%, so allow 0.88-0.995.
+    assert 0.88 <= coverage <= 0.995, coverage
+    assert np.all(variance > 0)
+
+
+def test_reconstruction_of_training_rows_uses_their_trained_latents(bsvi, data):
+    Y_train = data[0]
+    rows = np.arange(10)
+    mean, _ = bsvi.reconstruct(Y_train[rows], rows=rows, num_samples=256)
+    at_means, _ = bsvi.predict_y(bsvi.latent_mean()[:10])
+    # Averaging over q(x) moves the mean a little from the decoder at the latent mean, not far.
+    assert rmse(at_means.numpy(), mean.numpy()) < 0.1
+
+
+def test_amortised_inference_is_one_encoder_pass(data):
+    Y_train, Y_test, hidden = data
+    model = AmortisedBayesianGPLVM(Y_train, Q, num_inducing=10)
+    rows = np.where(hidden, np.nan, Y_test)
+    mean, variance = model.infer_latents(rows)
+    import tensorflow as tf
+
+    expected_mean, expected_var = model.latent.moments(tf.range(N_TEST, dtype=tf.int64), rows)
+    np.testing.assert_array_equal(mean.numpy(), expected_mean.numpy())
+    np.testing.assert_array_equal(variance.numpy(), expected_var.numpy())
+    assert np.all(np.isfinite(mean.numpy()))
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.zeros((3, D + 1)), r"\[N, 8\]"),
+        (np.full((2, D), np.inf), "infinite"),
+        (np.zeros((0, D)), "at least one row"),
+        (np.zeros(D), "2-D"),
+    ],
+)
+def test_bad_new_rows_are_rejected(bsvi, bad, message):
+    with pytest.raises(ValueError, match=message):
+        bsvi.infer_latents(bad)
+    with pytest.raises(ValueError, match=message):
+        bsvi.reconstruct(bad)
+
+
+def test_rmse_and_nlpd_match_hand_computed_values():
+    Y = np.array([[1.0, np.nan, 3.0], [0.0, 2.0, -1.0]])
+    mean = np.array([[2.0, 0.0, 3.0], [0.0, 0.0, 1.0]])
+    variance = np.array([[1.0, 1.0, 4.0], [0.5, 2.0, 1.0]])
+    # Scored: (0,0) err 1, (0,2) err 0, (1,0) err 0, (1,1) err 2, (1,2) err -2.
+    assert rmse(Y, mean) == pytest.approx(np.sqrt((1 + 0 + 0 + 4 + 4) / 5))
+    mask = np.array([[True, True, False], [False, True, True]])
+    assert rmse(Y, mean, mask) == pytest.approx(np.sqrt((1 + 4 + 4) / 3))
+    terms = {
+        (0, 0): 0.5 * np.log(2 * np.pi) + 0.5,
+        (0, 2): 0.5 * np.log(8 * np.pi),
+        (1, 0): 0.5 * np.log(np.pi),
+        (1, 1): 0.5 * np.log(4 * np.pi) + 1.0,
+        (1, 2): 0.5 * np.log(2 * np.pi) + 2.0,
+    }
+    assert nlpd(Y, mean, variance) == pytest.approx(np.mean(list(terms.values())))
+    row0 = terms[(0, 0)] + terms[(0, 2)]
+    row1 = terms[(1, 0)] + terms[(1, 1)] + terms[(1, 2)]
+    assert nlpd(Y, mean, variance, joint=True) == pytest.approx((row0 + row1) / 2)
+    with pytest.raises(ValueError, match="shape"):
+        rmse(Y, mean[:, :2])
+    with pytest.raises(ValueError, match="positive"):
+        nlpd(Y, mean, np.zeros_like(variance))
