@@ -87,8 +87,8 @@ def fit_new_latents(
     return latent
 
 
-def _checked_rows(model: SVIGPLVM, Y) -> np.ndarray:
-    return check_observations(Y, "Y_new", model.data_dim)
+def _checked_rows(model: SVIGPLVM, Y, mask) -> np.ndarray:
+    return check_observations(Y, "Y_new", model.data_dim, mask)
 
 
 def infer_latents(
@@ -97,13 +97,14 @@ def infer_latents(
     iterations: int = 300,
     learning_rate: float = 0.05,
     seed: int = 0,
+    mask=None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
     Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
     Point and MAP estimates have zero variance. The model itself is not modified.
     """
-    Y = _checked_rows(model, Y_new)
+    Y = _checked_rows(model, Y_new, mask)
     idx = tf.range(Y.shape[0], dtype=tf.int64)
     if model.latent.amortised:
         return model.latent.moments(idx, tf.convert_to_tensor(Y))
@@ -119,6 +120,7 @@ def reconstruct(
     iterations: int = 300,
     learning_rate: float = 0.05,
     seed: int = 0,
+    mask=None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
@@ -127,7 +129,7 @@ def reconstruct(
     variance holds the latent, GP and noise uncertainty. ``rows`` (training row indices, one per
     row of Y) uses the trained q(x); otherwise latents are inferred first (see ``infer_latents``).
     """
-    Y = _checked_rows(model, Y)
+    Y = _checked_rows(model, Y, mask)
     if model.latent.amortised or rows is not None:
         latent = model.latent
         idx = tf.range(Y.shape[0], dtype=tf.int64)

@@ -45,7 +45,7 @@ class SVIGPLVM(SVGP):
     ``SVIGPLVM(Y, Q, latent=MyLatent)``.
 
     Data for ``elbo`` / ``training_loss`` is ``(idx, Y_batch)``: int64 row indices [B] and the
-    rows [B, D] (NaN where missing).
+    rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed).
     """
 
     def __init__(
@@ -62,8 +62,9 @@ class SVIGPLVM(SVGP):
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
+        mask=None,
     ):
-        Y = check_observations(data, "data")
+        Y = check_observations(data, "data", mask=mask)
         num_data, data_dim = Y.shape
         latent_dim = _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical")
         num_inducing = _check_int(num_inducing, "num_inducing", "25 to 100 is typical")
@@ -98,6 +99,7 @@ class SVIGPLVM(SVGP):
             )
             likelihood = MaskedLikelihood(likelihood)
         check_likelihood_support(likelihood, Y)
+        _warn_unobserved(Y)
         if mean_function is None:
             mean_function = gpflow.mean_functions.Constant(initial_offset(likelihood, Y))
 
@@ -196,20 +198,17 @@ class SVIGPLVM(SVGP):
         """Marginal variances of q(x_n) [N, Q] (zeros for point and MAP estimates)."""
         return self.latent.moments(*self._all_rows(Y))[1]
 
-    def infer_latents(
-        self, Y_new, iterations: int = 300, learning_rate: float = 0.05, seed: int = 0
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); see
+    def infer_latents(self, Y_new, **options) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); options
+        (``iterations``, ``learning_rate``, ``seed``, ``mask``) as in
         :func:`gpflow_svi_gplvm.inference.infer_latents`. The model is not modified."""
-        return inference.infer_latents(self, Y_new, iterations, learning_rate, seed)
+        return inference.infer_latents(self, Y_new, **options)
 
-    def reconstruct(
-        self, Y, rows=None, num_samples: int = 64, **inference_options
-    ) -> tuple[tf.Tensor, tf.Tensor]:
+    def reconstruct(self, Y, rows=None, **options) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
-        ``rows`` = training-row indices of Y's rows. See
+        ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
         :func:`gpflow_svi_gplvm.inference.reconstruct`."""
-        return inference.reconstruct(self, Y, rows, num_samples, **inference_options)
+        return inference.reconstruct(self, Y, rows, **options)
 
 
 class PointGPLVM(SVIGPLVM):
@@ -282,7 +281,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         missing_aware: bool | None = None,
         **kwargs,
     ):
-        Y = check_observations(data, "data")
+        Y = check_observations(data, "data", mask=kwargs.get("mask"))
         encoder = EncoderLatent(
             Y.shape[1],
             _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical"),
@@ -293,6 +292,25 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
             seed=kwargs.get("seed", 0),
         )
         super().__init__(Y, latent_dim, num_inducing, *args, latent=lambda _: encoder, **kwargs)
+
+
+def _warn_unobserved(Y: np.ndarray) -> None:
+    """Rows or columns with no observed entry are legal but learn nothing: say so."""
+    observed = ~np.isnan(Y)
+    empty_rows = int((~observed.any(axis=1)).sum())
+    empty_columns = int((~observed.any(axis=0)).sum())
+    if empty_rows:
+        warnings.warn(
+            f"{empty_rows} row(s) of data have no observed entry: they contribute only their "
+            "prior term, so their latents stay at the prior.",
+            stacklevel=4,
+        )
+    if empty_columns:
+        warnings.warn(
+            f"{empty_columns} column(s) of data have no observed entry: their GP outputs are "
+            "fitted to nothing and predict from the prior.",
+            stacklevel=4,
+        )
 
 
 def _check_int(value, name: str, hint: str) -> int:

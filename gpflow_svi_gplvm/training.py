@@ -38,12 +38,13 @@ class History:
     """How often the compiled step was traced (1 for a healthy run)."""
 
 
-def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0) -> tf.data.Dataset:
+def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) -> tf.data.Dataset:
     """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of the training rows.
 
     Each epoch is a fresh permutation; batches have a fixed size so the step traces once.
+    ``mask`` [N, D] (True = observed) turns hidden entries into NaN.
     """
-    Y = check_observations(Y, "data", model.data_dim)
+    Y = check_observations(Y, "data", model.data_dim, mask)
     if Y.shape[0] != model.num_data:
         raise ValueError(
             f"data has {Y.shape[0]} rows but the model was built for N={model.num_data}: "
@@ -78,12 +79,13 @@ class Trainer:
         optimizer: tf_keras.optimizers.Optimizer | None = None,
         seed: int = 0,
         jit_compile: bool = False,
+        mask=None,
     ):
         tf.random.set_seed(seed)
         self.model = model
         dataset = data if isinstance(data, tf.data.Dataset) else None
         if dataset is None:
-            dataset = make_dataset(model, data, batch_size, seed)
+            dataset = make_dataset(model, data, batch_size, seed, mask)
         self.iterator = iter(dataset)
         self.optimizer = optimizer or tf_keras.optimizers.Adam(learning_rate)
         self.variables = model.trainable_variables
@@ -183,11 +185,13 @@ def fit(
     steps_per_call: int = 100,
     callback: Callable[[int], None] | None = None,
     callback_every: int = 100,
+    mask=None,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data`` is the training Y [N, D] (NaN = missing) or a ``tf.data.Dataset`` of
-    ``(idx [B] int64, Y [B, D])``. ``seed`` fixes the batch order and the latent samples.
+    ``data`` is the training Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed) or
+    a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``seed`` fixes the batch order and
+    the latent samples.
     """
-    trainer = Trainer(model, data, batch_size, learning_rate, optimizer, seed, jit_compile)
+    trainer = Trainer(model, data, batch_size, learning_rate, optimizer, seed, jit_compile, mask)
     return trainer.train(iterations, steps_per_call, progress, callback, callback_every)

@@ -8,16 +8,26 @@ from gpflow.config import default_float
 __all__ = ["check_observations"]
 
 
-def check_observations(Y, name: str = "Y", num_columns: int | None = None) -> np.ndarray:
-    """Y as a float array [N, D] (NaN = missing), or a ``ValueError`` saying what to fix.
+def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=None) -> np.ndarray:
+    """Y as a float array [N, D] with NaN where missing, or a ``ValueError`` saying what to fix.
 
+    ``mask`` [N, D] (True = observed) marks missing entries explicitly, for data where a sentinel
+    value rather than NaN stands for "missing"; whatever value hides behind False becomes NaN.
     Rejects: not 2-D, no rows or no columns, a wrong column count (when ``num_columns`` is given),
-    non-numeric entries, infinities, and data with every entry missing.
+    non-numeric entries, a mask of another shape, infinities, and data with every entry missing.
     """
     try:
-        Y = np.asarray(Y, dtype=default_float())
+        Y = np.array(Y, dtype=default_float())
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name} must be a numeric array [N, D]: {error}") from error
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != Y.shape or mask.dtype != bool:
+            raise ValueError(
+                f"The mask must be a boolean array of {name}'s shape {Y.shape} (True = observed), "
+                f"got {mask.dtype} {mask.shape}."
+            )
+        Y[~mask] = np.nan
     expected = f"[N, {num_columns}]" if num_columns is not None else "[N, D]"
     if Y.ndim != 2:
         raise ValueError(
