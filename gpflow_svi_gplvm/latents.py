@@ -74,11 +74,18 @@ class LatentVariables(Module, abc.ABC):
 
     @abc.abstractmethod
     def __call__(
-        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+        self,
+        idx: tf.Tensor,
+        Y: tf.Tensor,
+        num_samples: int,
+        noise: tf.Tensor | None = None,
+        training: bool = False,
     ) -> LatentBatch:
         """Samples of x_n [S, B, Q], the row term [B] and the moments of q(x_n).
 
         ``noise`` [S, B or 1, Q] replaces the standard normal draws of :meth:`noise`.
+        ``training`` is True inside the training bound, where a module may regularise itself
+        (the encoder hides random inputs); predictions leave it False.
         """
 
     def for_new_rows(self, initial_mean: np.ndarray) -> LatentVariables:
@@ -118,7 +125,12 @@ class PointLatent(LatentVariables):
         return tf.zeros_like(x[:, 0])
 
     def __call__(
-        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+        self,
+        idx: tf.Tensor,
+        Y: tf.Tensor,
+        num_samples: int,
+        noise: tf.Tensor | None = None,
+        training: bool = False,
     ) -> LatentBatch:
         # A delta q(x) needs one "sample" whatever num_samples is: all draws would be identical.
         mean, variance = self.moments(idx, Y)
@@ -183,7 +195,12 @@ class GaussianLatent(LatentVariables):
         return gather_rows(self.mean, idx), gather_rows(self.variance, idx)
 
     def __call__(
-        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+        self,
+        idx: tf.Tensor,
+        Y: tf.Tensor,
+        num_samples: int,
+        noise: tf.Tensor | None = None,
+        training: bool = False,
     ) -> LatentBatch:
         mean, variance = self.moments(idx, Y)
         eps = self.noise(idx, num_samples) if noise is None else noise
@@ -203,7 +220,9 @@ class EncoderLatent(LatentVariables):
     The row term is -KL = -1/2 (tr(L L^T) + |G|^2 - Q - 2 sum log diag L).
 
     The encoder reads the observed values of y_n with missing entries (NaN) set to zero; with
-    ``missing_aware=True`` it also reads the 0/1 observation mask, so it can tell a zero from a gap.
+    ``missing_aware=True`` it also reads the 0/1 observation mask, so it can tell a zero from a gap,
+    and ``hide_fraction`` > 0 hides that share of the observed inputs at random while training, so
+    that q(x) widens honestly for rows with gaps (the likelihood still sees every observed entry).
     """
 
     amortised = True
@@ -216,6 +235,7 @@ class EncoderLatent(LatentVariables):
         activation: str = "tanh",
         covariance: str = "triangular",
         missing_aware: bool = False,
+        hide_fraction: float = 0.0,
         jitter: float = 1e-6,
         seed: int = 0,
         name: str | None = None,
@@ -225,7 +245,14 @@ class EncoderLatent(LatentVariables):
             raise ValueError(f"covariance must be 'triangular' or 'dense', got {covariance!r}.")
         self.data_dim = int(data_dim)
         self.covariance = covariance
+        if not 0.0 <= hide_fraction < 1.0:
+            raise ValueError(f"hide_fraction must lie in [0, 1), got {hide_fraction}.")
+        if hide_fraction > 0 and not missing_aware:
+            raise ValueError(
+                "hide_fraction > 0 needs missing_aware=True: the encoder must see the mask."
+            )
         self.missing_aware = bool(missing_aware)
+        self.hide_fraction = float(hide_fraction)
         self.jitter = jitter
         q = self.latent_dim
         factor_size = q * (q + 1) // 2 if covariance == "triangular" else q * q
@@ -233,9 +260,15 @@ class EncoderLatent(LatentVariables):
         self.mean_network = MLP(input_size, hidden_sizes, q, activation, seed=seed)
         self.factor_network = MLP(input_size, hidden_sizes, factor_size, activation, seed=seed + 1)
 
-    def encoder_input(self, Y: tf.Tensor) -> tf.Tensor:
-        """[B, D] (or [B, 2D] with the mask): NaNs replaced by zero before any arithmetic."""
+    def encoder_input(self, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """[B, D] (or [B, 2D] with the mask): NaNs replaced by zero before any arithmetic.
+
+        When training, each observed entry is hidden with probability ``hide_fraction``.
+        """
         observed = tf.math.is_finite(Y)
+        if training and self.hide_fraction > 0:
+            kept = tf.random.uniform(tf.shape(Y), dtype=Y.dtype) >= self.hide_fraction
+            observed = tf.logical_and(observed, kept)
         values = tf.where(observed, Y, tf.zeros_like(Y))
         if not self.missing_aware:
             return values
@@ -252,8 +285,8 @@ class EncoderLatent(LatentVariables):
         covariance = tf.matmul(factor, factor, transpose_b=True)
         return tf.linalg.cholesky(covariance + self.jitter * tf.eye(q, dtype=raw.dtype))
 
-    def _mean_and_scale(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        inputs = self.encoder_input(Y)
+    def _mean_and_scale(self, Y: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        inputs = self.encoder_input(Y, training)
         return self.mean_network(inputs), self.scale_tril(inputs)
 
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -261,9 +294,14 @@ class EncoderLatent(LatentVariables):
         return mean, tf.reduce_sum(tf.square(scale), axis=-1)
 
     def __call__(
-        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None
+        self,
+        idx: tf.Tensor,
+        Y: tf.Tensor,
+        num_samples: int,
+        noise: tf.Tensor | None = None,
+        training: bool = False,
     ) -> LatentBatch:
-        mean, scale = self._mean_and_scale(Y)
+        mean, scale = self._mean_and_scale(Y, training)
         eps = self.noise(idx, num_samples) if noise is None else noise
         eps = tf.broadcast_to(eps, tf.stack([tf.shape(eps)[0], tf.shape(mean)[0], self.latent_dim]))
         samples = mean + tf.einsum("bij,sbj->sbi", scale, eps)
