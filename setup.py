@@ -22,7 +22,7 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "ruff"],
+        "test": ["pytest", "hypothesis", "ruff", "jupytext", "nbclient", "ipykernel"],
         "notebooks": ["jupytext", "nbclient", "ipykernel"],
         "bench": [],
     },
