@@ -153,22 +153,28 @@ class SVIGPLVM(SVGP):
         per_row = tf.reduce_mean(tf.reshape(expected_log_lik, [num_draws, -1]), axis=0)
         return per_row + batch.row_term
 
-    def elbo(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-        """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar."""
+    def elbo(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar.
+
+        ``training=True`` (what ``fit`` uses) lets the latent module regularise itself, e.g. the
+        encoder hides random inputs; evaluation leaves it False.
+        """
         idx, Y = data
-        rows = self.row_bounds(idx, Y, training=True)
+        rows = self.row_bounds(idx, Y, training=training)
         scale = tf.cast(self.num_data, rows.dtype) / tf.cast(tf.shape(idx)[0], rows.dtype)
         return scale * tf.reduce_sum(rows) - self.prior_kl()
 
-    def maximum_log_likelihood_objective(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-        return self.elbo(data)
+    def maximum_log_likelihood_objective(
+        self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False
+    ) -> tf.Tensor:
+        return self.elbo(data, training)
 
-    def training_loss(self, data: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+    def training_loss(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
         """-(ELBO + log prior of the hyperparameters) on ``(idx [B], Y [B, D])``.
 
         Overridden because GPflow's version shape-checks data as (X [N, D], Y [N, P]).
         """
-        return self._training_loss(data)
+        return self._training_loss(data, training=training)
 
     def _all_rows(self, Y) -> tuple[tf.Tensor, tf.Tensor]:
         if self.latent.amortised:

@@ -100,7 +100,7 @@ class Trainer:
     def _step(self, batch) -> tf.Tensor:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
-            loss = self.model.training_loss(batch)
+            loss = self.model.training_loss(batch, training=True)
         gradients = tape.gradient(loss, self.variables)
 
         def apply() -> tf.Tensor:
