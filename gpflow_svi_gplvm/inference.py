@@ -5,7 +5,8 @@ For a new row y* (NaN = missing), q(x*) maximises that row's part of the bound,
     E_q(x*)[sum_{d observed} E_q(f_d(x*)) log p(y*_d | f_d)] + r(x*),
 
 with the kernel, likelihood, Z and q(u) fixed. Rows are independent, so many are optimised at
-once; the amortised model needs no optimisation (one encoder pass).
+once, by Adam written out in tensors inside one compiled loop (no variables are created, so the
+same graph serves from a SavedModel). The amortised model needs no optimisation: one encoder pass.
 """
 
 from __future__ import annotations
@@ -15,80 +16,152 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
-from gpflow.keras import tf_keras
 
-from .latents import LatentVariables
+from .latents import LatentBatch, RowLatentVariables
 from .likelihoods import MaskedLikelihood
 from .validation import check_observations
 
 if TYPE_CHECKING:
     from .models import SVIGPLVM
 
-__all__ = ["initial_latents_for", "fit_new_latents", "infer_latents", "reconstruct"]
+__all__ = ["LatentInference", "infer_latents", "reconstruct"]
+
+_BETA_1, _BETA_2, _EPSILON = 0.9, 0.999, 1e-7
 
 
-def initial_latents_for(model: SVIGPLVM, Y: np.ndarray, max_candidates: int = 2000) -> np.ndarray:
-    """Starting latents [N*, Q]: per row, the candidate latent whose decoded mean is closest to
-    the row on its observed entries (squared error). Candidates are the inducing inputs and up to
-    ``max_candidates`` training latent means; rows with nothing observed start at 0 (the prior).
+class LatentInference(tf.Module):
+    """Compiled inference of q(x*) and of the predictive of Y for new rows of a trained model.
+
+    Each method traces once for any number of rows; keep one object to reuse its graphs.
+    Non-amortised models: rows start at the candidate latent (inducing inputs and up to
+    ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
+    then take ``iterations`` Adam steps with ``learning_rate``. The draws of x* are common to all
+    rows at each step (stateless, from ``seed``), so inferring rows together or one by one agrees.
     """
-    candidates = [model.inducing_variable.Z.numpy()]
-    if not model.latent.amortised:
-        means = model.latent_mean().numpy()
-        rows = np.random.default_rng(0).permutation(len(means))[:max_candidates]
-        candidates.append(means[rows])
-    candidates = np.concatenate(candidates)
-    decoded = model.predict_y(candidates)[0].numpy()  # [C, D]
-    observed = ~np.isnan(Y)
-    values = np.where(observed, Y, 0.0)
-    # sum_d o_nd (y_nd - mu_cd)^2, expanded so no [N*, C, D] array is formed.
-    errors = (values**2).sum(1)[:, None] - 2.0 * values @ decoded.T + observed @ (decoded**2).T
-    initial = candidates[np.argmin(errors, axis=1)]
-    initial[~observed.any(axis=1)] = 0.0
-    return initial
 
-
-def fit_new_latents(
-    model: SVIGPLVM,
-    Y: np.ndarray,
-    iterations: int = 300,
-    learning_rate: float = 0.05,
-    seed: int = 0,
-) -> LatentVariables:
-    """A latent module of the model's family for the rows Y [N*, D], optimised with Adam.
-
-    The draws of x* are common to all rows at each step (stateless, seeded), so inferring rows
-    together or one by one gives the same result.
-    """
-    latent = model.latent.for_new_rows(initial_latents_for(model, Y))
-    idx = tf.range(Y.shape[0], dtype=tf.int64)
-    Y = tf.convert_to_tensor(Y, dtype=default_float())
-    variables = latent.trainable_variables
-    optimizer = tf_keras.optimizers.Adam(learning_rate)
-    optimizer.build(variables)
-    noise_shape = [model.num_samples, 1, model.latent_dim]
-    likelihood = model.likelihood
-    if not isinstance(likelihood, MaskedLikelihood):
-        likelihood = MaskedLikelihood(likelihood)
-
-    @tf.function
-    def optimise() -> None:
-        for step in tf.range(iterations, dtype=tf.int64):
-            noise = tf.random.stateless_normal(
-                noise_shape, seed=tf.stack([tf.constant(seed, tf.int64), step]), dtype=Y.dtype
+    def __init__(
+        self,
+        model: SVIGPLVM,
+        iterations: int = 300,
+        learning_rate: float = 0.05,
+        num_samples: int = 64,
+        seed: int = 0,
+        max_candidates: int = 2000,
+    ):
+        super().__init__()
+        if iterations < 0 or learning_rate <= 0 or num_samples < 1:
+            raise ValueError(
+                "iterations must be >= 0, learning_rate > 0 and num_samples >= 1; got "
+                f"{iterations}, {learning_rate}, {num_samples}."
             )
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(variables)
-                loss = -tf.reduce_sum(model.row_bounds(idx, Y, latent, noise, likelihood))
-            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        self.model = model
+        self.iterations = int(iterations)
+        self.learning_rate = float(learning_rate)
+        self.num_samples = int(num_samples)
+        self.seed = int(seed)
+        likelihood = model.likelihood
+        self.likelihood = (
+            likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
+        )
+        self._candidate_rows = None
+        if isinstance(model.latent, RowLatentVariables):
+            rows = np.random.default_rng(seed).permutation(model.num_data)[:max_candidates]
+            self._candidate_rows = tf.constant(rows, dtype=tf.int64)
+        spec = [tf.TensorSpec([None, model.data_dim], default_float())]
+        self.latents = tf.function(self._latents, input_signature=spec)
+        self.predict = tf.function(self._predict, input_signature=spec)
 
-    if iterations > 0:
-        optimise()
-    return latent
+    def _initial_means(self, Y: tf.Tensor) -> tf.Tensor:
+        """[B, Q]: per row, the candidate latent whose decoded mean is closest on observed d."""
+        latent = self.model.latent
+        candidates = tf.concat(
+            [
+                self.model.inducing_variable.Z,
+                latent.moments_of(latent.rows(self._candidate_rows))[0],
+            ],
+            axis=0,
+        )
+        decoded = self.model.predict_y(candidates)[0]  # [C, D]
+        observed = tf.logical_not(tf.math.is_nan(Y))
+        values = tf.where(observed, Y, tf.zeros_like(Y))
+        # sum_d o_nd (y_nd - mu_cd)^2, expanded so that no [B, C, D] tensor is formed.
+        errors = (
+            tf.reduce_sum(tf.square(values), axis=1, keepdims=True)
+            - 2.0 * tf.matmul(values, decoded, transpose_b=True)
+            + tf.matmul(tf.cast(observed, Y.dtype), tf.square(decoded), transpose_b=True)
+        )
+        initial = tf.gather(candidates, tf.argmin(errors, axis=1))
+        anything_observed = tf.reduce_any(observed, axis=1, keepdims=True)
+        return tf.where(anything_observed, initial, tf.zeros_like(initial))
+
+    def optimised_rows(self, Y: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """The latent family's parameter rows for Y [B, D], after the Adam steps (in-graph)."""
+        model, latent = self.model, self.model.latent
+        transforms = [parameter.transform for parameter in latent.row_parameters]
+
+        def constrain(raw):
+            return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
+
+        initial = latent.initial_rows(self._initial_means(Y))
+        raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, initial)]
+        first = [tf.zeros_like(r) for r in raw]
+        second = [tf.zeros_like(r) for r in raw]
+        noise_shape = [model.num_samples, 1, model.latent_dim]
+        for step in tf.range(self.iterations, dtype=tf.int64):
+            seed = tf.stack([tf.constant(self.seed, tf.int64), step])
+            noise = tf.random.stateless_normal(noise_shape, seed=seed, dtype=Y.dtype)
+            with tf.GradientTape() as tape:
+                tape.watch(raw)
+                batch = latent.batch_of(constrain(raw), model.num_samples, noise)
+                loss = -tf.reduce_sum(self._row_bounds(batch, Y))
+            gradients = tape.gradient(loss, raw)
+            t = tf.cast(step + 1, Y.dtype)
+            first = [_BETA_1 * m + (1 - _BETA_1) * g for m, g in zip(first, gradients)]
+            second = [_BETA_2 * v + (1 - _BETA_2) * g * g for v, g in zip(second, gradients)]
+            raw = [
+                r
+                - self.learning_rate
+                * (m / (1 - _BETA_1**t))
+                / (tf.sqrt(v / (1 - _BETA_2**t)) + _EPSILON)
+                for r, m, v in zip(raw, first, second)
+            ]
+        return constrain(raw)
+
+    def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
+        return self.model.data_term(batch.samples, Y, self.likelihood) + batch.row_term
+
+    def _batch(self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor) -> LatentBatch:
+        latent = self.model.latent
+        if isinstance(latent, RowLatentVariables):
+            return latent.batch_of(self.optimised_rows(Y), num_samples, noise)
+        idx = tf.range(tf.shape(Y)[0], dtype=tf.int64)
+        return latent(idx, Y, num_samples, noise)
+
+    def _latents(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and marginal variance [B, Q] of q(x*)."""
+        noise = tf.zeros([1, 1, self.model.latent_dim], dtype=Y.dtype)
+        batch = self._batch(Y, 1, noise)
+        return batch.mean, batch.variance
+
+    def _predict(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Predictive mean and variance [B, D] of every entry, integrating over q(x*)."""
+        noise_shape = tf.stack([self.num_samples, tf.shape(Y)[0], self.model.latent_dim])
+        noise = tf.random.stateless_normal(noise_shape, seed=[self.seed, 1], dtype=Y.dtype)
+        return predictive_moments(self.model, self._batch(Y, self.num_samples, noise).samples)
 
 
-def _checked_rows(model: SVIGPLVM, Y, mask) -> np.ndarray:
-    return check_observations(Y, "Y_new", model.data_dim, mask)
+def predictive_moments(model: SVIGPLVM, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Moments [B, D] of p(y_nd) = E_q(x_n)[p(y_nd | x_n)] from draws ``samples`` [S, B, Q].
+
+    Mean: the average of the likelihood's predictive means. Variance: the average of
+    (variance + mean^2) minus mean^2, so it holds the latent, GP and noise uncertainty.
+    """
+    mean, variance = model.predict_y(tf.reshape(samples, [-1, model.latent_dim]))
+    shape = tf.concat([tf.shape(samples)[:2], [model.data_dim]], axis=0)
+    mean, variance = tf.reshape(mean, shape), tf.reshape(variance, shape)
+    predictive_mean = tf.reduce_mean(mean, axis=0)
+    second_moment = tf.reduce_mean(variance + tf.square(mean), axis=0)
+    return predictive_mean, tf.maximum(second_moment - tf.square(predictive_mean), 0.0)
 
 
 def infer_latents(
@@ -104,12 +177,9 @@ def infer_latents(
     Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
     Point and MAP estimates have zero variance. The model itself is not modified.
     """
-    Y = _checked_rows(model, Y_new, mask)
-    idx = tf.range(Y.shape[0], dtype=tf.int64)
-    if model.latent.amortised:
-        return model.latent.moments(idx, tf.convert_to_tensor(Y))
-    latent = fit_new_latents(model, Y, iterations, learning_rate, seed)
-    return latent.moments(idx, tf.convert_to_tensor(Y))
+    Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
+    inference = LatentInference(model, iterations, learning_rate, seed=seed)
+    return inference.latents(tf.convert_to_tensor(Y))
 
 
 def reconstruct(
@@ -124,30 +194,21 @@ def reconstruct(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
-    p(y_nd) = E_q(x_n)[p(y_nd | x_n)], estimated with ``num_samples`` draws of x_n: the mean of
-    the likelihood's predictive means, and the mean of (variance + mean^2) minus mean^2, so the
-    variance holds the latent, GP and noise uncertainty. ``rows`` (training row indices, one per
-    row of Y) uses the trained q(x); otherwise latents are inferred first (see ``infer_latents``).
+    ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows;
+    otherwise latents are inferred first, as in :func:`infer_latents`. See
+    :func:`predictive_moments` for how q(x) is integrated out (``num_samples`` draws).
     """
-    Y = _checked_rows(model, Y, mask)
-    if model.latent.amortised or rows is not None:
-        latent = model.latent
-        idx = tf.range(Y.shape[0], dtype=tf.int64)
-        if rows is not None and not model.latent.amortised:
-            idx = tf.convert_to_tensor(_checked_training_rows(model, rows, len(Y)))
-    else:
-        latent = fit_new_latents(model, Y, iterations, learning_rate, seed)
-        idx = tf.range(Y.shape[0], dtype=tf.int64)
+    Y = check_observations(Y, "Y_new", model.data_dim, mask)
+    if rows is None or model.latent.amortised:
+        inference = LatentInference(model, iterations, learning_rate, num_samples, seed)
+        return inference.predict(tf.convert_to_tensor(Y))
+    idx = tf.convert_to_tensor(_checked_training_rows(model, rows, len(Y)))
     noise = tf.random.stateless_normal(
-        [num_samples, Y.shape[0], model.latent_dim], seed=[seed, 1], dtype=default_float()
+        [num_samples, len(Y), model.latent_dim], seed=[seed, 1], dtype=default_float()
     )
-    samples = latent(idx, tf.convert_to_tensor(Y), num_samples, noise).samples  # [S, N, Q]
-    mean, variance = model.predict_y(tf.reshape(samples, [-1, model.latent_dim]))
-    shape = tf.concat([tf.shape(samples)[:2], [model.data_dim]], axis=0)
-    mean, variance = tf.reshape(mean, shape), tf.reshape(variance, shape)
-    predictive_mean = tf.reduce_mean(mean, axis=0)
-    second_moment = tf.reduce_mean(variance + tf.square(mean), axis=0)
-    return predictive_mean, tf.maximum(second_moment - tf.square(predictive_mean), 0.0)
+    return predictive_moments(
+        model, model.latent(idx, tf.convert_to_tensor(Y), num_samples, noise).samples
+    )
 
 
 def _checked_training_rows(model: SVIGPLVM, rows, num_rows: int) -> np.ndarray:

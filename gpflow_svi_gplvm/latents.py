@@ -28,6 +28,7 @@ from .networks import MLP
 __all__ = [
     "LatentBatch",
     "LatentVariables",
+    "RowLatentVariables",
     "PointLatent",
     "MAPLatent",
     "GaussianLatent",
@@ -88,13 +89,6 @@ class LatentVariables(Module, abc.ABC):
         (the encoder hides random inputs); predictions leave it False.
         """
 
-    def for_new_rows(self, initial_mean: np.ndarray) -> LatentVariables:
-        """A fresh module of the same family for other rows, e.g. to infer latents of new data.
-
-        Amortised modules need none: they compute q(x) from y directly.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not support new rows.")
-
     def noise(self, idx: tf.Tensor, num_samples: int) -> tf.Tensor:
         """Standard normal draws eps [S, B, Q] for the reparameterisation x = mu + L eps.
 
@@ -104,25 +98,41 @@ class LatentVariables(Module, abc.ABC):
         return tf.random.normal(shape, dtype=default_float())
 
 
-class PointLatent(LatentVariables):
-    """x_n is a free parameter (a delta q(x_n)); no row term. The sparse GPLVM."""
+class RowLatentVariables(LatentVariables):
+    """q(x_n) with parameters of its own for every row: tables [N, Q] (``row_parameters``).
 
-    def __init__(self, initial_mean: np.ndarray, name: str | None = None):
-        initial_mean = np.asarray(initial_mean)
-        super().__init__(initial_mean.shape[1], name=name)
-        self.num_data = initial_mean.shape[0]
-        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+    Subclasses say how a batch of rows (constrained values, one tensor [B, Q] per table) gives
+    the moments and the :class:`LatentBatch`; gathering the rows is shared. Working on explicit
+    rows lets the same family describe new rows (see :mod:`gpflow_svi_gplvm.inference`).
+    """
+
+    row_parameters: tuple[Parameter, ...]
+
+    def __init__(self, row_parameters: Sequence[Parameter], name: str | None = None):
+        super().__init__(row_parameters[0].shape[1], name=name)
+        self.num_data = int(row_parameters[0].shape[0])
+        self.row_parameters = tuple(row_parameters)
+
+    def rows(self, idx: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """The constrained parameter rows ``idx`` [B]: one [B, Q] tensor per table."""
+        return tuple(gather_rows(parameter, idx) for parameter in self.row_parameters)
+
+    @abc.abstractmethod
+    def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and marginal variance [B, Q] of q(x_n) for parameter rows."""
+
+    @abc.abstractmethod
+    def batch_of(
+        self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
+    ) -> LatentBatch:
+        """The :class:`LatentBatch` for parameter rows, with standard normal ``noise``."""
+
+    @abc.abstractmethod
+    def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """Starting parameter rows for new data whose latent means start at ``mean`` [B, Q]."""
 
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        mean = gather_rows(self.mean, idx)
-        return mean, tf.zeros_like(mean)
-
-    def for_new_rows(self, initial_mean: np.ndarray) -> PointLatent:
-        return PointLatent(initial_mean)
-
-    def row_term(self, x: tf.Tensor) -> tf.Tensor:
-        """The row term at the point x [B, Q]: zero for the unregularised point estimate."""
-        return tf.zeros_like(x[:, 0])
+        return self.moments_of(self.rows(idx))
 
     def __call__(
         self,
@@ -132,9 +142,38 @@ class PointLatent(LatentVariables):
         noise: tf.Tensor | None = None,
         training: bool = False,
     ) -> LatentBatch:
+        noise = self.noise(idx, num_samples) if noise is None else noise
+        return self.batch_of(self.rows(idx), num_samples, noise)
+
+
+class PointLatent(RowLatentVariables):
+    """x_n is a free parameter (a delta q(x_n)); no row term. The sparse GPLVM."""
+
+    def __init__(self, initial_mean: np.ndarray, name: str | None = None):
+        mean = Parameter(np.asarray(initial_mean), dtype=default_float(), name="latent_mean")
+        super().__init__([mean], name=name)
+        self.mean = mean
+
+    def row_term(self, x: tf.Tensor) -> tf.Tensor:
+        """The row term at the point x [B, Q]: zero for the unregularised point estimate."""
+        return tf.zeros_like(x[:, 0])
+
+    def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
+        return rows[0], tf.zeros_like(rows[0])
+
+    def batch_of(
+        self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
+    ) -> LatentBatch:
         # A delta q(x) needs one "sample" whatever num_samples is: all draws would be identical.
-        mean, variance = self.moments(idx, Y)
+        mean, variance = self.moments_of(rows)
         return LatentBatch(mean[None], self.row_term(mean), mean, variance)
+
+    def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        return (mean,)
+
+    def noise(self, idx: tf.Tensor, num_samples: int) -> tf.Tensor:
+        """A point estimate draws nothing: an empty [0, B, Q] tensor."""
+        return tf.zeros(tf.stack([0, tf.shape(idx)[0], self.latent_dim]), dtype=default_float())
 
 
 class MAPLatent(PointLatent):
@@ -158,15 +197,12 @@ class MAPLatent(PointLatent):
             )
         self.prior = prior
 
-    def for_new_rows(self, initial_mean: np.ndarray) -> MAPLatent:
-        return MAPLatent(initial_mean, prior=self.prior)
-
     def row_term(self, x: tf.Tensor) -> tf.Tensor:
         """log p(x_n) [B], once per row."""
         return self.prior.log_prob(x)
 
 
-class GaussianLatent(LatentVariables):
+class GaussianLatent(RowLatentVariables):
     """q(x_n) = N(mu_n, diag s_n) with per-row parameters; row term -KL(q(x_n) || N(0, I)).
 
     KL = 1/2 sum_q (s_nq + mu_nq^2 - 1 - log s_nq).
@@ -179,34 +215,30 @@ class GaussianLatent(LatentVariables):
         name: str | None = None,
     ):
         initial_mean = np.asarray(initial_mean)
-        super().__init__(initial_mean.shape[1], name=name)
-        self.num_data = initial_mean.shape[0]
         variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
-        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
-        self.variance = Parameter(
+        mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+        variance = Parameter(
             variance, transform=positive(), dtype=default_float(), name="latent_variance"
         )
+        super().__init__([mean, variance], name=name)
+        self.mean = mean
+        self.variance = variance
 
-    def for_new_rows(self, initial_mean: np.ndarray) -> GaussianLatent:
-        """New rows start at the median trained variance of each dimension."""
-        return GaussianLatent(initial_mean, np.median(self.variance.numpy(), axis=0))
+    def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
+        return rows[0], rows[1]
 
-    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return gather_rows(self.mean, idx), gather_rows(self.variance, idx)
-
-    def __call__(
-        self,
-        idx: tf.Tensor,
-        Y: tf.Tensor,
-        num_samples: int,
-        noise: tf.Tensor | None = None,
-        training: bool = False,
+    def batch_of(
+        self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
-        mean, variance = self.moments(idx, Y)
-        eps = self.noise(idx, num_samples) if noise is None else noise
-        samples = mean + tf.sqrt(variance) * eps
+        mean, variance = rows
+        samples = mean + tf.sqrt(variance) * noise
         kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
         return LatentBatch(samples, -kl, mean, variance)
+
+    def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """New rows start at the median trained variance of each dimension."""
+        median = tfp.stats.percentile(self.variance, 50.0, axis=0, interpolation="midpoint")
+        return mean, tf.broadcast_to(median, tf.shape(mean))
 
 
 class EncoderLatent(LatentVariables):

@@ -125,33 +125,24 @@ class SVIGPLVM(SVGP):
         self.latent_dim = latent_dim
         self.num_samples = num_samples
 
-    def row_bounds(
-        self,
-        idx: tf.Tensor,
-        Y: tf.Tensor,
-        latent: LatentVariables | None = None,
-        noise: tf.Tensor | None = None,
-        likelihood: Likelihood | None = None,
-        training: bool = False,
+    def data_term(
+        self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
     ) -> tf.Tensor:
-        """Each row's part of the bound [B], unscaled:
-
-        E_q(x_n)[sum_{d observed} E_q(f_d(x_n)) log p(y_nd | f_d)] + r_n,
-
-        for ``latent`` (default: the model's own q(x)); ``noise`` [S, B or 1, Q] fixes the draws;
-        ``likelihood`` replaces the model's (e.g. a masked view of it for rows with NaNs);
-        ``training`` goes to the latent module.
+        """E_q(x_n)[sum_{d observed} E_q(f_d(x_n)) log p(y_nd | f_d)] per row [B], averaged over
+        the draws ``samples`` [S, B, Q]; ``likelihood`` replaces the model's (e.g. a masked view).
         """
-        latent = self.latent if latent is None else latent
         likelihood = self.likelihood if likelihood is None else likelihood
-        batch = latent(idx, Y, self.num_samples, noise, training)
-        num_draws = tf.shape(batch.samples)[0]
-        X = tf.reshape(batch.samples, [-1, self.latent_dim])  # [S * B, Q], draw-major
+        num_draws = tf.shape(samples)[0]
+        X = tf.reshape(samples, [-1, self.latent_dim])  # [S * B, Q], draw-major
         f_mean, f_var = self.predict_f(X)
         Y_tiled = tf.tile(Y, [num_draws, 1])
         expected_log_lik = likelihood.variational_expectations(X, f_mean, f_var, Y_tiled)
-        per_row = tf.reduce_mean(tf.reshape(expected_log_lik, [num_draws, -1]), axis=0)
-        return per_row + batch.row_term
+        return tf.reduce_mean(tf.reshape(expected_log_lik, [num_draws, -1]), axis=0)
+
+    def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Each row's part of the bound [B], unscaled: the data term plus the row term r_n."""
+        batch = self.latent(idx, Y, self.num_samples, training=training)
+        return self.data_term(batch.samples, Y) + batch.row_term
 
     def elbo(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
         """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar.

@@ -1,0 +1,258 @@
+"""Experimental protocols of the paper: seeded train/test splits and artificial missingness.
+
+* :func:`train_test_split`: the seeded 80/20 split of rows used for test RMSE / NLPD
+  (oilflow, qPCR, ...).
+* :func:`random_missing`: hide a fraction of the observed entries uniformly at random
+  (MNIST, Brendan faces: 10-60 % missing; MovieLens: held-out ratings).
+* :func:`blank_bones`: structured missingness for motion capture, blanking every channel of whole
+  bones (optionally with the bones below them in the skeleton, as the authors' MOCAP script does).
+
+All functions copy their input; missing entries are NaN throughout, as in :class:`DataSet`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "Split",
+    "train_test_split",
+    "random_missing",
+    "CMU_SKELETON_PARENTS",
+    "MOCAP_BODY_PARTS",
+    "bone_columns",
+    "bone_descendants",
+    "blank_bones",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class Split(NamedTuple):
+    """Result of :func:`train_test_split`; indices are sorted, so row order is preserved."""
+
+    Y_train: np.ndarray
+    Y_test: np.ndarray
+    labels_train: np.ndarray | None
+    labels_test: np.ndarray | None
+    train_index: np.ndarray
+    test_index: np.ndarray
+
+
+def train_test_split(
+    Y: np.ndarray,
+    test_fraction: float = 0.2,
+    seed: int | np.random.Generator | None = 0,
+    labels: np.ndarray | None = None,
+) -> Split:
+    """Seeded random split of the rows of ``Y`` (and ``labels``) into train and test sets.
+
+    ``round(test_fraction * N)`` rows (at least one, at most N - 1) go to the test set, chosen
+    uniformly without replacement by ``numpy.random.default_rng(seed)``: the same seed gives the
+    same split. Both index arrays are sorted, so each part keeps the original row order.
+    """
+    Y = np.asarray(Y)
+    if Y.ndim < 1:
+        raise ValueError("Y must have at least one dimension (rows).")
+    n = Y.shape[0]
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}.")
+    if n < 2:
+        raise ValueError(f"Cannot split {n} row(s) into non-empty train and test sets.")
+    if labels is not None:
+        labels = np.asarray(labels)
+        if labels.shape[0] != n:
+            raise ValueError(f"labels has {labels.shape[0]} rows but Y has {n}.")
+    num_test = min(max(int(round(test_fraction * n)), 1), n - 1)
+    rng = np.random.default_rng(seed)
+    permutation = rng.permutation(n)
+    test_index = np.sort(permutation[:num_test])
+    train_index = np.sort(permutation[num_test:])
+    return Split(
+        Y_train=Y[train_index],
+        Y_test=Y[test_index],
+        labels_train=None if labels is None else labels[train_index],
+        labels_test=None if labels is None else labels[test_index],
+        train_index=train_index,
+        test_index=test_index,
+    )
+
+
+def random_missing(
+    Y: np.ndarray, fraction: float, seed: int | np.random.Generator | None = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hide ``fraction`` of the *observed* entries of ``Y`` uniformly at random.
+
+    Returns ``(Y_missing, hidden)``: a float64 copy of ``Y`` with the chosen entries set to NaN,
+    and the boolean mask of the entries that were hidden (ground truth is ``Y[hidden]``).
+    Entries that are already NaN are never chosen, so ``hidden`` never overlaps them; exactly
+    ``round(fraction * number_observed)`` entries are hidden. For fully observed data
+    (MNIST, faces) that is the fraction of all entries; for MovieLens it is a fraction of the
+    ratings. The counts are logged at INFO level.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"fraction must lie in [0, 1), got {fraction}.")
+    Y_missing = np.array(Y, dtype=np.float64, copy=True)
+    observed = np.flatnonzero(~np.isnan(Y_missing))
+    num_hide = int(round(fraction * observed.size))
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(observed, size=num_hide, replace=False)
+    hidden = np.zeros(Y_missing.shape, dtype=bool)
+    hidden.flat[chosen] = True
+    Y_missing[hidden] = np.nan
+    logger.info(
+        "random_missing: hid %d of %d observed entries (%.2f%%); %d entries were already missing; "
+        "%.2f%% of all entries are now missing.",
+        num_hide,
+        observed.size,
+        100.0 * num_hide / max(observed.size, 1),
+        Y_missing.size - observed.size,
+        100.0 * np.isnan(Y_missing).mean() if Y_missing.size else 0.0,
+    )
+    return Y_missing, hidden
+
+
+# The CMU Acclaim (ASF) skeleton hierarchy, identical for every CMU subject: bone -> parent.
+# lhipjoint and rhipjoint have no degrees of freedom (no channels) but parent the legs.
+CMU_SKELETON_PARENTS: dict[str, str | None] = {
+    "root": None,
+    "lhipjoint": "root",
+    "lfemur": "lhipjoint",
+    "ltibia": "lfemur",
+    "lfoot": "ltibia",
+    "ltoes": "lfoot",
+    "rhipjoint": "root",
+    "rfemur": "rhipjoint",
+    "rtibia": "rfemur",
+    "rfoot": "rtibia",
+    "rtoes": "rfoot",
+    "lowerback": "root",
+    "upperback": "lowerback",
+    "thorax": "upperback",
+    "lowerneck": "thorax",
+    "upperneck": "lowerneck",
+    "head": "upperneck",
+    "lclavicle": "thorax",
+    "lhumerus": "lclavicle",
+    "lradius": "lhumerus",
+    "lwrist": "lradius",
+    "lhand": "lwrist",
+    "lfingers": "lhand",
+    "lthumb": "lwrist",
+    "rclavicle": "thorax",
+    "rhumerus": "rclavicle",
+    "rradius": "rhumerus",
+    "rwrist": "rradius",
+    "rhand": "rwrist",
+    "rfingers": "rhand",
+    "rthumb": "rwrist",
+}
+
+
+def bone_descendants(bone: str, parents: Mapping[str, str | None] = CMU_SKELETON_PARENTS) -> list:
+    """``bone`` followed by every bone below it in the skeleton (depth first)."""
+    children: dict[str, list[str]] = {}
+    for child, parent in parents.items():
+        if parent is not None:
+            children.setdefault(parent, []).append(child)
+    result, stack = [], [bone]
+    while stack:
+        current = stack.pop()
+        result.append(current)
+        stack.extend(reversed(children.get(current, [])))
+    return result
+
+
+# Named body parts as bone subtrees. They match the vertex sets the authors' MOCAP script blanks:
+# {lhipjoint} = left leg, {lowerneck} = neck and head, {lhumerus} = left arm,
+# {upperback} = upper body, {lhipjoint, rhipjoint} = both legs.
+MOCAP_BODY_PARTS: dict[str, list[str]] = {
+    "left_leg": bone_descendants("lhipjoint"),
+    "right_leg": bone_descendants("rhipjoint"),
+    "legs": bone_descendants("lhipjoint") + bone_descendants("rhipjoint"),
+    "left_arm": bone_descendants("lhumerus"),
+    "right_arm": bone_descendants("rhumerus"),
+    "arms": bone_descendants("lhumerus") + bone_descendants("rhumerus"),
+    "neck_and_head": bone_descendants("lowerneck"),
+    "upper_body": bone_descendants("upperback"),
+}
+
+
+def _bone_per_column(channel_table) -> np.ndarray:
+    if isinstance(channel_table, Mapping):
+        if "bone" not in channel_table:
+            raise ValueError("channel_table mapping needs a 'bone' entry (one bone name per column).")
+        return np.asarray(channel_table["bone"]).astype(str)
+    names = np.asarray(list(channel_table)).astype(str)
+    return np.array([name.split(".", 1)[0] for name in names])
+
+
+def bone_columns(channel_table) -> dict[str, np.ndarray]:
+    """Map each bone to the indices of its columns.
+
+    ``channel_table`` is the mapping ``load_mocap().metadata["channel_table"]`` (needs a
+    ``"bone"`` entry with one bone name per column) or a sequence of ``"bone.dof"`` channel names.
+    """
+    bones = _bone_per_column(channel_table)
+    return {bone: np.flatnonzero(bones == bone) for bone in dict.fromkeys(bones.tolist())}
+
+
+def blank_bones(
+    Y: np.ndarray,
+    channel_table,
+    bones: str | Iterable[str],
+    *,
+    descendants: bool = False,
+    rows: np.ndarray | Sequence[int] | slice | None = None,
+    parents: Mapping[str, str | None] = CMU_SKELETON_PARENTS,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Structured missingness: set every channel of the named bones to NaN.
+
+    ``bones`` holds bone names (``"head"``, ``"lfemur"``, ...) and/or body parts from
+    :data:`MOCAP_BODY_PARTS` (``"left_leg"``, ``"neck_and_head"``, ...). With
+    ``descendants=True`` each named bone takes its whole subtree with it (``"lhumerus"`` then
+    blanks the left forearm, hand and fingers as well), as the authors' script does. ``rows``
+    restricts the blanking to some rows (index array, boolean mask or slice; default all rows).
+
+    Returns ``(Y_missing, hidden)`` like :func:`random_missing`: a float64 copy and the mask of
+    the entries this call hid (entries already NaN are not counted). Raises ``ValueError`` for an
+    unknown name, listing the valid ones.
+    """
+    Y_missing = np.array(Y, dtype=np.float64, copy=True)
+    column_bones = _bone_per_column(channel_table)
+    if Y_missing.ndim != 2 or Y_missing.shape[1] != column_bones.size:
+        raise ValueError(
+            f"Y has shape {Y_missing.shape} but the channel table describes "
+            f"{column_bones.size} columns."
+        )
+    if isinstance(bones, str):
+        bones = [bones]
+    bones = list(bones)
+    known_bones = list(dict.fromkeys(column_bones.tolist() + list(parents)))
+    selected: list[str] = []
+    for name in bones:
+        if name in MOCAP_BODY_PARTS:
+            selected.extend(MOCAP_BODY_PARTS[name])
+        elif name in known_bones:
+            selected.extend(bone_descendants(name, parents) if descendants else [name])
+        else:
+            raise ValueError(
+                f"Unknown bone or body part {name!r}. Valid bones: {', '.join(known_bones)}. "
+                f"Valid body parts: {', '.join(MOCAP_BODY_PARTS)}."
+            )
+    columns = np.flatnonzero(np.isin(column_bones, selected))
+    if columns.size == 0:
+        raise ValueError(
+            f"The bones {bones} have no channels in this table (hip joints have no degrees of "
+            "freedom): use descendants=True or a body part such as 'left_leg'."
+        )
+    row_index = np.arange(Y_missing.shape[0]) if rows is None else rows
+    target = np.zeros(Y_missing.shape, dtype=bool)
+    target[np.ix_(np.arange(Y_missing.shape[0])[row_index], columns)] = True
+    hidden = target & ~np.isnan(Y_missing)
+    Y_missing[target] = np.nan
+    return Y_missing, hidden
