@@ -1,5 +1,7 @@
 """Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
 
+from .export import export_saved_model
+from .inference import LatentInference
 from .latents import (
     EncoderLatent,
     GaussianLatent,
@@ -35,6 +37,8 @@ __all__ = [
     "MaskedLikelihood",
     "fit",
     "Trainer",
+    "LatentInference",
+    "export_saved_model",
     "History",
     "NonFiniteLossError",
 ]

@@ -151,7 +151,9 @@ def load_array_file(path: str | Path) -> DataSet:
 # ------------------------------------------------------------------------------------------------
 # File registry, location, checksums and downloads
 
-_GPMAT = "https://raw.githubusercontent.com/SheffieldML/GPmat/4b5914a38ecbad9fb7a13a3392970bfc28c9d911"
+_GPMAT = (
+    "https://raw.githubusercontent.com/SheffieldML/GPmat/4b5914a38ecbad9fb7a13a3392970bfc28c9d911"
+)
 _GGPLVM = "https://raw.githubusercontent.com/vr308/Generalised-GPLVM"
 _ODS = "https://raw.githubusercontent.com/sods/ods/f62e5b8397d00eece211852e0b778d6d8f5c5e0f"
 
@@ -171,7 +173,8 @@ REGISTRY: dict[str, RemoteFile] = {
         "aff70e9eca35d214e535cd99d74462d544a8faba17b324a35bf4dd0b2ca2c563",
         source="converted from SheffieldML/GPmat datasets/data/3Class.mat (commit 4b5914a3): "
         "np.savez_compressed with Y=DataTrn, labels=argmax(DataTrnLbls), fractions=DataTrnFrctns "
-        "and the DataTst*/DataVdn* sets as Y_test/labels_test/fractions_test, Y_valid/...",
+        "and the DataTst*/DataVdn* sets as Y_test, labels_test, fractions_test, Y_valid, "
+        "labels_valid, fractions_valid",
     ),
     "qpcr/guo_qpcr.csv": RemoteFile(
         "80bb8dd8593c98b0b53b54fcc1afd191900cc3d8cfcff8cdb9a0f42f9340badc",
@@ -189,7 +192,8 @@ REGISTRY: dict[str, RemoteFile] = {
     ),
     "taxi/taxi_counts.npz": RemoteFile(
         "703522af2258e444e18a9a970b3adcf1bfbe5e899e170d56974530cdef05f6a8",
-        source="parsed from taxi/taxi_count_data.csv (the loader reads the CSV when this is absent)",
+        source="parsed from taxi/taxi_count_data.csv (the loader reads the CSV when this is "
+        "absent)",
     ),
     "mnist/mnist_subset.npz": RemoteFile(
         "9f8be740ce92b78918ff692823d24257b5775f141104e9e21febff9467e7dc29",
@@ -566,10 +570,10 @@ def load_mnist(
         if not 0 <= num_test <= x_test.shape[0]:
             raise ValueError(f"num_test must be between 0 and {x_test.shape[0]}, got {num_test}.")
         x_test, y_test = x_test[:num_test], y_test[:num_test]
-    factor = 1.0 / 255.0 if scale else 1.0
+    divisor = 255.0 if scale else 1.0
     has_test = x_test.shape[0] > 0
     return DataSet(
-        Y=x_train.astype(np.float64) * factor,
+        Y=x_train.astype(np.float64) / divisor,
         labels=y_train.astype(np.int64),
         description=f"MNIST: first {num_train} training images of 28x28 pixels"
         + (", scaled to [0, 1]" if scale else ", grey levels 0-255")
@@ -583,7 +587,7 @@ def load_mnist(
             "licence": "Commonly distributed as CC BY-SA 3.0.",
             "files": [str(path)],
         },
-        Y_test=x_test.astype(np.float64) * factor if has_test else None,
+        Y_test=x_test.astype(np.float64) / divisor if has_test else None,
         labels_test=y_test.astype(np.int64) if has_test else None,
     )
 
@@ -623,9 +627,8 @@ def load_brendan_faces(
         verify,
     )
     faces = _npz(path)["Y"] if name.endswith(".npz") else _read_frey_mat(path)
-    factor = 1.0 / 255.0 if scale else 1.0
     return DataSet(
-        Y=faces.astype(np.float64) * factor,
+        Y=faces.astype(np.float64) / (255.0 if scale else 1.0),
         labels=None,
         description="Brendan faces: 1965 video frames of 28x20 pixels "
         + ("scaled to [0, 1]" if scale else "(grey levels)")

@@ -185,7 +185,9 @@ MOCAP_BODY_PARTS: dict[str, list[str]] = {
 def _bone_per_column(channel_table) -> np.ndarray:
     if isinstance(channel_table, Mapping):
         if "bone" not in channel_table:
-            raise ValueError("channel_table mapping needs a 'bone' entry (one bone name per column).")
+            raise ValueError(
+                "channel_table mapping needs a 'bone' entry (one bone name per column)."
+            )
         return np.asarray(channel_table["bone"]).astype(str)
     names = np.asarray(list(channel_table)).astype(str)
     return np.array([name.split(".", 1)[0] for name in names])

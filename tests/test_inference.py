@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, MAPGPLVM, fit
+from gpflow_svi_gplvm import MAPGPLVM, AmortisedBayesianGPLVM, BayesianSVIGPLVM, fit
 from gpflow_svi_gplvm.metrics import nlpd, rmse
 
 N_TRAIN, N_TEST, D, Q = 200, 60, 8, 2
@@ -93,8 +94,6 @@ def test_amortised_inference_is_one_encoder_pass(data):
     model = AmortisedBayesianGPLVM(Y_train, Q, num_inducing=10)
     rows = np.where(hidden, np.nan, Y_test)
     mean, variance = model.infer_latents(rows)
-    import tensorflow as tf
-
     expected_mean, expected_var = model.latent.moments(tf.range(N_TEST, dtype=tf.int64), rows)
     np.testing.assert_array_equal(mean.numpy(), expected_mean.numpy())
     np.testing.assert_array_equal(variance.numpy(), expected_var.numpy())

@@ -1,0 +1,113 @@
+"""Export a trained model as a TensorFlow SavedModel that serves with TensorFlow alone.
+
+Signatures (inputs by name; every output a dict of ``mean`` and ``variance``):
+
+- ``decode``: ``X`` [None, Q] -> the likelihood's predictive of Y [None, D] at X;
+- ``encode``: ``Y`` [None, D] (NaN = missing) -> q(x*) [None, Q]: the encoder for amortised
+  models, otherwise a fixed number of Adam steps on q(x*) inside the graph, globals frozen;
+- ``reconstruct``: ``Y`` [None, D] (NaN = missing) -> the predictive of every entry [None, D];
+- ``serving_default``: ``reconstruct``.
+
+Inputs and outputs are float64 unless the export was made with ``dtype=tf.float32``, which casts
+at the boundary (the computation stays in float64).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import tensorflow as tf
+from gpflow.config import default_float
+
+from .inference import LatentInference
+
+if TYPE_CHECKING:
+    from .models import SVIGPLVM
+
+__all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
+
+SIGNATURES = ("decode", "encode", "reconstruct", "serving_default")
+
+
+class ServingModule(tf.Module):
+    """The served functions of a trained model; holds the model's variables, nothing else."""
+
+    def __init__(
+        self,
+        model: SVIGPLVM,
+        encode_iterations: int = 300,
+        learning_rate: float = 0.05,
+        num_samples: int = 64,
+        seed: int = 0,
+        dtype: tf.DType = tf.float64,
+    ):
+        super().__init__()
+        if dtype not in (tf.float64, tf.float32):
+            raise ValueError(f"dtype must be tf.float64 or tf.float32, got {dtype}.")
+        self.model = model
+        self.inference = LatentInference(model, encode_iterations, learning_rate, num_samples, seed)
+        self.dtype = dtype
+        latent_spec = tf.TensorSpec([None, model.latent_dim], dtype, name="X")
+        data_spec = tf.TensorSpec([None, model.data_dim], dtype, name="Y")
+        self.decode = tf.function(self._decode, input_signature=[latent_spec])
+        self.encode = tf.function(self._encode, input_signature=[data_spec])
+        self.reconstruct = tf.function(self._reconstruct, input_signature=[data_spec])
+
+    def _moments(self, mean: tf.Tensor, variance: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"mean": tf.cast(mean, self.dtype), "variance": tf.cast(variance, self.dtype)}
+
+    def _decode(self, X: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
+
+    def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._moments(*self.inference.latents(tf.cast(Y, default_float())))
+
+    def _reconstruct(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
+        return self._moments(*self.inference.predict(tf.cast(Y, default_float())))
+
+
+def export_saved_model(
+    model: SVIGPLVM,
+    path: str | Path,
+    encode_iterations: int = 300,
+    learning_rate: float = 0.05,
+    num_samples: int = 64,
+    seed: int = 0,
+    dtype: tf.DType = tf.float64,
+    overwrite: bool = False,
+) -> Path:
+    """Save ``model`` as a SavedModel at ``path`` with the signatures listed in this module.
+
+    Load it anywhere with ``tf.saved_model.load(path)`` and call e.g.
+    ``loaded.signatures["reconstruct"](Y=tf.constant(Y))``. The export is written to a temporary
+    folder first, so a failure never damages an existing export; an existing ``path`` is replaced
+    only with ``overwrite=True``.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ValueError(f"{path} exists: pass overwrite=True to replace it, or choose a new path.")
+    module = ServingModule(model, encode_iterations, learning_rate, num_samples, seed, dtype)
+    functions = {
+        "decode": module.decode,
+        "encode": module.encode,
+        "reconstruct": module.reconstruct,
+        "serving_default": module.reconstruct,
+    }
+    signatures = {name: function.get_concrete_function() for name, function in functions.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        tf.saved_model.save(module, str(staging), signatures=signatures)
+        if path.exists():
+            retired = staging.with_name(staging.name + "-old")
+            path.rename(retired)
+            staging.rename(path)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path

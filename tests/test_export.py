@@ -1,0 +1,150 @@
+"""SavedModel export: served in a process that imports TensorFlow only, equal to the model."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM, fit
+from gpflow_svi_gplvm.export import SIGNATURES, ServingModule, export_saved_model
+from gpflow_svi_gplvm.metrics import rmse
+
+N, D, Q = 80, 5, 2
+SETTINGS = dict(encode_iterations=150, num_samples=16)
+
+SERVE = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+
+    path, inputs, outputs = sys.argv[1:4]
+    loaded = tf.saved_model.load(path)
+    arrays = dict(np.load(inputs))
+    results = {}
+    for name in ["decode", "encode", "reconstruct", "serving_default"]:
+        function = loaded.signatures[name]
+        argument = "X" if name == "decode" else "Y"
+        out = function(**{argument: tf.constant(arrays[argument])})
+        for key, value in out.items():
+            results[f"{name}/{key}"] = value.numpy()
+    np.savez(outputs, **results)
+    packages = ("gpflow", "gpflow_svi_gplvm", "tensorflow_probability")
+    leaked = [m for m in packages if m in sys.modules]
+    print(json.dumps({"leaked": leaked, "signatures": sorted(loaded.signatures)}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
+
+
+@pytest.fixture(scope="module", params=[BayesianSVIGPLVM, AmortisedBayesianGPLVM])
+def trained(request, data):
+    model = request.param(data, Q, num_inducing=10)
+    fit(model, data, iterations=400, batch_size=40, progress=False)
+    return model
+
+
+def _queries(data):
+    Y = data[:6].copy()
+    Y[0, 1] = np.nan
+    Y[2, :3] = np.nan
+    X = np.random.default_rng(1).standard_normal((4, Q))
+    return X, Y
+
+
+def test_export_serves_with_tensorflow_alone_and_matches_the_model(trained, data, tmp_path):
+    path = export_saved_model(trained, tmp_path / "model", **SETTINGS)
+    X, Y = _queries(data)
+    np.savez(tmp_path / "inputs.npz", X=X, Y=Y)
+    outputs = tmp_path / "outputs.npz"
+    command = [sys.executable, "-c", SERVE, str(path), str(tmp_path / "inputs.npz"), str(outputs)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["leaked"] == []
+    assert report["signatures"] == sorted(SIGNATURES)
+
+    served = dict(np.load(outputs))
+    module = ServingModule(trained, **SETTINGS)
+    expected = {
+        "decode": module.decode(X),
+        "encode": module.encode(Y),
+        "reconstruct": module.reconstruct(Y),
+        "serving_default": module.reconstruct(Y),
+    }
+    for name, moments in expected.items():
+        for key, value in moments.items():
+            got = served[f"{name}/{key}"]
+            assert np.all(np.isfinite(got)), (name, key)
+            np.testing.assert_allclose(got, value.numpy(), rtol=1e-10, atol=1e-12)
+    # The served decoder is the model's own predictive.
+    mean, variance = trained.predict_y(X)
+    np.testing.assert_allclose(served["decode/mean"], mean.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(served["decode/variance"], variance.numpy(), rtol=1e-10)
+
+
+def test_saved_model_cli_lists_the_four_signatures(data, tmp_path):
+    model = PointGPLVM(data, Q, num_inducing=5)
+    path = export_saved_model(model, tmp_path / "point", encode_iterations=5, num_samples=2)
+    cli = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show", "--all"]
+    result = subprocess.run([*cli, "--dir", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in SIGNATURES:
+        assert f"signature_def['{name}']" in result.stdout
+
+
+def test_encode_of_a_non_amortised_model_reconstructs_like_the_trained_latents(data):
+    model = BayesianSVIGPLVM(data, Q, num_inducing=10)
+    fit(model, data, iterations=600, batch_size=40, progress=False)
+    module = ServingModule(model, encode_iterations=300, num_samples=4)
+    encoded = module.encode(data)["mean"]
+    trained_error = rmse(data, model.predict_y(model.latent_mean())[0].numpy())
+    encoded_error = rmse(data, model.predict_y(encoded)[0].numpy())
+    assert encoded_error < 1.25 * trained_error + 0.01
+
+
+def test_float32_export_casts_at_the_boundary(data, tmp_path):
+    model = PointGPLVM(data, Q, num_inducing=5)
+    path = export_saved_model(
+        model, tmp_path / "f32", encode_iterations=5, num_samples=2, dtype=tf.float32
+    )
+    loaded = tf.saved_model.load(str(path))
+    X = np.random.default_rng(2).standard_normal((3, Q))
+    out = loaded.signatures["decode"](X=tf.constant(X, tf.float32))
+    assert out["mean"].dtype == tf.float32
+    np.testing.assert_allclose(out["mean"].numpy(), model.predict_y(X)[0].numpy(), rtol=1e-5)
+
+
+def test_bad_inputs_to_the_export_are_clear_errors(data, tmp_path):
+    model = PointGPLVM(data, Q, num_inducing=5)
+    path = export_saved_model(model, tmp_path / "m", encode_iterations=5, num_samples=2)
+    loaded = tf.saved_model.load(str(path))
+    reconstruct = loaded.signatures["reconstruct"]
+    errors = (TypeError, ValueError, tf.errors.InvalidArgumentError)
+    with pytest.raises(errors, match="expected to be a double tensor but is a float"):
+        reconstruct(Y=tf.constant(data[:2], tf.float32))
+    with pytest.raises(errors, match="shape|incompatible|Dimension"):
+        reconstruct(Y=tf.constant(data[:2, :3]))
+
+
+def test_an_existing_export_is_never_overwritten_silently(data, tmp_path):
+    model = PointGPLVM(data, Q, num_inducing=5)
+    path = export_saved_model(model, tmp_path / "m", encode_iterations=5, num_samples=2)
+    before = sorted(p.name for p in path.rglob("*"))
+    with pytest.raises(ValueError, match="overwrite=True"):
+        export_saved_model(model, path, encode_iterations=5, num_samples=2)
+    assert sorted(p.name for p in path.rglob("*")) == before
+    with pytest.raises(ValueError):
+        export_saved_model(model, path, overwrite=True, dtype=tf.int32)
+    assert sorted(p.name for p in path.rglob("*")) == before
+    export_saved_model(model, path, overwrite=True, encode_iterations=5, num_samples=2)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m-")]
