@@ -68,6 +68,8 @@ class LatentVariables(Module, abc.ABC):
     def __init__(self, latent_dim: int, name: str | None = None):
         super().__init__(name=name)
         self.latent_dim = int(latent_dim)
+        # All draws come from this generator: its state is checkpointed, so resumed runs repeat.
+        self.generator = tf.random.Generator.from_seed(0)
 
     @abc.abstractmethod
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -95,7 +97,7 @@ class LatentVariables(Module, abc.ABC):
         Override to supply common random numbers or quasi-random draws.
         """
         shape = tf.stack([num_samples, tf.shape(idx)[0], self.latent_dim])
-        return tf.random.normal(shape, dtype=default_float())
+        return self.generator.normal(shape, dtype=default_float())
 
 
 class RowLatentVariables(LatentVariables):
@@ -106,12 +108,14 @@ class RowLatentVariables(LatentVariables):
     rows lets the same family describe new rows (see :mod:`gpflow_svi_gplvm.inference`).
     """
 
-    row_parameters: tuple[Parameter, ...]
+    def __init__(self, num_data: int, latent_dim: int, name: str | None = None):
+        super().__init__(latent_dim, name=name)
+        self.num_data = int(num_data)
 
-    def __init__(self, row_parameters: Sequence[Parameter], name: str | None = None):
-        super().__init__(row_parameters[0].shape[1], name=name)
-        self.num_data = int(row_parameters[0].shape[0])
-        self.row_parameters = tuple(row_parameters)
+    @property
+    @abc.abstractmethod
+    def row_parameters(self) -> tuple[Parameter, ...]:
+        """The per-row tables, each [N, Q]."""
 
     def rows(self, idx: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """The constrained parameter rows ``idx`` [B]: one [B, Q] tensor per table."""
@@ -150,9 +154,13 @@ class PointLatent(RowLatentVariables):
     """x_n is a free parameter (a delta q(x_n)); no row term. The sparse GPLVM."""
 
     def __init__(self, initial_mean: np.ndarray, name: str | None = None):
-        mean = Parameter(np.asarray(initial_mean), dtype=default_float(), name="latent_mean")
-        super().__init__([mean], name=name)
-        self.mean = mean
+        initial_mean = np.asarray(initial_mean)
+        super().__init__(*initial_mean.shape, name=name)
+        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+
+    @property
+    def row_parameters(self) -> tuple[Parameter, ...]:
+        return (self.mean,)
 
     def row_term(self, x: tf.Tensor) -> tf.Tensor:
         """The row term at the point x [B, Q]: zero for the unregularised point estimate."""
@@ -215,14 +223,16 @@ class GaussianLatent(RowLatentVariables):
         name: str | None = None,
     ):
         initial_mean = np.asarray(initial_mean)
+        super().__init__(*initial_mean.shape, name=name)
         variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
-        mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
-        variance = Parameter(
+        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+        self.variance = Parameter(
             variance, transform=positive(), dtype=default_float(), name="latent_variance"
         )
-        super().__init__([mean, variance], name=name)
-        self.mean = mean
-        self.variance = variance
+
+    @property
+    def row_parameters(self) -> tuple[Parameter, ...]:
+        return (self.mean, self.variance)
 
     def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
         return rows[0], rows[1]
@@ -299,7 +309,7 @@ class EncoderLatent(LatentVariables):
         """
         observed = tf.math.is_finite(Y)
         if training and self.hide_fraction > 0:
-            kept = tf.random.uniform(tf.shape(Y), dtype=Y.dtype) >= self.hide_fraction
+            kept = self.generator.uniform(tf.shape(Y), dtype=Y.dtype) >= self.hide_fraction
             observed = tf.logical_and(observed, kept)
         values = tf.where(observed, Y, tf.zeros_like(Y))
         if not self.missing_aware:

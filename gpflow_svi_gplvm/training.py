@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -68,6 +70,11 @@ class Trainer:
     One compiled step with the dataset's ``element_spec`` as input signature (so it traces once),
     run ``k`` times inside one compiled loop per Python call to keep dispatch cost off each step.
     A step whose loss is not finite applies no update, so the model keeps its last good state.
+
+    With ``checkpoint_dir``, a ``tf.train.CheckpointManager`` saves the model, the optimiser, the
+    data iterator (with its shuffling state), the latent module's random generator and the step
+    count every ``checkpoint_every`` steps and at the end of each :meth:`train`, beside the ELBO
+    history; :meth:`restore` resumes exactly where the latest checkpoint left off.
     """
 
     def __init__(
@@ -80,8 +87,11 @@ class Trainer:
         seed: int = 0,
         jit_compile: bool = False,
         mask=None,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 1000,
+        max_to_keep: int = 3,
     ):
-        tf.random.set_seed(seed)
+        model.latent.generator.reset_from_seed(seed)
         self.model = model
         dataset = data if isinstance(data, tf.data.Dataset) else None
         if dataset is None:
@@ -95,7 +105,27 @@ class Trainer:
             self._step, input_signature=[dataset.element_spec], jit_compile=jit_compile
         )
         self.run = tf.function(self._run, input_signature=[tf.TensorSpec([], tf.int32)])
-        self.num_steps = 0
+        self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
+        self.elbo: list[np.ndarray] = []
+        self.manager = None
+        self.saved_at = None
+        if checkpoint_dir is not None:
+            if checkpoint_every < 1:
+                raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
+            checkpoint = tf.train.Checkpoint(
+                model=model,
+                optimizer=self.optimizer,
+                iterator=self.iterator,
+                generator=model.latent.generator,
+                step_count=self.step_count,
+            )
+            self.manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep)
+        self.checkpoint_every = checkpoint_every
+
+    @property
+    def num_steps(self) -> int:
+        """Steps taken so far, restored ones included."""
+        return int(self.step_count.numpy())
 
     def _step(self, batch) -> tf.Tensor:
         with tf.GradientTape(watch_accessed_variables=False) as tape:
@@ -123,6 +153,38 @@ class Trainer:
     def tracing_count(self) -> int:
         return self.step.experimental_get_tracing_count()
 
+    def restore(self) -> bool:
+        """Load the latest checkpoint, if any; True when one was restored.
+
+        A checkpoint of a model with other shapes is a ``ValueError`` naming both shapes; the
+        checkpoint files are left as they are.
+        """
+        if self.manager is None or self.manager.latest_checkpoint is None:
+            return False
+        path = self.manager.latest_checkpoint
+        try:
+            self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+        except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
+            raise ValueError(
+                f"The checkpoint {path} does not fit this model ({error}). Resume with a model "
+                "built exactly like the one that wrote it, or use another checkpoint_dir."
+            ) from error
+        history = Path(self.manager.directory) / _HISTORY
+        if history.exists():
+            self.elbo = [np.load(history)[: self.num_steps]]
+        self.saved_at = self.num_steps
+        return True
+
+    def save(self) -> None:
+        """Write a checkpoint now (history first, so it always covers the checkpoint's steps)."""
+        directory = Path(self.manager.directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        staging = directory / (_HISTORY + ".tmp.npy")
+        np.save(staging, self._elbo_array())
+        os.replace(staging, directory / _HISTORY)
+        self.manager.save(checkpoint_number=self.num_steps)
+        self.saved_at = self.num_steps
+
     def train(
         self,
         iterations: int,
@@ -131,9 +193,10 @@ class Trainer:
         callback: Callable[[int], None] | None = None,
         callback_every: int = 100,
     ) -> History:
-        """Run ``iterations`` steps; ``callback(step)`` runs every ``callback_every`` steps.
+        """Run ``iterations`` more steps; ``callback(step)`` runs every ``callback_every`` steps.
 
-        A ``gpflow.monitor.Monitor`` is a valid callback (e.g. for TensorBoard).
+        A ``gpflow.monitor.Monitor`` is a valid callback (e.g. for TensorBoard). Returns the
+        history of every step taken so far (restored ones included).
         """
         if iterations < 0 or steps_per_call < 1 or callback_every < 1:
             raise ValueError(
@@ -141,35 +204,45 @@ class Trainer:
                 f"{iterations}, {steps_per_call}, {callback_every}."
             )
         start = time.perf_counter()
-        elbos: list[np.ndarray] = []
-        done = 0
+        target = self.num_steps + iterations
         with tqdm(total=iterations, disable=not progress, desc="fit", unit="step") as bar:
-            while done < iterations:
-                chunk = min(steps_per_call, iterations - done)
+            while self.num_steps < target:
+                chunk = min(steps_per_call, target - self.num_steps)
                 if callback is not None:
                     chunk = min(chunk, callback_every - self.num_steps % callback_every)
+                if self.manager is not None:
+                    chunk = min(
+                        chunk, self.checkpoint_every - self.num_steps % self.checkpoint_every
+                    )
                 values = self.run(tf.constant(chunk, tf.int32)).numpy()
-                elbos.append(values)
-                done += len(values)
-                self.num_steps += len(values)
+                self.elbo.append(values)
+                self.step_count.assign_add(len(values))
                 if not np.all(np.isfinite(values)):
-                    history = self._history(elbos, start)
                     raise NonFiniteLossError(
                         f"The training loss became {values[-1]} at step {self.num_steps}. This is "
                         "usually a failed Cholesky factorisation: raise the jitter "
                         "(gpflow.config.set_default_jitter(1e-4)), train in float64, or lower the "
                         "learning rate. The model keeps its parameters from the last finite step.",
-                        history,
+                        self._history(start),
                     )
                 bar.update(len(values))
                 bar.set_postfix(elbo=f"{values.mean():.4g}")
+                if self.manager is not None and self.num_steps % self.checkpoint_every == 0:
+                    self.save()
                 if callback is not None and self.num_steps % callback_every == 0:
                     callback(self.num_steps)
-        return self._history(elbos, start)
+        if self.manager is not None and self.saved_at != self.num_steps:
+            self.save()
+        return self._history(start)
 
-    def _history(self, elbos: list[np.ndarray], start: float) -> History:
-        values = np.concatenate(elbos) if elbos else np.zeros(0)
-        return History(values, time.perf_counter() - start, self.tracing_count)
+    def _elbo_array(self) -> np.ndarray:
+        return np.concatenate(self.elbo) if self.elbo else np.zeros(0)
+
+    def _history(self, start: float) -> History:
+        return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
+
+
+_HISTORY = "elbo_history.npy"
 
 
 def fit(
@@ -186,12 +259,33 @@ def fit(
     callback: Callable[[int], None] | None = None,
     callback_every: int = 100,
     mask=None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int = 1000,
+    resume: bool = False,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
     ``data`` is the training Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed) or
     a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``seed`` fixes the batch order and
-    the latent samples.
+    the latent samples. With ``checkpoint_dir`` the run is checkpointed every
+    ``checkpoint_every`` steps; ``resume=True`` continues from the latest checkpoint there up to
+    ``iterations`` steps in all, exactly as if never interrupted.
     """
-    trainer = Trainer(model, data, batch_size, learning_rate, optimizer, seed, jit_compile, mask)
-    return trainer.train(iterations, steps_per_call, progress, callback, callback_every)
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs the checkpoint_dir of the run to resume.")
+    trainer = Trainer(
+        model,
+        data,
+        batch_size,
+        learning_rate,
+        optimizer,
+        seed,
+        jit_compile,
+        mask,
+        checkpoint_dir,
+        checkpoint_every,
+    )
+    if resume:
+        trainer.restore()
+    remaining = max(iterations - trainer.num_steps, 0)
+    return trainer.train(remaining, steps_per_call, progress, callback, callback_every)
