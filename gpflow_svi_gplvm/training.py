@@ -90,19 +90,26 @@ class Trainer:
         checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 1000,
         max_to_keep: int = 3,
+        strategy: tf.distribute.Strategy | None = None,
     ):
+        self.strategy = strategy or tf.distribute.get_strategy()
+        if strategy is not None:
+            _check_distributed(model, strategy, jit_compile)
         model.latent.generator.reset_from_seed(seed)
         self.model = model
         dataset = data if isinstance(data, tf.data.Dataset) else None
         if dataset is None:
             dataset = make_dataset(model, data, batch_size, seed, mask)
+        if strategy is not None:
+            dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
-        self.optimizer = optimizer or tf_keras.optimizers.Adam(learning_rate)
         self.variables = model.trainable_variables
-        # Slots must exist before tracing, or their creation forces a second trace.
-        self.optimizer.build(self.variables)
+        with self.strategy.scope():
+            self.optimizer = optimizer or tf_keras.optimizers.Adam(learning_rate)
+            # Slots must exist before tracing, or their creation forces a second trace.
+            self.optimizer.build(self.variables)
         self.step = tf.function(
-            self._step, input_signature=[dataset.element_spec], jit_compile=jit_compile
+            self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
         )
         self.run = tf.function(self._run, input_signature=[tf.TensorSpec([], tf.int32)])
         self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
@@ -127,17 +134,28 @@ class Trainer:
         """Steps taken so far, restored ones included."""
         return int(self.step_count.numpy())
 
-    def _step(self, batch) -> tf.Tensor:
+    def _replica_gradients(self, batch) -> tuple[tf.Tensor, list]:
+        # Each replica's bound is scaled by N / (its batch); their mean is the global estimate,
+        # and the optimiser sums the replicas' gradients.
+        replicas = tf.cast(self.strategy.num_replicas_in_sync, default_float())
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
-            loss = self.model.training_loss(batch, training=True)
-        gradients = tape.gradient(loss, self.variables)
+            loss = self.model.training_loss(batch, training=True) / replicas
+        return loss, tape.gradient(loss, self.variables)
+
+    def _replica_apply(self, gradients) -> None:
+        self.optimizer.apply_gradients(zip(gradients, self.variables))
+
+    def _step(self, batch) -> tf.Tensor:
+        losses, gradients = self.strategy.run(self._replica_gradients, args=(batch,))
+        total = self.strategy.reduce("SUM", losses, axis=None)
 
         def apply() -> tf.Tensor:
-            self.optimizer.apply_gradients(zip(gradients, self.variables))
-            return loss
+            self.strategy.run(self._replica_apply, args=(gradients,))
+            return total
 
-        return tf.cond(tf.math.is_finite(loss), apply, lambda: loss)
+        # The condition sits outside the replicas, where synchronisation may be conditional.
+        return tf.cond(tf.math.is_finite(total), apply, lambda: total)
 
     def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
         """Up to ``num_steps`` steps; returns their ELBOs, stopping after a non-finite one."""
@@ -245,6 +263,16 @@ class Trainer:
 _HISTORY = "elbo_history.npy"
 
 
+def _check_distributed(model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool):
+    if jit_compile:
+        raise ValueError("jit_compile=True is not supported with a strategy: leave it False.")
+    if not all(strategy.extended.variable_created_in_scope(v) for v in model.variables):
+        raise ValueError(
+            "The model's variables were not created under this strategy: build the model inside "
+            "`with strategy.scope():` and pass the same strategy to fit."
+        )
+
+
 def fit(
     model: SVIGPLVM,
     data,
@@ -262,6 +290,7 @@ def fit(
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int = 1000,
     resume: bool = False,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
@@ -269,7 +298,8 @@ def fit(
     a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``seed`` fixes the batch order and
     the latent samples. With ``checkpoint_dir`` the run is checkpointed every
     ``checkpoint_every`` steps; ``resume=True`` continues from the latest checkpoint there up to
-    ``iterations`` steps in all, exactly as if never interrupted.
+    ``iterations`` steps in all, exactly as if never interrupted. ``strategy``: train under a
+    ``tf.distribute.Strategy`` (see :class:`Trainer`).
     """
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs the checkpoint_dir of the run to resume.")
@@ -284,6 +314,7 @@ def fit(
         mask,
         checkpoint_dir,
         checkpoint_every,
+        strategy=strategy,
     )
     if resume:
         trainer.restore()
