@@ -20,7 +20,9 @@ def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:
     are filled with small noise (sd 0.01), so that no two latent dimensions start identical.
     """
     Y = np.asarray(Y, dtype=float)
-    column_means = np.nanmean(Y, axis=0)
+    # A column with nothing observed has no mean: centre it at 0 (it carries no information).
+    observed_counts = np.sum(~np.isnan(Y), axis=0)
+    column_means = np.nansum(Y, axis=0) / np.maximum(observed_counts, 1)
     centred = np.where(np.isnan(Y), column_means, Y) - column_means
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     scores = centred @ vt[:latent_dim].T

@@ -12,6 +12,7 @@ estimated by S reparameterised samples.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -318,6 +319,6 @@ def _warn_unobserved(Y: np.ndarray) -> None:
 
 
 def _check_int(value, name: str, hint: str) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r} ({hint}).")
     return int(value)

@@ -134,28 +134,40 @@ class Trainer:
         """Steps taken so far, restored ones included."""
         return int(self.step_count.numpy())
 
-    def _replica_gradients(self, batch) -> tuple[tf.Tensor, list]:
+    def _replica_gradients(self, batch) -> tuple[tf.Tensor, list, tf.Tensor]:
         # Each replica's bound is scaled by N / (its batch); their mean is the global estimate,
         # and the optimiser sums the replicas' gradients.
         replicas = tf.cast(self.strategy.num_replicas_in_sync, default_float())
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
             loss = self.model.training_loss(batch, training=True) / replicas
-        return loss, tape.gradient(loss, self.variables)
+        gradients = tape.gradient(loss, self.variables)
+        finite = [
+            tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+            for g in gradients
+            if g is not None
+        ]
+        not_finite = tf.cast(tf.logical_not(tf.reduce_all(finite)), loss.dtype)
+        return loss, gradients, not_finite
 
     def _replica_apply(self, gradients) -> None:
         self.optimizer.apply_gradients(zip(gradients, self.variables))
 
     def _step(self, batch) -> tf.Tensor:
-        losses, gradients = self.strategy.run(self._replica_gradients, args=(batch,))
+        """One update; returns the loss, or NaN when the loss or a gradient is not finite (and
+        then applies nothing)."""
+        losses, gradients, not_finite = self.strategy.run(self._replica_gradients, args=(batch,))
         total = self.strategy.reduce("SUM", losses, axis=None)
+        healthy = tf.logical_and(
+            tf.math.is_finite(total), self.strategy.reduce("SUM", not_finite, axis=None) == 0
+        )
 
         def apply() -> tf.Tensor:
             self.strategy.run(self._replica_apply, args=(gradients,))
             return total
 
         # The condition sits outside the replicas, where synchronisation may be conditional.
-        return tf.cond(tf.math.is_finite(total), apply, lambda: total)
+        return tf.cond(healthy, apply, lambda: tf.constant(np.nan, total.dtype))
 
     def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
         """Up to ``num_steps`` steps; returns their ELBOs, stopping after a non-finite one."""
@@ -237,8 +249,9 @@ class Trainer:
                 self.step_count.assign_add(len(values))
                 if not np.all(np.isfinite(values)):
                     raise NonFiniteLossError(
-                        f"The training loss became {values[-1]} at step {self.num_steps}. This is "
-                        "usually a failed Cholesky factorisation: raise the jitter "
+                        f"The training loss or its gradient stopped being finite at step "
+                        f"{self.num_steps}. This is usually a failed Cholesky factorisation: raise "
+                        "the jitter "
                         "(gpflow.config.set_default_jitter(1e-4)), train in float64, or lower the "
                         "learning rate. The model keeps its parameters from the last finite step.",
                         self._history(start),
@@ -301,6 +314,8 @@ def fit(
     ``iterations`` steps in all, exactly as if never interrupted. ``strategy``: train under a
     ``tf.distribute.Strategy`` (see :class:`Trainer`).
     """
+    if iterations < 0:
+        raise ValueError(f"iterations must be >= 0, got {iterations}.")
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs the checkpoint_dir of the run to resume.")
     trainer = Trainer(

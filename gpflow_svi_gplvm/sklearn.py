@@ -1,0 +1,264 @@
+"""A scikit-learn transformer around the SVI GPLVMs: ``fit`` / ``transform`` / ``inverse_transform``.
+
+:class:`GPLVMEmbedding` embeds rows of Y [N, D] (NaN = missing) in Q latent dimensions, like
+:class:`sklearn.decomposition.PCA` but non-linear and probabilistic, and plugs into pipelines,
+``clone``, grid searches and ``set_output``::
+
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
+
+    pipeline = make_pipeline(StandardScaler(), GPLVMEmbedding(latent_dim=2, iterations=2000))
+    X = pipeline.fit_transform(Y)  # [N, 2]: the trained latent means of the training rows
+    X_new = pipeline.transform(Y_new)  # [N*, 2]: q(x*) inferred for new rows
+    Y_hat = pipeline.inverse_transform(X_new)  # [N*, D]: decoded means, on Y's scale
+
+The fitted GPflow model is ``model_`` (for variances, ``reconstruct``, plotting, export).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from .inference import LatentInference
+from .metrics import nlpd
+from .models import MAPGPLVM, AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM
+from .training import fit as fit_model
+
+__all__ = ["GPLVMEmbedding", "MODELS"]
+
+MODELS = {
+    "point": PointGPLVM,
+    "map": MAPGPLVM,
+    "bsvi": BayesianSVIGPLVM,
+    "aeb": AmortisedBayesianGPLVM,
+}
+"""The names accepted by ``GPLVMEmbedding(model=...)`` and the classes they build."""
+
+
+class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Non-linear, probabilistic dimensionality reduction with a GPLVM trained by SVI.
+
+    Parameters
+    ----------
+    model : {"point", "map", "bsvi", "aeb"}, default="bsvi"
+        The latent family: point estimates (:class:`~gpflow_svi_gplvm.PointGPLVM`), MAP under
+        N(0, I) (:class:`~gpflow_svi_gplvm.MAPGPLVM`), Gaussian q(x_n) per row
+        (:class:`~gpflow_svi_gplvm.BayesianSVIGPLVM`) or an amortised MLP encoder
+        (:class:`~gpflow_svi_gplvm.AmortisedBayesianGPLVM`).
+    latent_dim : int, default=2
+        Q, the number of latent dimensions (the output width of ``transform``).
+    num_inducing : int, default=25
+        M inducing inputs; at most the number of training rows.
+    iterations : int, default=1000
+        Adam steps of :func:`gpflow_svi_gplvm.fit`.
+    batch_size : int, default=100
+        Rows per minibatch (clipped to the number of rows).
+    learning_rate : float, default=0.01
+        Adam's learning rate for training.
+    inference_iterations : int, default=300
+        Adam steps on q(x*) for new rows in ``transform`` and ``score`` (unused by "aeb", whose
+        encoder gives q(x*) in one pass).
+    seed : int, default=0
+        Seeds the latent initialisation, the minibatch order, the training samples and the
+        inference of new rows: equal seeds give equal results.
+    progress : bool, default=False
+        Show a progress bar while training.
+
+    Attributes
+    ----------
+    model_ : SVIGPLVM
+        The trained GPflow model.
+    history_ : History
+        The training run: ``history_.elbo`` [iterations], ``seconds``, ``tracing_count``.
+    n_features_in_ : int
+        D, the number of columns seen in ``fit``.
+    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+        Column names, when ``fit`` was given a DataFrame with string column names.
+
+    Notes
+    -----
+    Inputs are converted to float64 (GPflow's default float); NaN marks a missing entry
+    everywhere Y is accepted (``fit``, ``transform``, ``score``), infinities are rejected.
+    Missing entries in ``fit`` make the model wrap its likelihood in ``MaskedLikelihood``, which
+    it announces with a ``UserWarning``. The compiled inference graphs are kept between calls of
+    ``transform`` and ``score``, so only the first call of each pays for tracing.
+    """
+
+    def __init__(
+        self,
+        model="bsvi",
+        latent_dim=2,
+        num_inducing=25,
+        iterations=1000,
+        batch_size=100,
+        learning_rate=0.01,
+        inference_iterations=300,
+        seed=0,
+        progress=False,
+    ):
+        self.model = model
+        self.latent_dim = latent_dim
+        self.num_inducing = num_inducing
+        self.iterations = iterations
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.inference_iterations = inference_iterations
+        self.seed = seed
+        self.progress = progress
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.transformer_tags.preserves_dtype = ["float64"]
+        return tags
+
+    def fit(self, Y, y=None):
+        """Build the model named by ``model`` on Y and train it.
+
+        Parameters
+        ----------
+        Y : array-like of shape (N, D)
+            Training rows; NaN = missing.
+        y : None
+            Ignored (present for the scikit-learn API).
+
+        Returns
+        -------
+        self : GPLVMEmbedding
+            The fitted estimator (``model_``, ``history_``, ``n_features_in_`` set).
+        """
+        model_class = MODELS.get(self.model) if isinstance(self.model, str) else None
+        if model_class is None:
+            raise ValueError(
+                f"Unknown model {self.model!r}: choose one of {', '.join(map(repr, MODELS))}."
+            )
+        Y = self._validate(Y, reset=True)
+        model = model_class(Y, self.latent_dim, self.num_inducing, seed=self.seed)
+        history = fit_model(
+            model,
+            Y,
+            iterations=self.iterations,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            seed=self.seed,
+            progress=self.progress,
+        )
+        self.model_ = model
+        self.history_ = history
+        self._n_features_out = int(self.latent_dim)
+        self._inference = None
+        return self
+
+    def fit_transform(self, Y, y=None):
+        """Fit on Y and return the trained latent means of its rows (not re-inferred).
+
+        Parameters
+        ----------
+        Y : array-like of shape (N, D)
+            Training rows; NaN = missing.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        X : ndarray of shape (N, latent_dim)
+            Means of the trained q(x_n): ``model_.latent_mean()``, or ``model_.latent_mean(Y)``
+            (one encoder pass) for the amortised model. ``transform(Y)`` would instead infer
+            q(x*) afresh with the trained globals frozen, which gives close but not equal means.
+        """
+        self.fit(Y)
+        if self.model_.latent.amortised:
+            Y = self._validate(Y, reset=False)
+            return self.model_.latent_mean(Y).numpy()
+        return self.model_.latent_mean().numpy()
+
+    def transform(self, Y):
+        """Latent means of q(x*) for rows Y (NaN allowed), with the trained model frozen.
+
+        Parameters
+        ----------
+        Y : array-like of shape (N*, D)
+            Rows to embed; NaN = missing. A row with nothing observed maps to the prior mean 0.
+
+        Returns
+        -------
+        X : ndarray of shape (N*, latent_dim)
+            Means of q(x*): ``inference_iterations`` Adam steps from the best-fitting candidate
+            latent (one encoder pass for "aeb"), as ``model_.infer_latents``.
+        """
+        check_is_fitted(self)
+        Y = self._validate(Y, reset=False)
+        return self._latent_inference().latents(tf.convert_to_tensor(Y))[0].numpy()
+
+    def inverse_transform(self, X):
+        """Decode latents X into the predictive means of Y (``model_.predict_y(X)[0]``).
+
+        Parameters
+        ----------
+        X : array-like of shape (N*, latent_dim)
+            Latent points, e.g. the output of ``transform``.
+
+        Returns
+        -------
+        Y : ndarray of shape (N*, n_features_in_)
+            The likelihood's predictive mean of every column at X.
+        """
+        check_is_fitted(self)
+        X = check_array(X, dtype=np.float64)
+        if X.shape[1] != self.model_.latent_dim:
+            raise ValueError(
+                f"X has {X.shape[1]} columns but the model has latent_dim="
+                f"{self.model_.latent_dim}."
+            )
+        return self.model_.predict_y(tf.convert_to_tensor(X))[0].numpy()
+
+    def score(self, Y, y=None):
+        """Mean log predictive density of the observed entries of Y (higher is better).
+
+        Each row's q(x*) is inferred from its observed entries (as in ``transform``), and every
+        observed entry y_nd is scored under the Gaussian N(m_nd, v_nd) whose moments are those of
+        ``model_.reconstruct``: the predictive integrated over q(x*), with latent, GP and noise
+        uncertainty. The score is the mean over observed entries of log N(y_nd | m_nd, v_nd),
+        i.e. ``-gpflow_svi_gplvm.metrics.nlpd(Y, m, v)`` (pointwise). It rewards accurate *and*
+        calibrated reconstructions, in nats per entry, so it depends on Y's scale: compare
+        scores only on the same data (e.g. across a grid search's folds).
+
+        Parameters
+        ----------
+        Y : array-like of shape (N*, D)
+            Rows to score; NaN = missing (not scored). At least one entry must be observed.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        score : float
+            The average log predictive density per observed entry.
+        """
+        check_is_fitted(self)
+        Y = self._validate(Y, reset=False)
+        mean, variance = self._latent_inference().predict(tf.convert_to_tensor(Y))
+        return -nlpd(Y, mean.numpy(), variance.numpy())
+
+    def __getstate__(self) -> dict:
+        # The cached inference holds compiled graphs, which neither pickle nor deep-copy; the
+        # model does both, and the cache is rebuilt on the next transform or score.
+        state = super().__getstate__()
+        state.pop("_inference", None)
+        return state
+
+    def _validate(self, Y, reset: bool) -> np.ndarray:
+        """Y as float64 [N, D] with NaN allowed; ``reset`` records D, else checks it."""
+        return validate_data(self, Y, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+
+    def _latent_inference(self) -> LatentInference:
+        """One :class:`LatentInference` per fit, so its compiled graphs are reused."""
+        if getattr(self, "_inference", None) is None:
+            self._inference = LatentInference(
+                self.model_, iterations=self.inference_iterations, seed=self.seed
+            )
+        return self._inference

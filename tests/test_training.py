@@ -1,0 +1,483 @@
+"""Training: sparse latent gradients, one trace per fit, recovery of known structure, GPflow
+interoperability, the non-finite guard, callbacks and seeding.
+
+Sizes are tiny on purpose (each ``tf.function`` trace costs seconds on a 2-core CPU); the
+recovery tests use N=150 points from a GPLVM with three well-separated 2-D clusters.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+from gpflow.config import default_float
+from gpflow.keras import tf_keras
+from scipy.stats import norm
+from sklearn.model_selection import LeaveOneOut, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+
+import gpflow_svi_gplvm as sg
+from gpflow_svi_gplvm.latents import PointLatent
+
+N_SMALL, D_SMALL, Q, M_SMALL = 30, 4, 2, 5
+BATCH = 7  # does not divide N_SMALL: batches straddle epoch boundaries
+PER_ROW_MODELS = [sg.PointGPLVM, sg.MAPGPLVM, sg.BayesianSVIGPLVM]
+ALL_MODELS = [*PER_ROW_MODELS, sg.AmortisedBayesianGPLVM]
+
+
+@pytest.fixture(scope="module")
+def small_Y() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((N_SMALL, D_SMALL))
+
+
+def batch_of(Y: np.ndarray, rows) -> tuple[tf.Tensor, tf.Tensor]:
+    idx = tf.constant(rows, dtype=tf.int64)
+    return idx, tf.gather(tf.constant(Y), idx)
+
+
+def fix_noise(model: sg.SVIGPLVM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the latent module's eps ~ N(0, I) by a stateless draw: same in eager and graph."""
+    latent_dim = model.latent.latent_dim
+
+    def noise(idx, num_samples):
+        shape = tf.stack([num_samples, tf.shape(idx)[0], latent_dim])
+        return tf.random.stateless_normal(shape, seed=[7, 11], dtype=default_float())
+
+    monkeypatch.setattr(model.latent, "noise", noise)
+
+
+def values(variables) -> list[np.ndarray]:
+    return [v.numpy().copy() for v in variables]
+
+
+# --------------------------------------------------------------------------------------------
+# a. Sparse gradients of the per-row latent tables
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_class", PER_ROW_MODELS, ids=lambda c: c.__name__)
+def test_latent_gradients_touch_only_batch_rows(model_class, small_Y):
+    model = model_class(small_Y, Q, M_SMALL)
+    # At initialisation (q_mu = 0, q_sqrt = I, whitened) f does not depend on x at all, so the
+    # point latent's gradient would be zero everywhere: move q(u) away from the prior first.
+    model.q_mu.assign(np.random.default_rng(1).standard_normal(model.q_mu.shape))
+    rows = [17, 3, 0, 29, 8, 11]  # unsorted, includes the first and last row
+    tables = [model.latent.mean]
+    if model_class is sg.BayesianSVIGPLVM:
+        tables.append(model.latent.variance)  # the softplus-transformed table
+        assert model.latent.variance.transform is not None
+    raw = [table.unconstrained_variable for table in tables]
+
+    with tf.GradientTape() as tape:
+        loss = model.training_loss(batch_of(small_Y, rows))
+    gradients = tape.gradient(loss, raw)
+
+    assert len(gradients) == (2 if model_class is sg.BayesianSVIGPLVM else 1)
+    for table, gradient in zip(tables, gradients):
+        assert isinstance(gradient, tf.IndexedSlices), (table.name, type(gradient))
+        assert sorted(gradient.indices.numpy().tolist()) == sorted(rows), table.name
+        assert gradient.values.shape == (len(rows), Q)
+        dense = tf.convert_to_tensor(gradient).numpy()
+        assert dense.shape == (N_SMALL, Q)
+        others = np.setdiff1d(np.arange(N_SMALL), rows)
+        np.testing.assert_array_equal(dense[others], 0.0)
+        assert np.all(np.abs(dense[rows]).sum(axis=1) > 0), f"{table.name}: a batch row got 0"
+
+
+# --------------------------------------------------------------------------------------------
+# b. One trace per fit; eager and compiled losses agree
+# --------------------------------------------------------------------------------------------
+
+
+def test_compiled_step_traces_once_over_a_whole_fit(small_Y):
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    trainer = sg.Trainer(model, small_Y, batch_size=BATCH, seed=1)
+    assert N_SMALL % BATCH != 0
+
+    history = trainer.train(23, steps_per_call=5, progress=False)  # calls of 5, 5, 5, 5, 3
+    assert history.elbo.shape == (23,)
+    assert np.all(np.isfinite(history.elbo))
+    assert history.tracing_count == 1
+    assert trainer.run.experimental_get_tracing_count() == 1
+
+    first = history.elbo.copy()
+    history = trainer.train(9, steps_per_call=4, progress=False)  # a second run: 4, 4, 1
+    assert trainer.num_steps == 32  # more than one epoch: batches wrapped around
+    # Trainer.train returns the history of every step taken so far.
+    assert history.elbo.shape == (32,)
+    np.testing.assert_array_equal(history.elbo[:23], first)
+    assert np.all(np.isfinite(history.elbo))
+    assert history.tracing_count == 1
+    assert trainer.step.experimental_get_tracing_count() == 1
+    assert trainer.run.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("model_class", PER_ROW_MODELS, ids=lambda c: c.__name__)
+def test_eager_and_compiled_losses_agree(model_class, small_Y, monkeypatch):
+    kwargs = {"num_samples": 3} if model_class is sg.BayesianSVIGPLVM else {}
+    model = model_class(small_Y, Q, M_SMALL, **kwargs)
+    if model_class is sg.BayesianSVIGPLVM:
+        fix_noise(model, monkeypatch)
+    batch = batch_of(small_Y, [4, 9, 1, 28, 13, 22, 6])
+    eager = model.training_loss(batch).numpy()
+
+    trainer = sg.Trainer(model, small_Y, batch_size=BATCH)
+    before = values(trainer.variables)
+    compiled = trainer.step(batch).numpy()  # the loss before the update
+
+    np.testing.assert_allclose(compiled, eager, rtol=1e-10)
+    changed = [not np.array_equal(a, v.numpy()) for a, v in zip(before, trainer.variables)]
+    assert any(changed), "the compiled step applied no update"
+    if model_class is sg.BayesianSVIGPLVM:
+        # The comparison is not vacuous: a different eps gives a different loss.
+        monkeypatch.undo()
+        assert not np.isclose(model.training_loss(batch).numpy(), eager, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# c. Recovery of known structure
+# --------------------------------------------------------------------------------------------
+
+
+def clustered_gplvm_data(seed: int = 0, per_cluster: int = 50, data_dim: int = 8):
+    """Three well-separated 2-D clusters mapped through random smooth functions, small noise."""
+    rng = np.random.default_rng(seed)
+    angles = np.array([0.0, 2.0, 4.0]) * np.pi / 3
+    centres = 2.5 * np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    labels = np.repeat(np.arange(3), per_cluster)
+    X = centres[labels] + 0.35 * rng.standard_normal((3 * per_cluster, 2))
+    frequencies = rng.standard_normal((2, 6)) / 1.5
+    phases = rng.uniform(0, 2 * np.pi, 6)
+    weights = rng.standard_normal((6, data_dim)) / np.sqrt(6)
+    F = np.cos(X @ frequencies + phases) @ weights + 0.3 * X @ rng.standard_normal((2, data_dim))
+    Y = F + 0.05 * rng.standard_normal(F.shape)
+    standardised = (Y - Y.mean(0)) / Y.std(0)
+    counts = rng.poisson(np.exp(0.8 * standardised + 0.5)).astype(float)
+    binary = (rng.uniform(size=Y.shape) < norm.cdf(2.0 * standardised)).astype(float)
+    return {"labels": labels, "gaussian": Y, "poisson": counts, "bernoulli": binary}
+
+
+@pytest.fixture(scope="module")
+def clustered():
+    return clustered_gplvm_data()
+
+
+def knn_accuracy(latents: np.ndarray, labels: np.ndarray) -> float:
+    """Leave-one-out accuracy of a 5-nearest-neighbour classifier of the true labels."""
+    classifier = KNeighborsClassifier(n_neighbors=5)
+    return float(cross_val_score(classifier, latents, labels, cv=LeaveOneOut()).mean())
+
+
+def assert_elbo_rises(elbo: np.ndarray) -> None:
+    assert np.all(np.isfinite(elbo))
+    tenth = max(1, len(elbo) // 10)
+    first, last = elbo[:tenth], elbo[-tenth:]
+    # Clearly above: by more than three times the minibatch noise at the end of training.
+    assert last.mean() - first.mean() > 3 * last.std(), (first.mean(), last.mean(), last.std())
+
+
+def train_on(model_class, Y, likelihood=None, iterations=1000):
+    model = model_class(Y, Q, 20, likelihood=likelihood, latent_init="random")
+    before = model.latent_mean(Y).numpy()
+    history = sg.fit(
+        model, Y, iterations, batch_size=50, learning_rate=0.02, progress=False, steps_per_call=500
+    )
+    return model, before, history
+
+
+@pytest.mark.slow  # four fits of 1000 steps: ~15-30 s in all on 2 idle cores, more under load
+@pytest.mark.parametrize("model_class", ALL_MODELS, ids=lambda c: c.__name__)
+def test_recovers_clusters_of_a_known_gplvm(model_class, clustered):
+    Y, labels = clustered["gaussian"], clustered["labels"]
+    assert knn_accuracy(Y, labels) > 0.95  # the structure is there to find
+    model, before, history = train_on(model_class, Y)
+
+    assert history.tracing_count == 1
+    assert_elbo_rises(history.elbo)
+    if not model.latent.amortised:
+        # Random initial latents carry no structure, so the learned structure is the model's.
+        assert knn_accuracy(before, labels) < 0.5
+    after = model.latent_mean(Y).numpy()
+    assert np.all(np.isfinite(after))
+    accuracy = knn_accuracy(after, labels)
+    assert accuracy > 0.8, f"kNN accuracy {accuracy:.2f} (chance 1/3)"
+
+
+@pytest.mark.slow  # eight fits of 600 steps
+@pytest.mark.parametrize("model_class", ALL_MODELS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "kind, likelihood_class",
+    [("poisson", gpflow.likelihoods.Poisson), ("bernoulli", gpflow.likelihoods.Bernoulli)],
+    ids=["Poisson", "Bernoulli"],
+)
+def test_count_and_binary_likelihoods_train(model_class, kind, likelihood_class, clustered):
+    Y, labels = clustered[kind], clustered["labels"]
+    model, before, history = train_on(model_class, Y, likelihood_class(), iterations=600)
+
+    assert isinstance(model.likelihood, likelihood_class)
+    assert_elbo_rises(history.elbo)
+    after = model.latent_mean(Y).numpy()
+    assert np.all(np.isfinite(after))
+    # Less informative data than the Gaussian case, but still well above chance (1/3).
+    assert knn_accuracy(after, labels) > 0.6
+
+
+# --------------------------------------------------------------------------------------------
+# d. GPflow interoperability
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model_class, expected",
+    [
+        (sg.PointGPLVM, ["latent.mean"]),
+        (sg.BayesianSVIGPLVM, ["latent.mean", "latent.variance"]),
+        (sg.AmortisedBayesianGPLVM, ["latent.mean_network.weights[0]", "latent.factor_network"]),
+    ],
+    ids=["Point", "BayesianSVI", "Amortised"],
+)
+def test_print_summary_lists_latent_parameters(model_class, expected, small_Y, capsys):
+    model = model_class(small_Y, Q, M_SMALL)
+    gpflow.utilities.print_summary(model)
+    table = capsys.readouterr().out
+    for name in [*expected, "kernel.lengthscales", "likelihood.variance", "q_mu", "q_sqrt"]:
+        assert f"{model_class.__name__}.{name}" in table, name
+    parameters = gpflow.utilities.parameter_dict(model)
+    assert ".latent.mean" in parameters or ".latent.mean_network.weights[0]" in parameters
+
+
+def test_set_trainable_freezes_the_kernel_and_fit_on_a_dataset_still_works(small_Y):
+    model = sg.PointGPLVM(small_Y, Q, M_SMALL)
+    count = len(model.trainable_variables)
+    gpflow.set_trainable(model.kernel, False)
+
+    trainable = {v.ref() for v in model.trainable_variables}
+    kernel_variables = [p.unconstrained_variable for p in model.kernel.parameters]
+    assert len(kernel_variables) == 2
+    assert not trainable & {v.ref() for v in kernel_variables}
+    assert len(model.trainable_variables) == count - 2
+
+    kernel_before = values(kernel_variables)
+    latent_before = model.latent.mean.numpy().copy()
+    rows = tf.data.Dataset.from_tensor_slices((tf.range(N_SMALL, dtype=tf.int64), small_Y))
+    dataset = rows.shuffle(N_SMALL, seed=0).repeat().batch(BATCH, drop_remainder=True)
+    history = sg.fit(model, dataset, iterations=20, steps_per_call=6, progress=False)
+
+    assert history.tracing_count == 1 and np.all(np.isfinite(history.elbo))
+    for before, variable in zip(kernel_before, kernel_variables):
+        np.testing.assert_array_equal(variable.numpy(), before)
+    assert not np.array_equal(model.latent.mean.numpy(), latent_before)
+
+
+def test_deepcopy_gives_an_independent_equal_model(small_Y):
+    model = sg.PointGPLVM(small_Y, Q, M_SMALL)
+    sg.fit(model, small_Y, iterations=5, batch_size=BATCH, progress=False)  # after real use
+    batch = batch_of(small_Y, [2, 5, 8, 20])
+
+    clone = copy.deepcopy(model)
+    assert clone is not model and clone.latent is not model.latent
+    np.testing.assert_array_equal(clone.elbo(batch).numpy(), model.elbo(batch).numpy())
+
+    original = model.elbo(batch).numpy()
+    clone.latent.mean.assign(np.zeros((N_SMALL, Q)))
+    clone.kernel.variance.assign(3.0)
+    np.testing.assert_array_equal(model.elbo(batch).numpy(), original)
+    assert clone.elbo(batch).numpy() != original
+    assert model.kernel.variance.numpy() != 3.0
+
+
+def test_scipy_lowers_the_full_batch_loss_of_a_point_gplvm(small_Y):
+    model = sg.PointGPLVM(small_Y, Q, M_SMALL)
+    data = (tf.range(N_SMALL, dtype=tf.int64), tf.constant(small_Y))
+    closure = model.training_loss_closure(data)
+    start = closure().numpy()
+
+    result = gpflow.optimizers.Scipy().minimize(
+        closure, model.trainable_variables, options=dict(maxiter=20)
+    )
+
+    assert result.nit > 0
+    end = closure().numpy()
+    assert np.isfinite(end) and end < start - 1.0, (start, end)
+
+
+def test_natural_gradient_steps_on_q_u_lower_the_loss(small_Y, monkeypatch):
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)  # Gaussian likelihood by default
+    assert isinstance(model.likelihood, gpflow.likelihoods.Gaussian)
+    fix_noise(model, monkeypatch)  # a deterministic loss, so each step can be judged
+    gpflow.set_trainable(model.q_mu, False)
+    gpflow.set_trainable(model.q_sqrt, False)
+    trainable = {v.ref() for v in model.trainable_variables}
+    assert model.q_mu.unconstrained_variable.ref() not in trainable
+
+    data = (tf.range(N_SMALL, dtype=tf.int64), tf.constant(small_Y))
+    loss = model.training_loss_closure(data, compile=False)
+    natgrad = gpflow.optimizers.NaturalGradient(gamma=0.1)
+    adam = tf_keras.optimizers.Adam(0.01)
+
+    losses = [loss().numpy()]
+    for _ in range(4):
+        natgrad.minimize(loss, [(model.q_mu, model.q_sqrt)])
+        losses.append(loss().numpy())
+    assert np.all(np.diff(losses) < 0), losses
+
+    q_mu = model.q_mu.numpy().copy()
+    adam.minimize(loss, model.trainable_variables)  # the other parameters, q(u) held fixed
+    np.testing.assert_array_equal(model.q_mu.numpy(), q_mu)
+    natgrad.minimize(loss, [(model.q_mu, model.q_sqrt)])
+    assert np.isfinite(loss().numpy()) and loss().numpy() < losses[0]
+
+
+def test_training_loss_closure_over_a_dataset_iterator(small_Y):
+    model = sg.PointGPLVM(small_Y, Q, M_SMALL)
+    rows = tf.data.Dataset.from_tensor_slices((tf.range(N_SMALL, dtype=tf.int64), small_Y))
+    dataset = rows.batch(10).repeat()
+    closure = model.training_loss_closure(iter(dataset))
+
+    # The closure consumes the batches in order: rows 0-9, 10-19, 20-29.
+    for start in (0, 10, 20):
+        expected = model.training_loss(batch_of(small_Y, range(start, start + 10)))
+        np.testing.assert_allclose(closure().numpy(), expected.numpy(), rtol=1e-10)
+
+    full = (tf.range(N_SMALL, dtype=tf.int64), tf.constant(small_Y))
+    before = model.training_loss(full).numpy()
+    adam = tf_keras.optimizers.Adam(0.05)
+    for _ in range(15):
+        adam.minimize(closure, model.trainable_variables)
+    assert model.training_loss(full).numpy() < before
+
+
+# --------------------------------------------------------------------------------------------
+# e. The non-finite guard
+# --------------------------------------------------------------------------------------------
+
+
+class PoisonableLatent(PointLatent):
+    """A point latent whose row term is NaN once ``poisoned`` is set (a failure on demand)."""
+
+    def __init__(self, initial_mean):
+        super().__init__(initial_mean)
+        self.poisoned = tf.Variable(False, trainable=False)
+
+    def row_term(self, x):
+        nan = tf.constant(np.nan, dtype=x.dtype)
+        return tf.where(self.poisoned, nan, tf.zeros_like(x[:, 0]))
+
+
+class NaNGradientLatent(PointLatent):
+    """A point latent whose loss stays finite but whose gradient is NaN once ``h`` is 0.
+
+    row term sqrt(x0 - x0 + h) - sqrt(h): exactly 0, but d/dx0 = inf - inf = NaN at h = 0.
+    """
+
+    def __init__(self, initial_mean):
+        super().__init__(initial_mean)
+        self.h = tf.Variable(1.0, trainable=False, dtype=default_float())
+
+    def row_term(self, x):
+        return tf.sqrt(x[:, 0] - x[:, 0] + self.h) - tf.sqrt(self.h)
+
+
+def test_non_finite_loss_stops_fit_and_keeps_the_last_finite_parameters(small_Y):
+    model = sg.SVIGPLVM(small_Y, Q, M_SMALL, latent=PoisonableLatent)
+    snapshots = []
+
+    def poison(step):
+        snapshots.append(values(model.trainable_variables))
+        model.latent.poisoned.assign(True)
+
+    with pytest.raises(sg.NonFiniteLossError, match="jitter") as error:
+        sg.fit(
+            model,
+            small_Y,
+            iterations=40,
+            batch_size=BATCH,
+            steps_per_call=4,
+            callback=poison,
+            callback_every=10,
+            progress=False,
+        )
+
+    assert "step 11" in str(error.value)
+    elbo = error.value.history.elbo
+    assert elbo.shape == (11,)
+    assert np.all(np.isfinite(elbo[:10])) and np.isnan(elbo[10])
+    assert len(snapshots) == 1
+    for snapshot, variable in zip(snapshots[0], model.trainable_variables):
+        assert np.all(np.isfinite(variable.numpy())), variable.name
+        np.testing.assert_array_equal(variable.numpy(), snapshot)
+
+
+def test_finite_loss_with_nan_gradients_leaves_parameters_finite(small_Y):
+    model = sg.SVIGPLVM(small_Y, Q, M_SMALL, latent=NaNGradientLatent)
+
+    def break_gradients(step):
+        model.latent.h.assign(0.0)
+
+    with pytest.raises(sg.NonFiniteLossError):
+        sg.fit(
+            model,
+            small_Y,
+            iterations=40,
+            batch_size=BATCH,
+            steps_per_call=4,
+            callback=break_gradients,
+            callback_every=8,
+            progress=False,
+        )
+    for variable in model.trainable_variables:
+        assert np.all(np.isfinite(variable.numpy())), variable.name
+
+
+# --------------------------------------------------------------------------------------------
+# f. Callbacks and seeds
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seeded_run(small_Y):
+    """A B-SVI fit (stochastic latents) with a callback every 6 steps, 4 steps per call."""
+    calls = []
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    history = sg.fit(
+        model,
+        small_Y,
+        iterations=25,
+        batch_size=BATCH,
+        seed=3,
+        steps_per_call=4,
+        callback=calls.append,
+        callback_every=6,
+        progress=False,
+    )
+    return history, calls
+
+
+def test_callback_is_called_every_k_steps(seeded_run):
+    history, calls = seeded_run
+    assert calls == [6, 12, 18, 24]
+    assert history.elbo.shape == (25,)
+    assert history.tracing_count == 1
+
+
+def test_same_seed_gives_identical_elbo_histories(seeded_run, small_Y):
+    reference, _ = seeded_run
+
+    def run(seed):
+        model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+        # No callback and other chunking: the sequence of steps must not depend on either.
+        return sg.fit(
+            model,
+            small_Y,
+            iterations=25,
+            batch_size=BATCH,
+            seed=seed,
+            steps_per_call=10,
+            progress=False,
+        ).elbo
+
+    np.testing.assert_array_equal(run(3), reference.elbo)
+    assert not np.allclose(run(4), reference.elbo)

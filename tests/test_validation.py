@@ -1,0 +1,317 @@
+"""Bad input is rejected at the boundary with a ``ValueError`` that says what to fix.
+
+No test here trains or traces: every error is raised before any compiled code runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow_probability as tfp
+
+import gpflow_svi_gplvm as sg
+from gpflow_svi_gplvm.networks import MLP
+
+N, D, Q, M = 30, 4, 2, 5
+ALL_MODELS = [sg.PointGPLVM, sg.MAPGPLVM, sg.BayesianSVIGPLVM, sg.AmortisedBayesianGPLVM]
+model_classes = pytest.mark.parametrize("model_class", ALL_MODELS, ids=lambda c: c.__name__)
+
+
+@pytest.fixture(scope="module")
+def Y() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((N, D))
+
+
+@pytest.fixture(scope="module")
+def counts() -> np.ndarray:
+    return np.random.default_rng(1).poisson(3.0, size=(N, D)).astype(float)
+
+
+@pytest.fixture(scope="module")
+def binary() -> np.ndarray:
+    return (np.random.default_rng(2).uniform(size=(N, D)) < 0.4).astype(float)
+
+
+# --------------------------------------------------------------------------------------------
+# The data array
+# --------------------------------------------------------------------------------------------
+
+
+@model_classes
+@pytest.mark.parametrize("shape", [(N,), (N, D, 2)], ids=["1-D", "3-D"])
+def test_data_must_be_two_dimensional(model_class, shape):
+    data = np.ones(shape)
+    with pytest.raises(ValueError, match=r"data must be 2-D \[N, D\].*got shape.*Reshape it"):
+        model_class(data, Q, 1)
+
+
+@model_classes
+@pytest.mark.parametrize("shape", [(0, D), (N, 0)], ids=["N=0", "D=0"])
+def test_data_needs_rows_and_columns(model_class, shape):
+    with pytest.raises(ValueError, match=r"at least one row and one column, got shape"):
+        model_class(np.zeros(shape), Q, 1)
+
+
+@model_classes
+@pytest.mark.parametrize("value", [np.inf, -np.inf], ids=["+inf", "-inf"])
+def test_infinite_entries_are_rejected(model_class, value, Y):
+    data = Y.copy()
+    data[3, 1] = value
+    with pytest.raises(ValueError, match=r"infinite entries.*Replace them with NaN"):
+        model_class(data, Q, M)
+
+
+@model_classes
+def test_all_missing_data_is_rejected(model_class):
+    with pytest.raises(ValueError, match=r"Every entry of data is missing \(NaN\)"):
+        model_class(np.full((N, D), np.nan), Q, M)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [np.ones((N, D - 1), dtype=bool), np.ones((N, D), dtype=int)],
+    ids=["wrong shape", "not boolean"],
+)
+def test_observation_mask_must_be_boolean_of_the_data_shape(mask, Y):
+    with pytest.raises(ValueError, match=r"mask must be a boolean array of data's shape \(30, 4\)"):
+        sg.PointGPLVM(Y, Q, M, mask=mask)
+
+
+def test_non_numeric_data_is_rejected():
+    with pytest.raises(ValueError, match=r"data must be a numeric array \[N, D\]"):
+        sg.PointGPLVM([["a", "b"], ["c", "d"]], 1, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Model settings
+# --------------------------------------------------------------------------------------------
+
+
+@model_classes
+@pytest.mark.parametrize("latent_dim", [0, -1, 2.5, "2"])
+def test_latent_dim_must_be_a_positive_integer(model_class, latent_dim, Y):
+    with pytest.raises(ValueError, match=r"latent_dim must be a positive integer, got .*typical"):
+        model_class(Y, latent_dim, M)
+
+
+@model_classes
+def test_num_inducing_must_not_exceed_num_data(model_class, Y):
+    with pytest.raises(ValueError, match=r"num_inducing \(31\) exceeds .* N \(30\).*<= 30"):
+        model_class(Y, Q, N + 1)
+
+
+@pytest.mark.parametrize("num_inducing", [0, 1.5])
+def test_num_inducing_must_be_a_positive_integer(num_inducing, Y):
+    with pytest.raises(ValueError, match=r"num_inducing must be a positive integer"):
+        sg.PointGPLVM(Y, Q, num_inducing)
+
+
+@pytest.mark.parametrize("num_samples", [0, -2])
+def test_num_samples_must_be_positive(num_samples, Y):
+    with pytest.raises(ValueError, match=r"num_samples must be a positive integer, got"):
+        sg.BayesianSVIGPLVM(Y, Q, M, num_samples=num_samples)
+
+
+@model_classes
+def test_unknown_latent_init_is_rejected(model_class, Y):
+    with pytest.raises(ValueError, match=r"latent_init must be 'pca' or 'random', got 'kmeans'"):
+        model_class(Y, Q, M, latent_init="kmeans")
+
+
+def test_map_prior_must_be_over_whole_latent_vectors(Y):
+    scalar_prior = tfp.distributions.Normal(np.float64(0.0), np.float64(1.0))
+    with pytest.raises(ValueError, match=r"event shape \[2\].*Independent"):
+        sg.MAPGPLVM(Y, Q, M, prior=scalar_prior)
+
+
+# --------------------------------------------------------------------------------------------
+# Likelihood support
+# --------------------------------------------------------------------------------------------
+
+
+@model_classes
+@pytest.mark.parametrize("bad", [-1.0, 2.5], ids=["negative", "non-integer"])
+def test_poisson_needs_non_negative_integer_counts(model_class, bad, counts):
+    data = counts.copy()
+    data[0, 0] = bad
+    with pytest.raises(ValueError, match=r"Poisson likelihood needs non-negative integer counts"):
+        model_class(data, Q, M, likelihood=gpflow.likelihoods.Poisson())
+
+
+@model_classes
+@pytest.mark.parametrize("bad", [0.5, 2.0, -1.0])
+def test_bernoulli_needs_zeros_and_ones(model_class, bad, binary):
+    data = binary.copy()
+    data[5, 2] = bad
+    with pytest.raises(ValueError, match=r"Bernoulli likelihood needs binary data.*0 or 1"):
+        model_class(data, Q, M, likelihood=gpflow.likelihoods.Bernoulli())
+
+
+def test_valid_counts_and_binary_data_with_gaps_are_accepted(counts, binary):
+    """The support checks ignore missing entries and accept in-support data."""
+    for data, likelihood in [
+        (counts, gpflow.likelihoods.Poisson),
+        (binary, gpflow.likelihoods.Bernoulli),
+    ]:
+        model = sg.BayesianSVIGPLVM(data, Q, M, likelihood=likelihood())
+        assert isinstance(model.likelihood, likelihood)
+        gappy = data.copy()
+        gappy[1, 1] = np.nan
+        with pytest.warns(UserWarning, match="missing"):
+            model = sg.BayesianSVIGPLVM(gappy, Q, M, likelihood=likelihood())
+        assert isinstance(model.likelihood.base, likelihood)
+
+
+def test_masked_likelihood_needs_a_scalar_likelihood():
+    with pytest.raises(ValueError, match=r"wraps a gpflow ScalarLikelihood.*got Softmax"):
+        sg.MaskedLikelihood(gpflow.likelihoods.Softmax(3))
+
+
+# --------------------------------------------------------------------------------------------
+# fit
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def point_model(Y):
+    return sg.PointGPLVM(Y, Q, M)
+
+
+def test_fit_rejects_data_with_the_wrong_number_of_columns(point_model, Y):
+    with pytest.raises(ValueError, match=r"shape \[N, 4\] \(the model was built for 4 columns\)"):
+        sg.fit(point_model, Y[:, :3], iterations=1, progress=False)
+
+
+def test_fit_rejects_data_with_the_wrong_number_of_rows(point_model, Y):
+    with pytest.raises(ValueError, match=r"20 rows but the model was built for N=30"):
+        sg.fit(point_model, Y[:20], iterations=1, progress=False)
+
+
+def test_fit_rejects_bad_data_values(point_model, Y):
+    data = Y.copy()
+    data[0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"infinite entries"):
+        sg.fit(point_model, data, iterations=1, progress=False)
+    with pytest.raises(ValueError, match=r"data must be 2-D"):
+        sg.fit(point_model, Y.ravel(), iterations=1, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(batch_size=0), r"batch_size must be a positive integer, got 0"),
+        (dict(iterations=-1), r"iterations must be >= 0"),
+        (dict(steps_per_call=0), r"steps_per_call, callback_every >= 1"),
+        (dict(callback_every=0), r"steps_per_call, callback_every >= 1"),
+    ],
+    ids=["batch_size", "iterations", "steps_per_call", "callback_every"],
+)
+def test_fit_rejects_bad_settings(point_model, Y, kwargs, message):
+    settings = dict(iterations=1, batch_size=10, progress=False) | kwargs
+    with pytest.raises(ValueError, match=message):
+        sg.fit(point_model, Y, **settings)
+
+
+def test_trainer_rejects_a_negative_iteration_count(point_model, Y):
+    trainer = sg.Trainer(point_model, Y, batch_size=10)  # builds, but traces nothing yet
+    with pytest.raises(ValueError, match=r"iterations must be >= 0"):
+        trainer.train(-1, progress=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Amortised encoders
+# --------------------------------------------------------------------------------------------
+
+
+def test_encoder_covariance_name_must_be_known(Y):
+    match = r"covariance must be 'triangular' or 'dense', got 'full'"
+    with pytest.raises(ValueError, match=match):
+        sg.EncoderLatent(D, Q, covariance="full")
+    with pytest.raises(ValueError, match=match):
+        sg.AmortisedBayesianGPLVM(Y, Q, M, covariance="full")
+
+
+def test_mlp_activation_must_be_known(Y):
+    match = r"activation must be one of \['elu', 'relu', 'softplus', 'tanh'\], got 'sigmoid'"
+    with pytest.raises(ValueError, match=match):
+        MLP(D, (5,), Q, activation="sigmoid")
+    with pytest.raises(ValueError, match=match):
+        sg.EncoderLatent(D, Q, activation="sigmoid")
+    with pytest.raises(ValueError, match=match):
+        sg.AmortisedBayesianGPLVM(Y, Q, M, activation="sigmoid")
+
+
+def test_amortised_latent_moments_need_the_data(Y):
+    model = sg.AmortisedBayesianGPLVM(Y, Q, M)
+    match = r"amortised model computes q\(x\) from the data.*model\.latent_mean\(Y\)"
+    with pytest.raises(ValueError, match=match):
+        model.latent_mean()
+    with pytest.raises(ValueError, match=match):
+        model.latent_variance()
+    with pytest.raises(ValueError, match=r"Y must have shape \[N, 4\]"):
+        model.latent_mean(Y[:, :3])
+    assert model.latent_mean(Y).shape == (N, Q)  # with the rows it works
+
+
+# --------------------------------------------------------------------------------------------
+# Missing entries
+# --------------------------------------------------------------------------------------------
+
+
+@model_classes
+def test_missing_entries_wrap_the_likelihood_with_a_warning(model_class, Y):
+    data = Y.copy()
+    data[[0, 4, 9], [1, 3, 0]] = np.nan
+    with pytest.warns(UserWarning, match=r"2\.5% of the entries of data are missing.*Masked"):
+        model = model_class(data, Q, M)
+    assert isinstance(model.likelihood, sg.MaskedLikelihood)
+    assert isinstance(model.likelihood.base, gpflow.likelihoods.Gaussian)
+    if model_class is sg.AmortisedBayesianGPLVM:
+        assert model.latent.missing_aware  # the encoder is told which entries are gaps
+
+
+@model_classes
+def test_complete_data_keeps_the_likelihood_and_warns_nothing(model_class, Y):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = model_class(Y, Q, M)
+    assert isinstance(model.likelihood, gpflow.likelihoods.Gaussian)
+    assert not isinstance(model.likelihood, sg.MaskedLikelihood)
+
+
+def test_an_explicit_masked_likelihood_is_kept_without_a_warning(Y):
+    data = Y.copy()
+    data[2, 2] = np.nan
+    likelihood = sg.MaskedLikelihood(gpflow.likelihoods.StudentT())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = sg.PointGPLVM(data, Q, M, likelihood=likelihood)
+    assert model.likelihood is likelihood
+
+
+# --------------------------------------------------------------------------------------------
+# Formerly known gaps
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("latent_dim", [None, "two", float("nan")], ids=["None", "two", "nan"])
+def test_latent_dim_of_the_wrong_type_gets_a_helpful_message(latent_dim, Y):
+    with pytest.raises(ValueError) as error:
+        sg.PointGPLVM(Y, latent_dim, M)
+    assert "latent_dim must be a positive integer" in str(error.value)
+
+
+def test_a_fully_missing_column_gets_a_value_error_or_is_handled(Y):
+    data = Y.copy()
+    data[:, 1] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the MaskedLikelihood notice and numpy's empty-slice one
+        try:
+            model = sg.PointGPLVM(data, Q, M)
+        except ValueError as error:
+            assert "missing" in str(error)
+            return
+    assert np.all(np.isfinite(model.latent_mean().numpy()))
