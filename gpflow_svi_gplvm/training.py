@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 from tqdm.auto import tqdm
 
+from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM
 from .validation import check_observations
 
@@ -52,7 +54,13 @@ def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) 
             f"data has {Y.shape[0]} rows but the model was built for N={model.num_data}: "
             "train on the rows the model was constructed with."
         )
-    if batch_size < 1:
+    if np.isnan(Y).any() and not isinstance(model.likelihood, MaskedLikelihood):
+        raise ValueError(
+            "data has missing entries but the model was built on complete data, so its "
+            "likelihood counts every entry. Build the model with the incomplete data (it then "
+            "wraps its likelihood in MaskedLikelihood), or pass likelihood=MaskedLikelihood(...)."
+        )
+    if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
     num_data = Y.shape[0]
     rows = tf.data.Dataset.from_tensor_slices((tf.range(num_data, dtype=tf.int64), Y))

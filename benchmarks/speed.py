@@ -1,0 +1,541 @@
+"""Training speed of the four GPLVMs against a plain compiled GPflow SVGP step (the floor).
+
+Usage::
+
+    python benchmarks/speed.py [--iterations 500] [--repeats 21] [--steps-per-call 100]
+                               [--jit] [--breakdown] [--quick]
+
+At the paper's oil-flow size (N=800, D=12, Q=10, M=25, batch 100, one latent sample) it times
+``gpflow_svi_gplvm.training.Trainer(model, Y, batch_size=100).train(...)`` for PointGPLVM, MAPGPLVM,
+BayesianSVIGPLVM (B-SVI) and AmortisedBayesianGPLVM (AEB-SVI), and a plain GPflow SVGP with known
+inputs X [N, Q] of the same shapes, trained the same way: a ``tf.data`` pipeline of (X, Y)
+(shuffle / repeat / batch with drop_remainder / prefetch), the same ``tf_keras`` Adam built before
+the first step, and ``steps_per_call`` steps inside one ``tf.function`` via ``tf.range``. The SVGP
+step has no finiteness guard: it is what a GPflow user would write, so the ratio to it is the whole
+price of the package (latent module + its ELBO + its Trainer).
+
+Every contender is warmed up by one call (its compilation) that is not timed; then each repeat runs
+``--iterations`` steps of every contender in turn (round-robin, with a rotating start), so machine
+noise falls on all alike. The table reports the median steps/s over the repeats.
+
+Data are synthetic and seeded, unless the environment variable ``GPFLOW_SVI_GPLVM_DATA`` names a
+folder holding ``oilflow/oilflow.npz`` (key ``Y``; the first 800 rows are used).
+
+``--breakdown`` adds diagnostic contenders ("[diag] ...") that split the gap to the floor: B-SVI
+in the floor's plain loop (the Trainer's own cost), an SVIGPLVM with the floor's fixed, known
+inputs (the package's ELBO without latent parameters), loss-and-gradient-only steps (the
+optimiser's share), B-SVI with a row-sparse ("lazy") Adam (a what-if, not the package), B-SVI on
+10x the rows with the same batch (does a step's cost grow with N?), AEB-SVI with the paper's
+encoder (no mask input, no input hiding) and B-SVI with a MaskedLikelihood.
+
+Machine noise: ``CPU ms/step`` (process CPU time per step, all threads) is less sensitive to other
+work on a shared machine than wall time; the ratios are printed both as ratios of medians and as
+medians of the per-round ratios (each round measures all contenders back to back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import gpflow  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from gpflow.config import default_float  # noqa: E402
+from gpflow.keras import tf_keras  # noqa: E402
+
+import gpflow_svi_gplvm as svi  # noqa: E402
+from gpflow_svi_gplvm.initialisation import inducing_inputs, pca_latents  # noqa: E402
+from gpflow_svi_gplvm.latents import LatentBatch, LatentVariables  # noqa: E402
+from gpflow_svi_gplvm.training import Trainer, make_dataset  # noqa: E402
+
+NUM_DATA, DATA_DIM, LATENT_DIM, NUM_INDUCING, BATCH_SIZE, NUM_SAMPLES = 800, 12, 10, 25, 100, 1
+LEARNING_RATE = 1e-2
+SEED = 0
+
+FLOOR = "SVGP floor (known X)"
+
+# Targets printed beside the measurements.
+MAX_BSVI_SLOWDOWN = 1.15  # svgp_steps_per_s / bsvi_steps_per_s
+MIN_AEB_VS_BSVI = 0.8  # aeb_steps_per_s / bsvi_steps_per_s
+MIN_BSVI_STEPS_PER_S = 500.0  # on 2 CPU cores
+
+
+# ----------------------------------------------------------------------------------------- data
+
+
+def load_data() -> tuple[np.ndarray, str]:
+    """Y [800, 12]: oil flow when GPFLOW_SVI_GPLVM_DATA points at it, else seeded synthetic data."""
+    folder = os.environ.get("GPFLOW_SVI_GPLVM_DATA")
+    if folder:
+        path = os.path.join(folder, "oilflow", "oilflow.npz")
+        if os.path.exists(path):
+            with np.load(path) as archive:
+                Y = np.asarray(archive["Y"][:NUM_DATA], dtype=np.float64)
+            if Y.shape != (NUM_DATA, DATA_DIM):
+                raise ValueError(f"{path}: expected Y of shape [>=800, 12], got {Y.shape}.")
+            return Y, f"oil flow ({path}, first {NUM_DATA} rows)"
+        note = f"synthetic (GPFLOW_SVI_GPLVM_DATA={folder!r} has no oilflow/oilflow.npz)"
+    else:
+        note = "synthetic (seeded; set GPFLOW_SVI_GPLVM_DATA for oil flow)"
+    return synthetic(NUM_DATA), note
+
+
+def synthetic(num_rows: int) -> np.ndarray:
+    """Y [num_rows, 12], seeded: a smooth map of a 2-D latent plus noise, well conditioned."""
+    rng = np.random.default_rng(SEED)
+    X = rng.standard_normal((num_rows, 2))
+    W = rng.standard_normal((2, DATA_DIM))
+    b = rng.uniform(0.0, 2.0 * np.pi, DATA_DIM)
+    return np.sin(X @ W + b) + 0.1 * rng.standard_normal((num_rows, DATA_DIM))
+
+
+# ----------------------------------------------------------------------------------- contenders
+
+
+class PlainTrainer:
+    """A plain compiled GPflow training loop, structured exactly like the package's Trainer.
+
+    Same pipeline (given), same tf_keras Adam built before the first trace, same input signature
+    and ``tf.range`` loop with a TensorArray of ELBOs; only the finiteness guard (``tf.cond``
+    around the update, ``break`` on a non-finite loss) is left out, as in a plain GPflow loop.
+    With an SVGP and a dataset of (X, Y) it is the floor. ``loss_kwargs`` go to
+    ``model.training_loss`` (e.g. ``training=True`` for a package model, as its Trainer passes).
+    ``update=False`` (diagnostic) computes the loss and all gradients but applies no update, so
+    the difference to ``update=True`` is the optimiser's cost.
+    """
+
+    def __init__(
+        self, model, dataset, learning_rate, seed, jit_compile, loss_kwargs=None, update=True
+    ):
+        tf.random.set_seed(seed)
+        self.model = model
+        self.loss_kwargs = dict(loss_kwargs or {})
+        self.update = update
+        self.iterator = iter(dataset)
+        self.optimizer = tf_keras.optimizers.Adam(learning_rate)
+        self.variables = model.trainable_variables
+        self.optimizer.build(self.variables)
+        self.step = tf.function(
+            self._step, input_signature=[dataset.element_spec], jit_compile=jit_compile
+        )
+        self.run = tf.function(self._run, input_signature=[tf.TensorSpec([], tf.int32)])
+
+    def _step(self, batch) -> tf.Tensor:
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(self.variables)
+            loss = self.model.training_loss(batch, **self.loss_kwargs)
+        gradients = tape.gradient(loss, self.variables)
+        if not self.update:  # consume every gradient so that none is pruned from the graph
+            values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+            return loss + 0.0 * tf.add_n([tf.reduce_sum(v) for v in values])
+        self.optimizer.apply_gradients(zip(gradients, self.variables))
+        return loss
+
+    def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
+        elbos = tf.TensorArray(default_float(), size=num_steps)
+        for i in tf.range(num_steps):
+            elbos = elbos.write(i, -self.step(next(self.iterator)))
+        return elbos.stack()
+
+    def train(self, iterations: int, steps_per_call: int = 100, progress: bool = False):
+        done = 0
+        while done < iterations:
+            chunk = min(steps_per_call, iterations - done)
+            values = self.run(tf.constant(chunk, tf.int32)).numpy()
+            done += len(values)
+            if not np.all(np.isfinite(values)):
+                raise FloatingPointError(f"non-finite ELBO {values[-1]} in the plain loop.")
+
+    @property
+    def tracing_count(self) -> int:
+        return self.step.experimental_get_tracing_count()
+
+
+class FixedLatent(LatentVariables):
+    """Diagnostic latent module: x_n are fixed, known inputs (a constant table, no parameters).
+
+    An SVIGPLVM with this module computes the same bound as the SVGP floor, through the package's
+    ELBO and Trainer, so its gap to the floor is the package's cost without any latent parameters.
+    """
+
+    def __init__(self, inputs: np.ndarray):
+        super().__init__(inputs.shape[1])
+        self.num_data = inputs.shape[0]
+        self.inputs = tf.constant(inputs, dtype=default_float())
+
+    def moments(self, idx, Y):
+        mean = tf.gather(self.inputs, idx)
+        return mean, tf.zeros_like(mean)
+
+    def __call__(self, idx, Y, num_samples, *args, **kwargs) -> LatentBatch:
+        mean, variance = self.moments(idx, Y)
+        return LatentBatch(mean[None], tf.zeros_like(mean[:, 0]), mean, variance)
+
+
+class RowSparseAdam(tf_keras.optimizers.Adam):
+    """What-if (diagnostic): Adam that, for a row-sparse gradient, updates only the batch's rows.
+
+    tf_keras Adam given an ``IndexedSlices`` gradient (the per-row latent tables) still decays the
+    moments m, v and rewrites the variable over *all* N rows every step (~10 passes over [N, Q]),
+    so a step costs O(N Q) however sparse the gradient. This "lazy" variant (the semantics of
+    TF-Addons' LazyAdam / PyTorch's SparseAdam) touches only the B gathered rows; dense
+    gradients get ordinary Adam.
+    """
+
+    def update_step(self, gradient, variable):
+        if not isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable)
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        alpha = tf.cast(self.learning_rate, dtype) * tf.sqrt(1 - tf.pow(beta_2, step))
+        alpha = alpha / (1 - tf.pow(beta_1, step))
+        key = self._var_key(variable)
+        m = self._momentums[self._index_dict[key]]
+        v = self._velocities[self._index_dict[key]]
+        rows = gradient.indices  # unique: the optimiser deduplicates sparse gradients first
+        m_rows = beta_1 * tf.gather(m, rows) + (1 - beta_1) * gradient.values
+        v_rows = beta_2 * tf.gather(v, rows) + (1 - beta_2) * tf.square(gradient.values)
+        m.scatter_update(tf.IndexedSlices(m_rows, rows))
+        v.scatter_update(tf.IndexedSlices(v_rows, rows))
+        step_rows = alpha * m_rows / (tf.sqrt(v_rows) + self.epsilon)
+        variable.scatter_sub(tf.IndexedSlices(step_rows, rows))
+
+
+def floor_model(Y: np.ndarray, X: np.ndarray) -> gpflow.models.SVGP:
+    """The SVGP the package builds, with known inputs X: same kernel, likelihood, mean, Z, q(u)."""
+    noise = 0.1 * float(np.nanmean(np.nanvar(Y, axis=0)))
+    return gpflow.models.SVGP(
+        gpflow.kernels.SquaredExponential(lengthscales=np.ones(LATENT_DIM)),
+        gpflow.likelihoods.Gaussian(variance=max(noise, 1e-3)),
+        inducing_inputs(X, NUM_INDUCING, seed=SEED),
+        mean_function=gpflow.mean_functions.Constant(np.nanmean(Y, axis=0)),
+        num_latent_gps=Y.shape[1],
+        whiten=True,
+        num_data=Y.shape[0],
+    )
+
+
+def floor_dataset(X: np.ndarray, Y: np.ndarray) -> tf.data.Dataset:
+    return (
+        tf.data.Dataset.from_tensor_slices((X, Y))
+        .shuffle(X.shape[0], seed=SEED, reshuffle_each_iteration=True)
+        .repeat()
+        .batch(BATCH_SIZE, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[[], object]]:
+    """Name -> a factory of an object with ``train(iterations, steps_per_call, progress)``."""
+    X = pca_latents(Y, LATENT_DIM, seed=SEED)  # known inputs of the right shape and scale
+    common = dict(num_inducing=NUM_INDUCING, num_samples=NUM_SAMPLES, seed=SEED)
+
+    def package(model_factory, data=Y, optimizer=None):
+        return lambda: Trainer(
+            model_factory(),
+            data,
+            batch_size=BATCH_SIZE,
+            learning_rate=LEARNING_RATE,
+            optimizer=optimizer(LEARNING_RATE) if optimizer else None,
+            seed=SEED,
+            jit_compile=jit,
+        )
+
+    def floor(update=True):
+        return lambda: PlainTrainer(
+            floor_model(Y, X), floor_dataset(X, Y), LEARNING_RATE, SEED, jit, update=update
+        )
+
+    def plain_loop(model_factory, update=True):
+        def build():
+            model = model_factory()
+            dataset = make_dataset(model, Y, BATCH_SIZE, seed=SEED)
+            loss_kwargs = {"training": True}  # what the package's Trainer passes
+            return PlainTrainer(model, dataset, LEARNING_RATE, SEED, jit, loss_kwargs, update)
+
+        return build
+
+    def bsvi(data=Y, **kwargs):
+        return lambda: svi.BayesianSVIGPLVM(data, LATENT_DIM, **common, **kwargs)
+
+    def aeb(**kwargs):
+        return lambda: svi.AmortisedBayesianGPLVM(Y, LATENT_DIM, **common, **kwargs)
+
+    entries: dict[str, Callable[[], object]] = {
+        FLOOR: floor(),
+        "Point": package(lambda: svi.PointGPLVM(Y, LATENT_DIM, **common)),
+        "MAP": package(lambda: svi.MAPGPLVM(Y, LATENT_DIM, **common)),
+        "B-SVI": package(bsvi()),
+        "AEB-SVI": package(aeb()),
+    }
+    if not breakdown:
+        return entries
+    noise = max(0.1 * float(np.nanmean(np.nanvar(Y, axis=0))), 1e-3)
+    big = synthetic(10 * NUM_DATA)
+    entries.update(
+        {
+            # The package's model in the floor's plain loop: the gap to B-SVI is the Trainer's own
+            # cost (finiteness guard, distribution-strategy wrapper, early exit).
+            "[diag] B-SVI, plain loop (not Trainer)": plain_loop(bsvi()),
+            # The package's ELBO and Trainer with the floor's known inputs: no latent parameters.
+            "[diag] SVIGPLVM, fixed known X": package(
+                lambda: svi.SVIGPLVM(Y, LATENT_DIM, latent=FixedLatent, **common)
+            ),
+            # Loss and gradients only: the gap to the plain loop's full step is the optimiser's.
+            "[diag] SVGP floor, no update": floor(update=False),
+            "[diag] B-SVI, plain loop, no update": plain_loop(bsvi(), update=False),
+            "[diag] AEB-SVI, plain loop, no update": plain_loop(aeb(), update=False),
+            # What-if: only the batch's rows of q(x) updated (not what the package does).
+            "[diag] B-SVI, row-sparse Adam": package(bsvi(), optimizer=RowSparseAdam),
+            # Same batch, 10x the rows: does a step's cost grow with N?
+            f"[diag] B-SVI, N={10 * NUM_DATA}": package(bsvi(big), data=big),
+            "[diag] AEB-SVI, paper encoder": package(aeb(missing_aware=False, hide_fraction=0.0)),
+            "[diag] B-SVI, MaskedLikelihood": package(
+                bsvi(likelihood=svi.MaskedLikelihood(gpflow.likelihoods.Gaussian(noise)))
+            ),
+        }
+    )
+    return entries
+
+
+# ------------------------------------------------------------------------------------ measuring
+
+
+@dataclass
+class Result:
+    name: str
+    compile_seconds: float = float("nan")
+    steps_per_s: list[float] = field(default_factory=list)
+    cpu_ms_per_step: list[float] = field(default_factory=list)
+    tracing_count: int = -1
+    error: str | None = None
+
+    @property
+    def median(self) -> float:
+        return _median(self.steps_per_s)
+
+
+def measure(
+    entries: dict[tuple[str, str], Callable[[], object]],
+    iterations: int,
+    repeats: int,
+    steps_per_call: int,
+) -> dict[str, dict[str, Result]]:
+    """{column label: {name: Result}}; all (label, name) contenders interleaved in every round."""
+    results = {key: Result(key[1]) for key in entries}
+    trainers = {}
+    for key, factory in entries.items():
+        # Warm-up: build, then one call of steps_per_call steps (tracing + compilation), untimed.
+        start = time.perf_counter()
+        try:
+            trainers[key] = factory()
+            trainers[key].train(steps_per_call, steps_per_call=steps_per_call, progress=False)
+        except Exception as error:  # report and go on: one broken contender spoils no others
+            results[key].error = f"{type(error).__name__}: {error}"
+            trainers.pop(key, None)
+        results[key].compile_seconds = time.perf_counter() - start
+        print(f"  warm-up [{key[0]}] {key[1]}: {results[key].compile_seconds:.1f} s", flush=True)
+
+    keys = list(trainers)
+    for repeat in range(repeats):
+        shift = repeat % len(keys) if keys else 0
+        line = []
+        for key in keys[shift:] + keys[:shift]:
+            start, cpu_start = time.perf_counter(), time.process_time()
+            try:
+                trainers[key].train(iterations, steps_per_call=steps_per_call, progress=False)
+                rate = iterations / (time.perf_counter() - start)
+                cpu = 1e3 * (time.process_time() - cpu_start) / iterations
+            except Exception as error:
+                results[key].error = f"{type(error).__name__}: {error}"
+                rate = cpu = float("nan")
+            results[key].steps_per_s.append(rate)
+            results[key].cpu_ms_per_step.append(cpu)
+            short = key[1].split(" (")[0] + ("" if key[0] == "graph" else f" {key[0]}")
+            line.append(f"{short} {rate:.0f}")
+        print(f"  repeat {repeat + 1}/{repeats}: " + ", ".join(line), flush=True)
+    for key, trainer in trainers.items():
+        results[key].tracing_count = trainer.tracing_count
+    columns: dict[str, dict[str, Result]] = {}
+    for (label, name), result in results.items():
+        columns.setdefault(label, {})[name] = result
+    return columns
+
+
+# ------------------------------------------------------------------------------------ reporting
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return statistics.median(finite) if finite else float("nan")
+
+
+def paired_median_ratio(numerator: Result, denominator: Result) -> float:
+    """Median over repeats of numerator/denominator taken in the same round (noise-paired)."""
+    pairs = [
+        a / b
+        for a, b in zip(numerator.steps_per_s, denominator.steps_per_s)
+        if np.isfinite(a) and np.isfinite(b) and b > 0
+    ]
+    return statistics.median(pairs) if pairs else float("nan")
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def report(columns: dict[str, dict[str, Result]]) -> None:
+    header = ["model"]
+    for label in columns:
+        header += [
+            f"{label} steps/s (median)",
+            f"{label} range",
+            f"{label} ms/step",
+            f"{label} CPU ms/step",
+            f"{label} floor/model",
+        ]
+    header.append("compile s")
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+    first = next(iter(columns.values()))
+    for name in first:
+        row = [name]
+        for results in columns.values():
+            result, floor = results[name], results[FLOOR]
+            if result.error and not np.isfinite(result.median):
+                row += ["failed", "", "", "", ""]
+                continue
+            finite = [v for v in result.steps_per_s if np.isfinite(v)]
+            row += [
+                f"{result.median:.0f}",
+                f"{min(finite):.0f}-{max(finite):.0f}",
+                f"{1e3 / result.median:.2f}",
+                f"{_median(result.cpu_ms_per_step):.2f}",
+                f"{paired_median_ratio(floor, result):.2f}x",
+            ]
+        row.append(" / ".join(f"{r[name].compile_seconds:.1f}" for r in columns.values()))
+        print("| " + " | ".join(row) + " |")
+    for results in columns.values():
+        for result in results.values():
+            if result.error:
+                lines = [line.strip() for line in result.error.splitlines() if line.strip()]
+                brief = lines[0] if len(lines) < 3 else f"{lines[0]} ... {lines[-1]}"
+                print(f"\n{result.name} failed: {brief}")
+            if result.tracing_count not in (-1, 1):
+                print(f"\n{result.name}: the step was traced {result.tracing_count} times (not 1)")
+
+    print(
+        "\nfloor/model: SVGP floor steps/s over the model's, median of the per-round ratios "
+        "(rounds measure all contenders back to back, so slow spells cancel). CPU ms/step: "
+        "process CPU time per step (all threads), less sensitive to other load than wall time."
+    )
+    for label, results in columns.items():
+        floor, bsvi, aeb = results[FLOOR], results["B-SVI"], results["AEB-SVI"]
+        slowdown = paired_median_ratio(floor, bsvi)
+        aeb_ratio = paired_median_ratio(aeb, bsvi)
+        cpu = {name: _median(r.cpu_ms_per_step) for name, r in results.items()}
+        print(
+            f"\nTargets [{label}] (verdicts on the paired ratio; ratio of medians and of CPU "
+            "ms/step in brackets):"
+        )
+        print(
+            f"  B-SVI vs SVGP floor: svgp/bsvi = {slowdown:.2f}x "
+            f"[medians {floor.median / bsvi.median:.2f}x, CPU {cpu['B-SVI'] / cpu[FLOOR]:.2f}x]"
+            f"   target <= {MAX_BSVI_SLOWDOWN:.2f}x: {verdict(slowdown <= MAX_BSVI_SLOWDOWN)}"
+        )
+        print(
+            f"  AEB-SVI vs B-SVI:    aeb/bsvi  = {aeb_ratio:.2f}x "
+            f"[medians {aeb.median / bsvi.median:.2f}x, CPU {cpu['B-SVI'] / cpu['AEB-SVI']:.2f}x]"
+            f"   target >= {MIN_AEB_VS_BSVI:.2f}x: {verdict(aeb_ratio >= MIN_AEB_VS_BSVI)}"
+        )
+        print(
+            f"  B-SVI speed:         {bsvi.median:.0f} steps/s (median; best round "
+            f"{max(bsvi.steps_per_s):.0f})   target >= {MIN_BSVI_STEPS_PER_S:.0f} steps/s on 2 CPU "
+            f"cores: {verdict(bsvi.median >= MIN_BSVI_STEPS_PER_S)}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=500, help="steps per timed repeat")
+    parser.add_argument("--repeats", type=int, default=21, help="timed rounds over all contenders")
+    parser.add_argument(
+        "--steps-per-call", type=int, default=100, help="steps inside one compiled call"
+    )
+    parser.add_argument("--jit", action="store_true", help="add a jit_compile=True column")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="add diagnostic contenders that split the gap"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run (<~60 s): 100 steps x 2 repeats"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.iterations, args.repeats = min(args.iterations, 100), min(args.repeats, 2)
+    if args.iterations < 1 or args.repeats < 1 or args.steps_per_call < 1:
+        parser.error("--iterations, --repeats and --steps-per-call must be >= 1")
+
+    Y, data_note = load_data()
+    print(
+        f"gpflow_svi_gplvm {svi.__version__} ({_package_revision()}), GPflow {gpflow.__version__}, "
+        f"TensorFlow {tf.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPU cores, float: {np.dtype(default_float()).name}"
+    )
+    print(
+        f"N={NUM_DATA} D={DATA_DIM} Q={LATENT_DIM} M={NUM_INDUCING} batch={BATCH_SIZE} "
+        f"J={NUM_SAMPLES}; data: {data_note}"
+    )
+    print(
+        f"{args.iterations} steps x {args.repeats} repeats per contender, "
+        f"{args.steps_per_call} steps per compiled call, round-robin; warm-up call untimed"
+    )
+    print(f"load average at start: {_load()}")
+    started = time.perf_counter()
+    entries = {("graph", k): v for k, v in contenders(Y, False, args.breakdown).items()}
+    if args.jit:
+        entries |= {("xla", k): v for k, v in contenders(Y, True, args.breakdown).items()}
+    report(measure(entries, args.iterations, args.repeats, args.steps_per_call))
+    print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at end: {_load()}")
+    return 0
+
+
+def _package_revision() -> str:
+    """The package's git commit (with "+dirty" when its files differ from it), or "n/a"."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(svi.__file__)))
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        changes = subprocess.run(
+            ["git", "status", "--porcelain", "--", "gpflow_svi_gplvm"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "n/a"
+    return (commit + ("+dirty" if changes else "")) if commit else "n/a"
+
+
+def _load() -> str:
+    """The 1/5/15-minute load averages: above the core count, other work competes for the CPU."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
