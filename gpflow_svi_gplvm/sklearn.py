@@ -1,4 +1,4 @@
-"""A scikit-learn transformer around the SVI GPLVMs: ``fit`` / ``transform`` / ``inverse_transform``.
+"""A scikit-learn transformer around the SVI GPLVMs: fit, transform, inverse_transform, score.
 
 :class:`GPLVMEmbedding` embeds rows of Y [N, D] (NaN = missing) in Q latent dimensions, like
 :class:`sklearn.decomposition.PCA` but non-linear and probabilistic, and plugs into pipelines,
@@ -84,8 +84,17 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     Inputs are converted to float64 (GPflow's default float); NaN marks a missing entry
     everywhere Y is accepted (``fit``, ``transform``, ``score``), infinities are rejected.
     Missing entries in ``fit`` make the model wrap its likelihood in ``MaskedLikelihood``, which
-    it announces with a ``UserWarning``. The compiled inference graphs are kept between calls of
-    ``transform`` and ``score``, so only the first call of each pays for tracing.
+    it announces with a ``UserWarning``.
+
+    ``inference_iterations`` and ``seed`` are read by ``fit``, like every parameter: after
+    ``set_params`` refit. ``fit`` prepares the inference of new rows once, so only the first
+    call of ``transform`` and of ``score`` pays for compiling its graph. A fitted estimator
+    pickles and deep-copies (the compiled graphs are rebuilt on loading).
+
+    Unlike most scikit-learn transformers, ``fit_transform(Y)`` is not ``fit(Y).transform(Y)``
+    for the non-amortised models: it returns the latents learnt in training, while ``transform``
+    infers q(x*) afresh from the frozen model (close, not equal, after enough training; equal
+    for "aeb"). scikit-learn's ``check_estimator`` flags this in ``check_transformer_general``.
     """
 
     def __init__(
@@ -150,7 +159,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self.model_ = model
         self.history_ = history
         self._n_features_out = int(self.latent_dim)
-        self._inference = None
+        self._inference = self._new_inference()
         return self
 
     def fit_transform(self, Y, y=None):
@@ -182,7 +191,8 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Parameters
         ----------
         Y : array-like of shape (N*, D)
-            Rows to embed; NaN = missing. A row with nothing observed maps to the prior mean 0.
+            Rows to embed; NaN = missing. A row with nothing observed maps to the prior mean 0
+            (to the encoder's output for an empty row, for "aeb").
 
         Returns
         -------
@@ -192,7 +202,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         check_is_fitted(self)
         Y = self._validate(Y, reset=False)
-        return self._latent_inference().latents(tf.convert_to_tensor(Y))[0].numpy()
+        return self._inference.latents(tf.convert_to_tensor(Y))[0].numpy()
 
     def inverse_transform(self, X):
         """Decode latents X into the predictive means of Y (``model_.predict_y(X)[0]``).
@@ -211,8 +221,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         X = check_array(X, dtype=np.float64)
         if X.shape[1] != self.model_.latent_dim:
             raise ValueError(
-                f"X has {X.shape[1]} columns but the model has latent_dim="
-                f"{self.model_.latent_dim}."
+                f"X has {X.shape[1]} columns but the model has latent_dim={self.model_.latent_dim}."
             )
         return self.model_.predict_y(tf.convert_to_tensor(X))[0].numpy()
 
@@ -241,24 +250,26 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         check_is_fitted(self)
         Y = self._validate(Y, reset=False)
-        mean, variance = self._latent_inference().predict(tf.convert_to_tensor(Y))
+        mean, variance = self._inference.predict(tf.convert_to_tensor(Y))
         return -nlpd(Y, mean.numpy(), variance.numpy())
 
     def __getstate__(self) -> dict:
-        # The cached inference holds compiled graphs, which neither pickle nor deep-copy; the
-        # model does both, and the cache is rebuilt on the next transform or score.
+        # The inference object holds compiled graphs, which neither pickle nor deep-copy; the
+        # model does both, and __setstate__ rebuilds the inference around it.
         state = super().__getstate__()
         state.pop("_inference", None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        if "model_" in state:
+            self._inference = self._new_inference()
 
     def _validate(self, Y, reset: bool) -> np.ndarray:
         """Y as float64 [N, D] with NaN allowed; ``reset`` records D, else checks it."""
         return validate_data(self, Y, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
 
-    def _latent_inference(self) -> LatentInference:
-        """One :class:`LatentInference` per fit, so its compiled graphs are reused."""
-        if getattr(self, "_inference", None) is None:
-            self._inference = LatentInference(
-                self.model_, iterations=self.inference_iterations, seed=self.seed
-            )
-        return self._inference
+    def _new_inference(self) -> LatentInference:
+        """Inference of q(x*) for ``model_``; made in ``fit`` so that ``transform`` and
+        ``score`` reuse its compiled graphs and leave the estimator's ``__dict__`` unchanged."""
+        return LatentInference(self.model_, iterations=self.inference_iterations, seed=self.seed)

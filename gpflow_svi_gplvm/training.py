@@ -15,8 +15,10 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 from tqdm.auto import tqdm
 
+from .latents import RowLatentVariables
 from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM
+from .optimizers import RowSparseAdam
 from .validation import check_observations
 
 __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset"]
@@ -111,11 +113,23 @@ class Trainer:
         if strategy is not None:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
-        self.variables = model.trainable_variables
+        # Per-row tables get an Adam that moves only the batch rows, so a step's cost does not
+        # grow with N; a user's optimiser or a strategy takes every variable instead.
+        row_tables = []
+        if optimizer is None and strategy is None and isinstance(model.latent, RowLatentVariables):
+            row_tables = [p.unconstrained_variable for p in model.latent.row_parameters]
+        row_refs = {table.ref() for table in row_tables}
+        trainable = model.trainable_variables
+        self.row_variables = [v for v in trainable if v.ref() in row_refs]
+        self.global_variables = [v for v in trainable if v.ref() not in row_refs]
+        self.variables = self.global_variables + self.row_variables
+        self.row_optimizer = None
+        if self.row_variables:
+            self.row_optimizer = RowSparseAdam(self.row_variables, learning_rate)
         with self.strategy.scope():
             self.optimizer = optimizer or tf_keras.optimizers.Adam(learning_rate)
             # Slots must exist before tracing, or their creation forces a second trace.
-            self.optimizer.build(self.variables)
+            self.optimizer.build(self.global_variables)
         self.step = tf.function(
             self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
         )
@@ -130,6 +144,7 @@ class Trainer:
             checkpoint = tf.train.Checkpoint(
                 model=model,
                 optimizer=self.optimizer,
+                row_optimizer=self.row_optimizer or tf.Module(),
                 iterator=self.iterator,
                 generator=model.latent.generator,
                 step_count=self.step_count,
@@ -159,7 +174,10 @@ class Trainer:
         return loss, gradients, not_finite
 
     def _replica_apply(self, gradients) -> None:
-        self.optimizer.apply_gradients(zip(gradients, self.variables))
+        num_global = len(self.global_variables)
+        self.optimizer.apply_gradients(zip(gradients[:num_global], self.global_variables))
+        if self.row_optimizer is not None:
+            self.row_optimizer.apply_gradients(gradients[num_global:])
 
     def _step(self, batch) -> tf.Tensor:
         """One update; returns the loss, or NaN when the loss or a gradient is not finite (and

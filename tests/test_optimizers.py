@@ -1,0 +1,69 @@
+"""RowSparseAdam: Adam on the rows of the batch, nothing elsewhere."""
+
+import numpy as np
+import tensorflow as tf
+from gpflow.keras import tf_keras
+
+from gpflow_svi_gplvm.optimizers import RowSparseAdam
+
+WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+
+def _gradient(table, rows, target):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(tf.gather(table, rows) - target) * WEIGHTS)
+    return tape.gradient(loss, [table])
+
+
+def _numpy_adam(start, rows, target, steps, lr, b1=0.9, b2=0.999, eps=1e-7):
+    """Adam written out in numpy (tf_keras' form: eps added to sqrt(v), bias terms in alpha)."""
+    x, m, v = start.copy(), np.zeros_like(start), np.zeros_like(start)
+    for t in range(1, steps + 1):
+        g = np.zeros_like(x)
+        np.add.at(g, rows, 2.0 * (x[rows] - target) * WEIGHTS)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g**2
+        x = x - lr * np.sqrt(1 - b2**t) / (1 - b1**t) * m / (np.sqrt(v) + eps)
+    return x
+
+
+def test_with_every_row_in_every_batch_it_is_adam():
+    rng = np.random.default_rng(0)
+    start, target = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    rows = np.array([3, 0, 4, 1, 2])
+    table = tf.Variable(start)
+    optimizer = RowSparseAdam([table], 0.05)
+    keras_table = tf.Variable(start)
+    keras = tf_keras.optimizers.Adam(0.05)
+    for _ in range(30):
+        gradients = _gradient(table, rows, target[rows])
+        assert isinstance(gradients[0], tf.IndexedSlices)
+        optimizer.apply_gradients(gradients)
+        dense = tf.convert_to_tensor(_gradient(keras_table, rows, target[rows])[0])
+        keras.apply_gradients([(dense, keras_table)])
+    expected = _numpy_adam(start, rows, target[rows], 30, 0.05)
+    np.testing.assert_allclose(table.numpy(), expected, rtol=1e-12)
+    # tf_keras keeps its hyperparameters in float32, hence the looser match.
+    np.testing.assert_allclose(table.numpy(), keras_table.numpy(), atol=1e-5)
+
+
+def test_rows_outside_the_batch_keep_their_values_and_moments():
+    start = np.arange(18.0).reshape(6, 3)
+    table = tf.Variable(start)
+    optimizer = RowSparseAdam([table], 0.1)
+    for rows in ([1, 4], [4, 1], [1]):
+        optimizer.apply_gradients(_gradient(table, np.array(rows), 0.0))
+    untouched = [0, 2, 3, 5]
+    np.testing.assert_array_equal(table.numpy()[untouched], start[untouched])
+    np.testing.assert_array_equal(optimizer.first_moments[0].numpy()[untouched], 0.0)
+    np.testing.assert_array_equal(optimizer.second_moments[0].numpy()[untouched], 0.0)
+    assert np.all(table.numpy()[[1, 4]] != start[[1, 4]])
+
+
+def test_repeated_rows_are_summed_like_a_dense_gradient():
+    start = np.random.default_rng(1).standard_normal((3, 3))
+    rows = np.array([2, 2, 0])
+    table = tf.Variable(start)
+    RowSparseAdam([table], 0.1).apply_gradients(_gradient(table, rows, 0.5))
+    expected = _numpy_adam(start, rows, 0.5, 1, 0.1)
+    np.testing.assert_allclose(table.numpy(), expected, rtol=1e-12)
+    np.testing.assert_array_equal(table.numpy()[1], start[1])
