@@ -28,7 +28,6 @@ setup(
     },
     entry_points={"console_scripts": ["gpflow-svi-gplvm=gpflow_svi_gplvm.cli:main"]},
     classifiers=[
-        "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
