@@ -35,8 +35,9 @@ class LatentInference(tf.Module):
     Each method traces once for any number of rows; keep one object to reuse its graphs.
     Non-amortised models: rows start at the candidate latent (inducing inputs and up to
     ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
-    then take ``iterations`` Adam steps with ``learning_rate``. The draws of x* are common to all
-    rows at each step (stateless, from ``seed``), so inferring rows together or one by one agrees.
+    then take ``iterations`` Adam steps with ``learning_rate``. The draws of the standard noise
+    behind x* are common to all rows (stateless, from ``seed``), in the optimisation and in the
+    predictive, so processing rows together, one by one or in chunks agrees.
     """
 
     def __init__(
@@ -145,8 +146,7 @@ class LatentInference(tf.Module):
 
     def _predict(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [B, D] of every entry, integrating over q(x*)."""
-        noise_shape = tf.stack([self.num_samples, tf.shape(Y)[0], self.model.latent_dim])
-        noise = tf.random.stateless_normal(noise_shape, seed=[self.seed, 1], dtype=Y.dtype)
+        noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
         return predictive_moments(self.model, self._batch(Y, self.num_samples, noise).samples)
 
 
@@ -171,15 +171,18 @@ def infer_latents(
     learning_rate: float = 0.05,
     seed: int = 0,
     mask=None,
+    chunk_size: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
     Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
-    Point and MAP estimates have zero variance. The model itself is not modified.
+    Point and MAP estimates have zero variance. The model itself is not modified. Rows are
+    processed ``chunk_size`` at a time (default: a size that keeps the GP's [D, M, rows x draws]
+    intermediates near 50M numbers); the result does not depend on it.
     """
     Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
     inference = LatentInference(model, iterations, learning_rate, seed=seed)
-    return inference.latents(tf.convert_to_tensor(Y))
+    return _in_chunks(inference.latents, Y, _chunk_size(model, chunk_size, model.num_samples))
 
 
 def reconstruct(
@@ -191,24 +194,59 @@ def reconstruct(
     learning_rate: float = 0.05,
     seed: int = 0,
     mask=None,
+    chunk_size: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
     ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows;
     otherwise latents are inferred first, as in :func:`infer_latents`. See
-    :func:`predictive_moments` for how q(x) is integrated out (``num_samples`` draws).
+    :func:`predictive_moments` for how q(x) is integrated out (``num_samples`` draws, common to
+    all rows). ``chunk_size`` as in :func:`infer_latents`.
     """
     Y = check_observations(Y, "Y_new", model.data_dim, mask)
+    chunk_size = _chunk_size(model, chunk_size, num_samples)
     if rows is None or model.latent.amortised:
         inference = LatentInference(model, iterations, learning_rate, num_samples, seed)
-        return inference.predict(tf.convert_to_tensor(Y))
-    idx = tf.convert_to_tensor(_checked_training_rows(model, rows, len(Y)))
-    noise = tf.random.stateless_normal(
-        [num_samples, len(Y), model.latent_dim], seed=[seed, 1], dtype=default_float()
+        return _in_chunks(inference.predict, Y, chunk_size)
+    rows = _checked_training_rows(model, rows, len(Y))
+    noise = _predictive_noise(num_samples, model.latent_dim, seed)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, model.data_dim], default_float()),
+        ]
     )
-    return predictive_moments(
-        model, model.latent(idx, tf.convert_to_tensor(Y), num_samples, noise).samples
-    )
+    def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return predictive_moments(model, model.latent(idx, Y, num_samples, noise).samples)
+
+    chunks = [
+        predict(tf.constant(rows[start : start + chunk_size]), Y[start : start + chunk_size])
+        for start in range(0, len(Y), chunk_size)
+    ]
+    return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
+
+
+def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor:
+    """Standard normal draws [S, 1, Q], shared by all rows."""
+    shape = [num_samples, 1, latent_dim]
+    return tf.random.stateless_normal(shape, seed=[seed, 1], dtype=default_float())
+
+
+def _chunk_size(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> int:
+    """``chunk_size``, checked; by default rows such that D x M x (rows x draws) stays near
+    5e7 numbers."""
+    if chunk_size is None:
+        per_row = model.data_dim * int(model.inducing_variable.num_inducing) * max(num_samples, 1)
+        return max(1, int(5e7 // per_row))
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
+    return int(chunk_size)
+
+
+def _in_chunks(function, Y: np.ndarray, chunk_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    chunks = [function(tf.constant(Y[i : i + chunk_size])) for i in range(0, len(Y), chunk_size)]
+    return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
 
 
 def _checked_training_rows(model: SVIGPLVM, rows, num_rows: int) -> np.ndarray:

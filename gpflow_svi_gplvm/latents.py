@@ -261,7 +261,10 @@ class EncoderLatent(LatentVariables):
     Q x Q factor H, with L = chol(H H^T + jitter I).
     The row term is -KL = -1/2 (tr(L L^T) + |G|^2 - Q - 2 sum log diag L).
 
-    The encoder reads the observed values of y_n with missing entries (NaN) set to zero; with
+    The encoder reads the observed values of y_n standardised per column,
+    (y_nd - input_location_d) / input_scale_d (identity by default; the amortised model sets the
+    training data's column means and standard deviations, so raw counts in the thousands do not
+    saturate the first layer), with missing entries (NaN) set to zero, the column mean; with
     ``missing_aware=True`` it also reads the 0/1 observation mask, so it can tell a zero from a gap,
     and ``hide_fraction`` > 0 hides that share of the observed inputs at random while training, so
     that q(x) widens honestly for rows with gaps (the likelihood still sees every observed entry).
@@ -280,6 +283,8 @@ class EncoderLatent(LatentVariables):
         hide_fraction: float = 0.0,
         jitter: float = 1e-6,
         seed: int = 0,
+        input_location: np.ndarray | None = None,
+        input_scale: np.ndarray | None = None,
         name: str | None = None,
     ):
         super().__init__(latent_dim, name=name)
@@ -296,6 +301,19 @@ class EncoderLatent(LatentVariables):
         self.missing_aware = bool(missing_aware)
         self.hide_fraction = float(hide_fraction)
         self.jitter = jitter
+        location = np.zeros(self.data_dim) if input_location is None else input_location
+        scale = np.ones(self.data_dim) if input_scale is None else input_scale
+        location, scale = (np.asarray(a, dtype=np.float64) for a in (location, scale))
+        if location.shape != (self.data_dim,) or scale.shape != (self.data_dim,):
+            raise ValueError(
+                f"input_location and input_scale must have shape ({self.data_dim},), got "
+                f"{location.shape} and {scale.shape}."
+            )
+        if not (np.all(np.isfinite(location)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
+            raise ValueError("input_location must be finite and input_scale finite and positive.")
+        # Variables (not trainable) so that checkpoints and exports carry them.
+        self.input_location = tf.Variable(location, dtype=default_float(), trainable=False)
+        self.input_scale = tf.Variable(scale, dtype=default_float(), trainable=False)
         q = self.latent_dim
         factor_size = q * (q + 1) // 2 if covariance == "triangular" else q * q
         input_size = 2 * self.data_dim if self.missing_aware else self.data_dim
@@ -311,7 +329,10 @@ class EncoderLatent(LatentVariables):
         if training and self.hide_fraction > 0:
             kept = self.generator.uniform(tf.shape(Y), dtype=Y.dtype) >= self.hide_fraction
             observed = tf.logical_and(observed, kept)
-        values = tf.where(observed, Y, tf.zeros_like(Y))
+        standardised = (tf.where(observed, Y, self.input_location) - self.input_location) / (
+            self.input_scale
+        )
+        values = tf.where(observed, standardised, tf.zeros_like(Y))
         if not self.missing_aware:
             return values
         return tf.concat([values, tf.cast(observed, Y.dtype)], axis=-1)

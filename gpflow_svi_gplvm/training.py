@@ -114,9 +114,9 @@ class Trainer:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
         # Per-row tables get an Adam that moves only the batch rows, so a step's cost does not
-        # grow with N; a user's optimiser or a strategy takes every variable instead.
+        # grow with N; a user's optimiser takes every variable instead.
         row_tables = []
-        if optimizer is None and strategy is None and isinstance(model.latent, RowLatentVariables):
+        if optimizer is None and isinstance(model.latent, RowLatentVariables):
             row_tables = [p.unconstrained_variable for p in model.latent.row_parameters]
         row_refs = {table.ref() for table in row_tables}
         trainable = model.trainable_variables
@@ -124,9 +124,9 @@ class Trainer:
         self.global_variables = [v for v in trainable if v.ref() not in row_refs]
         self.variables = self.global_variables + self.row_variables
         self.row_optimizer = None
-        if self.row_variables:
-            self.row_optimizer = RowSparseAdam(self.row_variables, learning_rate)
         with self.strategy.scope():
+            if self.row_variables:
+                self.row_optimizer = RowSparseAdam(self.row_variables, learning_rate)
             self.optimizer = optimizer or tf_keras.optimizers.Adam(learning_rate)
             # Slots must exist before tracing, or their creation forces a second trace.
             self.optimizer.build(self.global_variables)
@@ -174,10 +174,7 @@ class Trainer:
         return loss, gradients, not_finite
 
     def _replica_apply(self, gradients) -> None:
-        num_global = len(self.global_variables)
-        self.optimizer.apply_gradients(zip(gradients[:num_global], self.global_variables))
-        if self.row_optimizer is not None:
-            self.row_optimizer.apply_gradients(gradients[num_global:])
+        self.optimizer.apply_gradients(zip(gradients, self.global_variables))
 
     def _step(self, batch) -> tf.Tensor:
         """One update; returns the loss, or NaN when the loss or a gradient is not finite (and
@@ -189,7 +186,13 @@ class Trainer:
         )
 
         def apply() -> tf.Tensor:
-            self.strategy.run(self._replica_apply, args=(gradients,))
+            num_global = len(self.global_variables)
+            self.strategy.run(self._replica_apply, args=(gradients[:num_global],))
+            if self.row_optimizer is not None:
+                # Every replica's rows in one update, applied to all copies of the tables.
+                self.row_optimizer.apply_gradients(
+                    [_sum_over_replicas(self.strategy, g) for g in gradients[num_global:]]
+                )
             return total
 
         # The condition sits outside the replicas, where synchronisation may be conditional.
@@ -300,6 +303,23 @@ class Trainer:
 
 
 _HISTORY = "elbo_history.npy"
+
+
+def _sum_over_replicas(strategy: tf.distribute.Strategy, gradient):
+    """The replicas' gradients of one table as one gradient; row slices are concatenated
+    (repeated rows are summed by the optimiser)."""
+    if gradient is None:
+        return None
+    local = strategy.experimental_local_results(gradient)
+    if len(local) == 1:
+        return local[0]
+    if isinstance(local[0], tf.IndexedSlices):
+        return tf.IndexedSlices(
+            tf.concat([g.values for g in local], axis=0),
+            tf.concat([tf.cast(g.indices, tf.int64) for g in local], axis=0),
+            local[0].dense_shape,
+        )
+    return tf.add_n(list(local))
 
 
 def _check_distributed(model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool):

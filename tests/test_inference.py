@@ -66,6 +66,25 @@ def test_batched_inference_equals_row_by_row(model_class, data):
         np.testing.assert_allclose(variance_n.numpy()[0], variance.numpy()[n], rtol=1e-8)
 
 
+def test_chunked_inference_and_reconstruction_equal_one_pass(bsvi, data):
+    # Chunks bound memory for wide data (the GP forms [D, M, rows x draws] tensors); the noise is
+    # shared by all rows, so chunk boundaries change nothing.
+    Y_train, Y_test, hidden = data
+    Y_gaps = np.where(hidden, np.nan, Y_test)[:11]
+    options = dict(iterations=30, num_samples=16, seed=2)
+    for rows, Y in ((None, Y_gaps), (np.arange(11), Y_train[:11])):
+        whole = bsvi.reconstruct(Y, rows=rows, chunk_size=100, **options)
+        chunked = bsvi.reconstruct(Y, rows=rows, chunk_size=4, **options)
+        for a, b in zip(whole, chunked):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-9, atol=1e-12)
+    whole = bsvi.infer_latents(Y_gaps, iterations=30, chunk_size=100)
+    chunked = bsvi.infer_latents(Y_gaps, iterations=30, chunk_size=3)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="chunk_size"):
+        bsvi.infer_latents(Y_gaps, chunk_size=-1)
+
+
 def test_reconstruction_beats_column_means_and_is_calibrated(bsvi, data):
     Y_train, Y_test, hidden = data
     mean, variance = bsvi.reconstruct(np.where(hidden, np.nan, Y_test), num_samples=128)

@@ -783,3 +783,32 @@ def test_fitting_gaps_into_a_model_built_on_complete_data_is_a_clear_error():
     mask[1, 2] = False
     with pytest.raises(ValueError, match="built on complete data"):
         fit(model, Y, mask=mask, iterations=5, batch_size=12, progress=False)
+
+
+def test_amortised_encoder_reads_standardised_columns():
+    # Column means and scales come from the observed training entries, so the encoder's inputs
+    # are ~N(0, 1) per column whatever the data's units: an affine change of units leaves the
+    # initial q(x) of every row unchanged (raw counts in the thousands would saturate tanh).
+    Y_nan, missing = encoder_batch(num_rows=40)
+    shift, scale = np.linspace(-3e3, 4e3, D), np.linspace(10.0, 900.0, D)
+    datasets = [Y_nan, shift + scale * Y_nan]
+    models = [AmortisedBayesianGPLVM(Y, Q, num_inducing=5, hide_fraction=0.0) for Y in datasets]
+    inputs = models[1].latent.encoder_input(tf.constant(datasets[1])).numpy()[:, :D]
+    observed_inputs = np.where(missing, np.nan, inputs)
+    np.testing.assert_allclose(np.nanmean(observed_inputs, axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.nanstd(observed_inputs, axis=0), 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(inputs[missing], 0.0)
+    moments = (
+        [m.latent_mean(Y) for m, Y in zip(models, datasets)],
+        [m.latent_variance(Y) for m, Y in zip(models, datasets)],
+    )
+    for original, rescaled in moments:
+        np.testing.assert_allclose(rescaled, original, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "location, scale", [(np.zeros(D - 1), np.ones(D)), (np.zeros(D), np.zeros(D))]
+)
+def test_encoder_input_standardisation_is_checked(location, scale):
+    with pytest.raises(ValueError, match="input_"):
+        EncoderLatent(D, Q, input_location=location, input_scale=scale)
