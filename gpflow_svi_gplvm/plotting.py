@@ -1,7 +1,9 @@
-"""Matplotlib figures: the latent space with the uncertainty of q(x), ARD relevances, ELBO trace."""
+"""Matplotlib figures: the latent space with the uncertainty of q(x), ARD relevances, ELBO trace,
+grids of images (originals, gaps, reconstructions) and predictive variance against a covariate."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -12,7 +14,13 @@ if TYPE_CHECKING:
     from .models import SVIGPLVM
     from .training import History
 
-__all__ = ["plot_latent_space", "plot_ard", "plot_elbo"]
+__all__ = [
+    "plot_latent_space",
+    "plot_ard",
+    "plot_elbo",
+    "plot_image_grid",
+    "plot_variance_against",
+]
 
 
 def _axes(ax, figsize):
@@ -104,4 +112,185 @@ def plot_elbo(history: History, window: int = 50, ax=None) -> Figure:
     ax.set_xlabel("step")
     ax.set_ylabel("ELBO")
     ax.legend()
+    return figure
+
+
+def _images(rows: Sequence[np.ndarray], image_shape: tuple[int, int]) -> list[np.ndarray]:
+    """Each grid row as [n, H, W] floats; checks the shapes and says how to fix them."""
+    if isinstance(rows, np.ndarray) and rows.ndim < 3:
+        raise ValueError(
+            f"rows must be a list of arrays, one per grid row, got one array of shape "
+            f"{rows.shape}: wrap it, e.g. plot_image_grid([Y[:6]], image_shape)."
+        )
+    if len(rows) == 0:
+        raise ValueError("rows is empty: pass a list of arrays [n, H * W], one per grid row.")
+    if len(tuple(image_shape)) != 2 or min(image_shape) < 1:
+        raise ValueError(f"image_shape must be (height, width) of one image, got {image_shape}.")
+    height, width = (int(size) for size in image_shape)
+    grid = []
+    for k, images in enumerate(rows):
+        images = np.asarray(images, dtype=float)
+        if images.ndim == 1:
+            images = images[None]
+        if images.ndim == 3 and images.shape[1:] == (height, width):
+            images = images.reshape(len(images), -1)
+        if images.ndim != 2 or images.shape[1] != height * width:
+            raise ValueError(
+                f"rows[{k}] has shape {images.shape}, i.e. {images.shape[-1]} values per image, "
+                f"but image_shape {tuple(image_shape)} holds {height * width} pixels: pass the "
+                "(height, width) of one image, e.g. the data set's metadata['image_shape'] "
+                "((28, 28) for MNIST, (28, 20) for the Brendan faces)."
+            )
+        grid.append(images.reshape(len(images), height, width))
+    counts = {len(images) for images in grid}
+    if len(counts) != 1:
+        raise ValueError(
+            f"Every grid row needs the same number of images, got {[len(g) for g in grid]}: "
+            "take the same rows of each array, e.g. Y[:6], Y_missing[:6], mean[:6]."
+        )
+    return grid
+
+
+def _finite_range(images: Sequence[np.ndarray]) -> tuple[float, float]:
+    finite = np.concatenate([image[np.isfinite(image)] for image in images])
+    if finite.size == 0:
+        return 0.0, 1.0
+    return float(finite.min()), float(finite.max())
+
+
+def plot_image_grid(
+    rows: Sequence[np.ndarray],
+    image_shape: tuple[int, int],
+    titles: Sequence[str] | None = None,
+    cmap: str = "gray",
+    missing_colour: str = "tab:red",
+    same_scale: bool = True,
+    panel_height: float = 1.2,
+) -> Figure:
+    """Images in a grid, one kind per grid row: e.g. originals, with gaps, reconstructions.
+
+    ``rows`` holds K arrays of n images each, [n, H * W] (rows of Y) or [n, H, W];
+    ``image_shape`` is (H, W) of one image. Missing pixels (NaN) are drawn in
+    ``missing_colour``, with a legend entry when there are any. ``titles`` [K] label the grid
+    rows. With ``same_scale`` all panels share one grey scale (the range of every finite pixel),
+    so originals and reconstructions compare; ``False`` scales each grid row on its own (for a
+    row of predictive standard deviations, say). Each panel is ``panel_height`` inches high.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    grid = _images(rows, image_shape)
+    if titles is not None and len(titles) != len(grid):
+        raise ValueError(f"titles has {len(titles)} entries but there are {len(grid)} grid rows.")
+    num_rows, num_columns = len(grid), len(grid[0])
+    height, width = grid[0].shape[1:]
+    colours = plt.get_cmap(cmap).with_extremes(bad=missing_colour)
+    shared = _finite_range(grid)
+    figure, axes = plt.subplots(
+        num_rows,
+        num_columns,
+        figsize=(0.6 + num_columns * panel_height * width / height, num_rows * panel_height),
+        squeeze=False,
+        layout="constrained",
+    )
+    for k, (row_axes, images) in enumerate(zip(axes, grid)):
+        low, high = shared if same_scale else _finite_range([images])
+        for ax, image in zip(row_axes, images):
+            ax.imshow(np.ma.masked_invalid(image), cmap=colours, vmin=low, vmax=high)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        if titles is not None:
+            row_axes[0].set_ylabel(titles[k])
+    if any(np.isnan(images).any() for images in grid):
+        figure.legend(
+            handles=[Patch(color=missing_colour, label="missing")],
+            loc="outside lower right",
+            fontsize=8,
+        )
+    return figure
+
+
+def _bin_edges(values: np.ndarray, bins: int | Sequence[float], log: bool) -> np.ndarray:
+    if np.ndim(bins) == 0:
+        if int(bins) < 1:
+            raise ValueError(f"bins must be a positive number of bins or the edges, got {bins}.")
+        spaced = np.geomspace if log else np.linspace
+        return spaced(values.min(), values.max(), int(bins) + 1)
+    edges = np.asarray(bins, dtype=float)
+    if edges.ndim != 1 or len(edges) < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError("Bin edges must be a 1-D increasing sequence of at least two values.")
+    return edges
+
+
+def plot_variance_against(
+    covariate: np.ndarray,
+    variance: np.ndarray,
+    bins: int | Sequence[float] = 10,
+    xlabel: str = "covariate",
+    ylabel: str = "predictive variance",
+    log_x: bool = False,
+    log_y: bool = False,
+    ax=None,
+) -> Figure:
+    """Predictive variance against a covariate: every point, and per bin the mean +/- 1 s.e.
+
+    ``covariate`` and ``variance`` have the same shape [n] (e.g. the number of ratings of each
+    movie and the mean predictive variance of its ratings); pairs with a non-finite value are
+    left out. ``bins`` is a number of bins, equally wide in the covariate (in its logarithm with
+    ``log_x``), or their edges (points outside them are drawn but not binned); empty bins are
+    skipped. Error bars are standard errors of the bin means. ``log_x`` / ``log_y`` put the
+    axes on a log scale (their values must then be positive).
+    """
+    covariate = np.asarray(covariate, dtype=float)
+    variance = np.asarray(variance, dtype=float)
+    if covariate.shape != variance.shape:
+        raise ValueError(
+            f"covariate {covariate.shape} and variance {variance.shape} must have the same shape: "
+            "one covariate value per variance."
+        )
+    finite = np.isfinite(covariate) & np.isfinite(variance)
+    x, v = covariate[finite].ravel(), variance[finite].ravel()
+    if x.size == 0:
+        raise ValueError("No pair of finite covariate and variance values to plot.")
+    if np.any(v < 0):
+        raise ValueError("Variances must be non-negative.")
+    for values, name, flag, on in (
+        (x, "covariate", "log_x", log_x),
+        (v, "variance", "log_y", log_y),
+    ):
+        if on and np.any(values <= 0):
+            raise ValueError(
+                f"{flag}=True needs positive values, but {int(np.sum(values <= 0))} {name} "
+                f"value(s) are <= 0: leave them out (e.g. keep {name} > 0) or pass {flag}=False."
+            )
+    edges = _bin_edges(x, bins, log_x)
+    which = np.searchsorted(edges, x, side="right") - 1
+    which[x == edges[-1]] = len(edges) - 2  # the last bin includes its right edge
+    centres, means, errors = [], [], []
+    for b in range(len(edges) - 1):
+        chosen = which == b
+        count = int(chosen.sum())
+        if count == 0:
+            continue
+        centres.append(x[chosen].mean())
+        means.append(v[chosen].mean())
+        errors.append(v[chosen].std(ddof=1) / np.sqrt(count) if count > 1 else 0.0)
+    figure, ax = _axes(ax, (6, 4))
+    ax.scatter(x, v, s=6, alpha=0.3, color="grey", label="each point")
+    ax.errorbar(
+        np.array(centres),
+        np.array(means),
+        yerr=np.array(errors),
+        fmt="o-",
+        capsize=3,
+        color="tab:blue",
+        label="bin mean ± 1 s.e.",
+    )
+    if log_x:
+        ax.set_xscale("log")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
     return figure

@@ -17,7 +17,13 @@ from gpflow_svi_gplvm import (  # noqa: E402
     PointGPLVM,
     fit,
 )
-from gpflow_svi_gplvm.plotting import plot_ard, plot_elbo, plot_latent_space  # noqa: E402
+from gpflow_svi_gplvm.plotting import (  # noqa: E402
+    plot_ard,
+    plot_elbo,
+    plot_image_grid,
+    plot_latent_space,
+    plot_variance_against,
+)
 
 N, D, Q = 30, 4, 3
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -159,3 +165,102 @@ def test_elbo_trace_with_running_mean(bayesian, tmp_path):
 def test_elbo_trace_of_a_hand_made_history(tmp_path):
     history = History(elbo=-np.logspace(3, 1, 200), seconds=0.0, tracing_count=1)
     saved_png(plot_elbo(history), tmp_path / "elbo.png")
+
+
+IMAGE_SHAPE = (4, 3)
+
+
+@pytest.fixture
+def images():
+    """Five flattened 4 x 3 images: originals, with a third of the pixels hidden, a "fit"."""
+    rng = np.random.default_rng(1)
+    original = rng.random((5, 12))
+    hidden = rng.random((5, 12)) < 1 / 3
+    return original, np.where(hidden, np.nan, original), original + 0.05
+
+
+def test_image_grid_has_one_row_of_panels_per_kind(images, tmp_path):
+    figure = plot_image_grid(images, IMAGE_SHAPE, titles=["original", "missing", "fit"])
+    saved_png(figure, tmp_path / "grid.png")
+    assert len(figure.axes) == 3 * 5
+    assert [ax.get_ylabel() for ax in figure.axes[::5]] == ["original", "missing", "fit"]
+    shown = figure.axes[5].get_images()[0].get_array()
+    assert shown.shape == IMAGE_SHAPE
+    np.testing.assert_array_equal(np.ma.getmaskarray(shown), np.isnan(images[1][0]).reshape(4, 3))
+
+
+def test_image_grid_draws_missing_pixels_in_their_own_colour(images, tmp_path):
+    figure = plot_image_grid(images, IMAGE_SHAPE, missing_colour="red")
+    saved_png(figure, tmp_path / "grid.png")
+    image = figure.axes[5].get_images()[0]
+    np.testing.assert_allclose(image.get_cmap().get_bad(), matplotlib.colors.to_rgba("red"))
+    (legend,) = figure.legends
+    assert [text.get_text() for text in legend.get_texts()] == ["missing"]
+    assert not plot_image_grid(images[:1], IMAGE_SHAPE).legends
+
+
+def test_image_grid_shares_the_grey_scale_unless_asked(images):
+    original, _, fitted = images
+    low, high = np.min(original), np.max(fitted)
+    shared = plot_image_grid([original, fitted], IMAGE_SHAPE)
+    for ax in shared.axes:
+        np.testing.assert_allclose(ax.get_images()[0].get_clim(), (low, high))
+    separate = plot_image_grid([original, fitted], IMAGE_SHAPE, same_scale=False)
+    np.testing.assert_allclose(separate.axes[0].get_images()[0].get_clim(), (low, original.max()))
+
+
+def test_image_grid_of_an_all_missing_row_and_of_3d_images(tmp_path):
+    blank = np.full((2, 4, 3), np.nan)
+    figure = plot_image_grid([blank, np.ones((2, 4, 3))], IMAGE_SHAPE)
+    saved_png(figure, tmp_path / "grid.png")
+    assert len(figure.axes) == 4
+
+
+def test_image_grid_with_a_wrong_image_shape_says_what_to_pass(images):
+    with pytest.raises(ValueError, match=r"image_shape \(4, 4\) holds 16 pixels.*height, width"):
+        plot_image_grid(images, (4, 4))
+    with pytest.raises(ValueError, match="same number of images"):
+        plot_image_grid([images[0], images[1][:2]], IMAGE_SHAPE)
+    with pytest.raises(ValueError, match="list of arrays"):
+        plot_image_grid(images[0], IMAGE_SHAPE)
+    with pytest.raises(ValueError, match="titles"):
+        plot_image_grid(images, IMAGE_SHAPE, titles=["only one"])
+
+
+def test_variance_against_bins_the_covariate(tmp_path):
+    rng = np.random.default_rng(2)
+    counts = rng.integers(1, 500, size=300).astype(float)
+    variance = 1.0 / np.sqrt(counts) + 0.01 * rng.random(300)
+    variance[0] = np.nan  # left out
+    figure = plot_variance_against(counts, variance, bins=6, xlabel="ratings", log_x=True)
+    saved_png(figure, tmp_path / "variance.png")
+    ax = figure.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == "ratings"
+    (points,) = ax.collections[:1]
+    assert len(points.get_offsets()) == 299
+    (bars,) = ax.containers
+    means = bars.lines[0].get_ydata()
+    assert 1 <= len(means) <= 6
+    assert np.all(np.diff(means) < 0)  # fewer ratings, more variance
+
+
+def test_variance_against_given_edges_on_a_given_axis(tmp_path):
+    figure, axes = plt.subplots(1, 2)
+    covariate = np.array([0.5, 1.5, 1.6, 2.5, 9.0])
+    variance = np.array([1.0, 2.0, 4.0, 3.0, 7.0])
+    assert plot_variance_against(covariate, variance, bins=[0, 1, 2, 3], ax=axes[1]) is figure
+    saved_png(figure, tmp_path / "variance.png")
+    (bars,) = axes[1].containers
+    np.testing.assert_allclose(bars.lines[0].get_xdata(), [0.5, 1.55, 2.5])
+    np.testing.assert_allclose(bars.lines[0].get_ydata(), [1.0, 3.0, 3.0])
+
+
+def test_variance_against_refuses_bad_input():
+    with pytest.raises(ValueError, match="same shape"):
+        plot_variance_against(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match="log_x=True needs positive values.*covariate > 0"):
+        plot_variance_against(np.arange(5.0), np.ones(5), log_x=True)
+    with pytest.raises(ValueError, match="non-negative"):
+        plot_variance_against(np.arange(5.0), -np.ones(5))
+    with pytest.raises(ValueError, match="increasing"):
+        plot_variance_against(np.arange(5.0), np.ones(5), bins=[3, 1])
