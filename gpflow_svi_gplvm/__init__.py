@@ -9,6 +9,7 @@ from .latents import (
     LatentVariables,
     MAPLatent,
     PointLatent,
+    RowLatentVariables,
 )
 from .likelihoods import MaskedLikelihood
 from .models import (
@@ -29,6 +30,7 @@ __all__ = [
     "BayesianSVIGPLVM",
     "AmortisedBayesianGPLVM",
     "LatentVariables",
+    "RowLatentVariables",
     "LatentBatch",
     "PointLatent",
     "MAPLatent",

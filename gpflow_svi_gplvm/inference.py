@@ -64,6 +64,13 @@ class LatentInference(tf.Module):
         self.likelihood = (
             likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
         )
+        if not (model.latent.amortised or isinstance(model.latent, RowLatentVariables)):
+            raise ValueError(
+                f"Cannot infer latents of new rows with {type(model.latent).__name__}: new-row "
+                "inference needs either per-row tables (subclass RowLatentVariables, which "
+                "also gives the optimisation of q(x*)) or an amortised q(x_n | y_n) (set "
+                "amortised = True and compute q(x) from Y alone, ignoring idx)."
+            )
         self._candidate_rows = None
         if isinstance(model.latent, RowLatentVariables):
             rows = np.random.default_rng(seed).permutation(model.num_data)[:max_candidates]

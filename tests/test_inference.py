@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gpflow_svi_gplvm import MAPGPLVM, AmortisedBayesianGPLVM, BayesianSVIGPLVM, fit
+from gpflow_svi_gplvm import (
+    MAPGPLVM,
+    SVIGPLVM,
+    AmortisedBayesianGPLVM,
+    BayesianSVIGPLVM,
+    LatentBatch,
+    LatentVariables,
+    fit,
+)
 from gpflow_svi_gplvm.metrics import nlpd, rmse
 
 N_TRAIN, N_TEST, D, Q = 200, 60, 8, 2
@@ -133,6 +141,33 @@ def test_bad_new_rows_are_rejected(bsvi, bad, message):
         bsvi.infer_latents(bad)
     with pytest.raises(ValueError, match=message):
         bsvi.reconstruct(bad)
+
+
+class FixedLatent(LatentVariables):
+    """A latent family with neither per-row tables nor an encoder: new rows have no q(x*)."""
+
+    def __init__(self, initial):
+        super().__init__(initial.shape[1])
+        self.table = tf.constant(initial)
+
+    def moments(self, idx, Y):
+        mean = tf.gather(self.table, idx)
+        return mean, tf.zeros_like(mean)
+
+    def __call__(self, idx, Y, num_samples, noise=None, training=False):
+        mean, variance = self.moments(idx, Y)
+        samples = tf.repeat(mean[None], num_samples, axis=0)
+        return LatentBatch(samples, tf.zeros_like(mean[:, 0]), mean, variance)
+
+
+def test_new_rows_need_row_tables_or_an_encoder(data):
+    Y_train, Y_test, _ = data
+    model = SVIGPLVM(Y_train, Q, num_inducing=5, latent=FixedLatent)
+    assert np.isfinite(model.training_loss((tf.range(4, dtype=tf.int64), Y_train[:4])).numpy())
+    with pytest.raises(ValueError, match="subclass RowLatentVariables"):
+        model.infer_latents(Y_test)
+    with pytest.raises(ValueError, match="amortised"):
+        model.reconstruct(Y_test)
 
 
 def test_rmse_and_nlpd_match_hand_computed_values():
