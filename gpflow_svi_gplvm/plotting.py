@@ -32,6 +32,10 @@ def _axes(ax, figsize):
     return figure, ax
 
 
+_MAX_CLASSES = 20
+"""Most labels told apart by a qualitative palette; more numeric labels get a colour scale."""
+
+
 def plot_latent_space(
     model: SVIGPLVM,
     Y: np.ndarray | None = None,
@@ -42,9 +46,12 @@ def plot_latent_space(
     """Scatter of the latent means of the training rows on two dimensions, coloured by ``labels``.
 
     ``dims`` defaults to the two most relevant dimensions by ARD (largest inverse lengthscales).
+    Up to 20 distinct labels are classes (one colour each, with a legend); more numeric labels
+    (a covariate) are drawn on a continuous colour scale.
     For a Gaussian q(x), each point carries an ellipse of +/- 1 standard deviation.
     ``Y`` (the training rows) is needed for amortised models only.
     """
+    import matplotlib.pyplot as plt
     from matplotlib.collections import EllipseCollection
 
     mean = model.latent_mean(Y).numpy()
@@ -70,14 +77,23 @@ def plot_latent_space(
             alpha=0.3,
         )
         ax.add_collection(ellipses)
-    if colours is not None and np.issubdtype(colours.dtype, np.number):
-        points = ax.scatter(x, y, c=colours, cmap="tab10", s=8)
-        figure.colorbar(points, ax=ax, label="label")
-    elif colours is not None:
-        for value in np.unique(colours):
+    classes = None if colours is None else np.unique(colours)
+    if classes is not None and len(classes) <= _MAX_CLASSES:
+        # A qualitative palette with one colour per class: a colour map over the label values
+        # would give classes that merely have close numbers close colours.
+        palette = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20").colors
+        for value, colour in zip(classes, palette):
             chosen = colours == value
-            ax.scatter(x[chosen], y[chosen], s=8, label=str(value))
-        ax.legend(markerscale=2, fontsize="small")
+            ax.scatter(x[chosen], y[chosen], s=8, color=colour, label=str(value))
+        ax.legend(markerscale=2, fontsize="small", ncol=1 + len(classes) // 11)
+    elif classes is not None and np.issubdtype(colours.dtype, np.number):
+        points = ax.scatter(x, y, c=colours, cmap="viridis", s=8)
+        figure.colorbar(points, ax=ax, label="label")
+    elif classes is not None:
+        raise ValueError(
+            f"labels has {len(classes)} distinct non-numeric values; at most {_MAX_CLASSES} "
+            "classes can be told apart by colour: pass numeric labels for a colour scale."
+        )
     else:
         ax.scatter(x, y, s=8)
     ax.set_xlabel(f"latent dim {dims[0]}")

@@ -80,6 +80,7 @@ LABELS = {
     "none": None,
     "numeric": np.arange(N) % 3,
     "string": np.array(["oil", "gas", "water"])[np.arange(N) % 3],
+    "continuous": np.linspace(0.0, 1.0, N),
 }
 
 
@@ -92,11 +93,27 @@ def test_latent_space_of_a_point_model_has_no_ellipses(point, labels, tmp_path):
     assert "with 1 sd" not in ax.get_title()
     scattered = sum(len(c.get_offsets()) for c in ax.collections)
     assert scattered == N
-    if labels == "numeric":
+    if labels == "continuous":
         assert len(figure.axes) == 2  # the colour bar
-    if labels == "string":
+    if labels in ("numeric", "string"):
         legend = [text.get_text() for text in ax.get_legend().get_texts()]
-        assert sorted(legend) == ["gas", "oil", "water"]
+        assert sorted(legend) == sorted(set(map(str, LABELS[labels])))
+        colours = {tuple(c.get_facecolor()[0]) for c in ax.collections}
+        assert len(colours) == 3
+
+
+def test_latent_space_gives_classes_beyond_ten_their_own_colours(point, tmp_path):
+    labels = np.arange(N) % 15
+    figure = plot_latent_space(point[0], labels=labels)
+    saved_png(figure, tmp_path / "latent.png")
+    ax = figure.axes[0]
+    assert len(ax.get_legend().get_texts()) == 15
+    assert len({tuple(c.get_facecolor()[0]) for c in ax.collections}) == 15
+
+
+def test_latent_space_refuses_too_many_named_classes(point):
+    with pytest.raises(ValueError, match="numeric labels"):
+        plot_latent_space(point[0], labels=np.array([f"c{i}" for i in range(N)]))
 
 
 @pytest.mark.parametrize("labels", LABELS, ids=list(LABELS))
