@@ -87,6 +87,7 @@ def encoders(args) -> None:
         "values only (paper)": dict(missing_aware=False, hide_fraction=0.0),
         "values + mask": dict(missing_aware=True, hide_fraction=0.0),
         "values + mask, 20% hidden (default)": dict(missing_aware=True, hide_fraction=0.2),
+        "set of observed (value, column) pairs, 20% hidden": dict(set_size=64, hide_fraction=0.2),
     }
     for name, options in variants.items():
         model = AmortisedBayesianGPLVM(

@@ -23,7 +23,7 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
-from .networks import MLP
+from .networks import MLP, SetPooling
 
 __all__ = [
     "LatentBatch",
@@ -268,6 +268,10 @@ class EncoderLatent(LatentVariables):
     ``missing_aware=True`` it also reads the 0/1 observation mask, so it can tell a zero from a gap,
     and ``hide_fraction`` > 0 hides that share of the observed inputs at random while training, so
     that q(x) widens honestly for rows with gaps (the likelihood still sees every observed entry).
+    With ``set_size`` the MLPs read instead a permutation-invariant pooling of the observed
+    (value, column) pairs (:class:`~gpflow_svi_gplvm.networks.SetPooling`, ``set_size``
+    features): missing-aware by construction, and its input size does not grow with the share of
+    gaps.
     """
 
     amortised = True
@@ -285,9 +289,14 @@ class EncoderLatent(LatentVariables):
         seed: int = 0,
         input_location: np.ndarray | None = None,
         input_scale: np.ndarray | None = None,
+        set_size: int | None = None,
         name: str | None = None,
     ):
         super().__init__(latent_dim, name=name)
+        if set_size is not None and (int(set_size) != set_size or set_size < 1):
+            raise ValueError(f"set_size must be a positive integer or None, got {set_size!r}.")
+        # The set holds only observed pairs: a set encoder always knows the gaps.
+        missing_aware = missing_aware or set_size is not None
         if covariance not in ("triangular", "dense"):
             raise ValueError(f"covariance must be 'triangular' or 'dense', got {covariance!r}.")
         self.data_dim = int(data_dim)
@@ -296,7 +305,8 @@ class EncoderLatent(LatentVariables):
             raise ValueError(f"hide_fraction must lie in [0, 1), got {hide_fraction}.")
         if hide_fraction > 0 and not missing_aware:
             raise ValueError(
-                "hide_fraction > 0 needs missing_aware=True: the encoder must see the mask."
+                "hide_fraction > 0 needs missing_aware=True (or a set_size): the encoder must "
+                "see the mask."
             )
         self.missing_aware = bool(missing_aware)
         self.hide_fraction = float(hide_fraction)
@@ -316,12 +326,18 @@ class EncoderLatent(LatentVariables):
         self.input_scale = tf.Variable(scale, dtype=default_float(), trainable=False)
         q = self.latent_dim
         factor_size = q * (q + 1) // 2 if covariance == "triangular" else q * q
-        input_size = 2 * self.data_dim if self.missing_aware else self.data_dim
+        self.set_network = None
+        if set_size is not None:
+            self.set_network = SetPooling(self.data_dim, set_size, activation, seed=seed + 2)
+            input_size = self.set_network.output_size
+        else:
+            input_size = 2 * self.data_dim if self.missing_aware else self.data_dim
         self.mean_network = MLP(input_size, hidden_sizes, q, activation, seed=seed)
         self.factor_network = MLP(input_size, hidden_sizes, factor_size, activation, seed=seed + 1)
 
     def encoder_input(self, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """[B, D] (or [B, 2D] with the mask): NaNs replaced by zero before any arithmetic.
+        """[B, D] (or [B, 2D] with the mask, or [B, set_size + 1] pooled by the set encoder):
+        NaNs replaced by zero before any arithmetic.
 
         When training, each observed entry is hidden with probability ``hide_fraction``.
         """
@@ -333,6 +349,8 @@ class EncoderLatent(LatentVariables):
             self.input_scale
         )
         values = tf.where(observed, standardised, tf.zeros_like(Y))
+        if self.set_network is not None:
+            return self.set_network(values, observed)
         if not self.missing_aware:
             return values
         return tf.concat([values, tf.cast(observed, Y.dtype)], axis=-1)

@@ -266,11 +266,13 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
     """Bayesian GPLVM with q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) from an MLP encoder ("AEB-SVI").
 
     Encoder options (``hidden_sizes``, ``activation``, ``covariance``, ``missing_aware``,
-    ``hide_fraction``) go to :class:`EncoderLatent`. By default the encoder reads the observation
-    mask and hides 20% of the observed inputs while training, which keeps q(x) honest for rows
-    with gaps (on held-out rows with 30% missing: 95% intervals cover ~93% instead of ~68%);
-    ``missing_aware=False, hide_fraction=0`` is the paper's encoder. The encoder reads each
-    column standardised by the training data's (NaN-aware) mean and standard deviation.
+    ``hide_fraction``, ``set_size``) go to :class:`EncoderLatent`. By default the encoder reads
+    the observation mask and hides 20% of the observed inputs while training, which keeps q(x)
+    honest for rows with gaps (on held-out rows with 30% missing: 95% intervals cover ~93%
+    instead of ~68%); ``missing_aware=False, hide_fraction=0`` is the paper's encoder;
+    ``set_size=64``, say, reads each row as the set of its observed (value, column) pairs instead
+    (a permutation-invariant set encoder). The encoder reads each column standardised by the
+    training data's (NaN-aware) mean and standard deviation.
     """
 
     def __init__(
@@ -284,6 +286,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         covariance: str = "triangular",
         missing_aware: bool = True,
         hide_fraction: float = 0.2,
+        set_size: int | None = None,
         **kwargs,
     ):
         Y = check_observations(data, "data", mask=kwargs.get("mask"))
@@ -299,6 +302,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
             seed=kwargs.get("seed", 0),
             input_location=location,
             input_scale=scale,
+            set_size=set_size,
         )
         super().__init__(Y, latent_dim, num_inducing, *args, latent=lambda _: encoder, **kwargs)
 

@@ -1,4 +1,5 @@
-"""A small multilayer perceptron made of GPflow Parameters, for amortised encoders.
+"""Small networks made of GPflow Parameters for amortised encoders: an MLP, and a
+permutation-invariant pooling of a row's observed (value, column) pairs.
 
 Parameters (not Keras layers) keep the weights visible to ``trainable_variables``,
 ``print_summary``, ``set_trainable``, ``deepcopy`` and checkpoints like any other GPflow
@@ -14,7 +15,7 @@ import tensorflow as tf
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 
-__all__ = ["MLP"]
+__all__ = ["MLP", "SetPooling"]
 
 _ACTIVATIONS = {"tanh": tf.tanh, "relu": tf.nn.relu, "softplus": tf.nn.softplus, "elu": tf.nn.elu}
 
@@ -56,3 +57,54 @@ class MLP(Module):
         for weight, bias in zip(self.weights[:-1], self.biases[:-1]):
             hidden = activation(tf.matmul(hidden, weight) + bias)
         return tf.matmul(hidden, self.weights[-1]) + self.biases[-1]
+
+
+class SetPooling(Module):
+    """A row as the set of its observed (value, column) pairs, pooled to a fixed size.
+
+    h_nd = act(v_nd w + c_d) [H] for each observed entry (w [H] shared, c_d [H] a learnt
+    embedding of column d); the output [B, H + 1] is the mean of h_nd over the observed d and
+    the observed fraction |O_n| / D. It depends on the row only through the set
+    {(v_nd, d) : d observed}, so a gap is never read as a value and any number of entries may
+    be missing (a row with none gives zeros and fraction 0).
+    """
+
+    def __init__(
+        self,
+        num_columns: int,
+        size: int,
+        activation: str = "tanh",
+        seed: int = 0,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}."
+            )
+        self.activation = activation
+        self.num_columns = int(num_columns)
+        self.size = int(size)
+        rng = np.random.default_rng(seed)
+        # Unit-variance pre-activations for standardised values: Var(v w + c) = 1.
+        self.value_weight = Parameter(
+            rng.normal(0.0, np.sqrt(0.5), self.size), dtype=default_float(), name="value_weight"
+        )
+        self.column_embedding = Parameter(
+            rng.normal(0.0, np.sqrt(0.5), (self.num_columns, self.size)),
+            dtype=default_float(),
+            name="column_embedding",
+        )
+
+    @property
+    def output_size(self) -> int:
+        return self.size + 1
+
+    def __call__(self, values: tf.Tensor, observed: tf.Tensor) -> tf.Tensor:
+        """values [B, D] (finite; anything at unobserved entries), observed [B, D] bool."""
+        activation = _ACTIVATIONS[self.activation]
+        features = activation(values[..., None] * self.value_weight + self.column_embedding)
+        weights = tf.cast(observed, values.dtype)
+        count = tf.reduce_sum(weights, axis=-1, keepdims=True)
+        pooled = tf.einsum("bd,bdh->bh", weights, features) / tf.maximum(count, 1.0)
+        return tf.concat([pooled, count / self.num_columns], axis=-1)

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from functools import partial
 
 import numpy as np
 import pytest
@@ -46,7 +47,11 @@ def data():
     return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
 
 
-@pytest.fixture(scope="module", params=[BayesianSVIGPLVM, AmortisedBayesianGPLVM])
+@pytest.fixture(
+    scope="module",
+    params=[BayesianSVIGPLVM, AmortisedBayesianGPLVM, partial(AmortisedBayesianGPLVM, set_size=8)],
+    ids=["bsvi", "aeb", "aeb-set-encoder"],
+)
 def trained(request, data):
     model = request.param(data, Q, num_inducing=10)
     fit(model, data, iterations=400, batch_size=40, progress=False)

@@ -682,6 +682,7 @@ def test_encoder_is_nan_safe():
         dict(),
         dict(missing_aware=True, hide_fraction=0.2),
         dict(covariance="dense", missing_aware=True),
+        dict(set_size=6, hide_fraction=0.2),
     ):
         encoder = EncoderLatent(D, Q, **options)
         mean, variance = encoder.moments(idx, Y_t)
@@ -741,6 +742,54 @@ def test_only_the_missing_aware_encoder_tells_a_gap_from_a_zero():
     rows_with_gaps = missing.any(axis=1)
     assert np.all(np.any(mean_nan[rows_with_gaps] != mean_zero[rows_with_gaps], axis=1))
     np.testing.assert_array_equal(mean_nan[~rows_with_gaps], mean_zero[~rows_with_gaps])
+
+
+def test_set_encoder_pools_observed_pairs_as_a_brute_force_mean_does():
+    Y_nan, missing = encoder_batch(num_rows=25)
+    encoder = EncoderLatent(D, Q, set_size=5, activation="tanh")
+    assert encoder.missing_aware  # by construction
+    pooling = encoder.set_network
+    w, c = pooling.value_weight.numpy(), pooling.column_embedding.numpy()
+    expected = np.zeros((len(Y_nan), 6))
+    for n, row in enumerate(Y_nan):
+        observed = np.flatnonzero(~np.isnan(row))
+        features = [np.tanh(row[d] * w + c[d]) for d in observed]
+        expected[n, :5] = np.mean(features, axis=0) if len(observed) else 0.0
+        expected[n, 5] = len(observed) / D
+    inputs = encoder.encoder_input(tf.constant(Y_nan)).numpy()
+    np.testing.assert_allclose(inputs, expected, rtol=1e-12, atol=1e-14)
+    assert np.all(inputs[0] == 0.0)  # the fully missing row
+
+    # A function of the set of (value, column) pairs: permuting the columns together with their
+    # embeddings changes nothing, and neither does what lies behind a gap.
+    permutation = np.random.default_rng(3).permutation(D)
+    values = tf.constant(np.where(missing, 0.0, Y_nan)[:, permutation])
+    observed = tf.constant(~missing[:, permutation])
+    pooling.column_embedding.assign(c[permutation])
+    np.testing.assert_allclose(pooling(values, observed).numpy(), expected, rtol=1e-12)
+    junk = tf.where(observed, values, 1e6 * tf.ones_like(values))
+    np.testing.assert_allclose(pooling(junk, observed).numpy(), expected, rtol=1e-12)
+
+
+@likelihood_kinds
+def test_amortised_model_with_a_set_encoder_ignores_hidden_values(kind):
+    Y = complete_data(kind, seed=4)
+    model = make_model(AmortisedBayesianGPLVM, kind, Y, seed=4, set_size=4)
+    assert model.latent.set_network is not None
+    mask = explicit_mask()
+    rows = np.array([2, 7, 0, 5, 9, 3, 8])
+    reference = eager_loss_and_gradients(model, rows, np.where(mask, Y, np.nan)[rows])
+    for junk in JUNK:
+        checked = check_observations(np.where(mask, Y, junk), mask=mask)
+        assert_same(eager_loss_and_gradients(model, rows, checked[rows]), reference, what=junk)
+    names = {v.name.split(":")[0] for v in model.trainable_variables}
+    assert {"value_weight", "column_embedding"} <= names
+
+
+@pytest.mark.parametrize("set_size", [0, -3, 2.5])
+def test_set_size_is_checked(set_size):
+    with pytest.raises(ValueError, match="set_size must be a positive integer"):
+        EncoderLatent(D, Q, set_size=set_size)
 
 
 def test_encoder_hides_inputs_only_when_training():
