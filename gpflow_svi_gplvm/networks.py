@@ -20,6 +20,12 @@ __all__ = ["MLP", "SetPooling"]
 _ACTIVATIONS = {"tanh": tf.tanh, "relu": tf.nn.relu, "softplus": tf.nn.softplus, "elu": tf.nn.elu}
 
 
+def _checked_activation(activation: str) -> str:
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}.")
+    return activation
+
+
 class MLP(Module):
     """h_0 = x [B, I]; h_k = act(h_{k-1} W_k + b_k); output h_K W + b [B, O] (no activation).
 
@@ -36,11 +42,7 @@ class MLP(Module):
         name: str | None = None,
     ):
         super().__init__(name=name)
-        if activation not in _ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}."
-            )
-        self.activation = activation
+        self.activation = _checked_activation(activation)
         sizes = [int(input_size), *map(int, hidden_sizes), int(output_size)]
         rng = np.random.default_rng(seed)
         self.weights = []
@@ -78,11 +80,7 @@ class SetPooling(Module):
         name: str | None = None,
     ):
         super().__init__(name=name)
-        if activation not in _ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}."
-            )
-        self.activation = activation
+        self.activation = _checked_activation(activation)
         self.num_columns = int(num_columns)
         self.size = int(size)
         rng = np.random.default_rng(seed)
