@@ -267,9 +267,12 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
 
     Encoder options (``hidden_sizes``, ``activation``, ``covariance``, ``missing_aware``,
     ``hide_fraction``, ``set_size``) go to :class:`EncoderLatent`. By default the encoder reads
-    the observation mask and hides 20% of the observed inputs while training, which keeps q(x)
-    honest for rows with gaps (on held-out rows with 30% missing: 95% intervals cover ~93%
-    instead of ~68%); ``missing_aware=False, hide_fraction=0`` is the paper's encoder;
+    the observation mask and, when the training data has gaps, hides 20% of the observed inputs
+    while training, which keeps q(x) honest for rows with gaps (on held-out rows with 30%
+    missing: 95% intervals cover ~93% instead of ~68%). On complete data nothing is hidden
+    (hiding costs accuracy there: oil-flow test RMSE 0.115 with, 0.079 without); pass
+    ``hide_fraction=0.2`` if complete training rows will meet new rows with gaps.
+    ``missing_aware=False, hide_fraction=0`` is the paper's encoder;
     ``set_size=64``, say, reads each row as the set of its observed (value, column) pairs instead
     (a permutation-invariant set encoder). The encoder reads each column standardised by the
     training data's (NaN-aware) mean and standard deviation.
@@ -285,12 +288,15 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         activation: str = "tanh",
         covariance: str = "triangular",
         missing_aware: bool = True,
-        hide_fraction: float = 0.2,
+        hide_fraction: float | None = None,
         set_size: int | None = None,
         **kwargs,
     ):
         Y = check_observations(data, "data", mask=kwargs.get("mask"))
         location, scale = _column_moments(Y)
+        if hide_fraction is None:
+            sees_mask = missing_aware or set_size is not None
+            hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
         encoder = EncoderLatent(
             Y.shape[1],
             _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical"),

@@ -786,6 +786,25 @@ def test_amortised_model_with_a_set_encoder_ignores_hidden_values(kind):
     assert {"value_weight", "column_embedding"} <= names
 
 
+@pytest.mark.parametrize("set_size", [None, 4])
+def test_the_encoder_hides_inputs_by_default_only_when_the_data_has_gaps(set_size):
+    Y_nan, _ = encoder_batch(num_rows=30)
+    Y_complete = np.nan_to_num(Y_nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the notices about gaps and an empty row
+        gappy = AmortisedBayesianGPLVM(Y_nan, Q, num_inducing=4, set_size=set_size)
+    complete = AmortisedBayesianGPLVM(Y_complete, Q, num_inducing=4, set_size=set_size)
+    assert gappy.latent.hide_fraction == 0.2 and complete.latent.hide_fraction == 0.0
+    mask = np.ones(Y_complete.shape, bool)
+    mask[3, 1] = False  # an explicit mask counts as gaps too
+    masked = AmortisedBayesianGPLVM(Y_complete, Q, num_inducing=4, mask=mask, set_size=set_size)
+    assert masked.latent.hide_fraction == 0.2
+    paper = AmortisedBayesianGPLVM(Y_complete, Q, num_inducing=4, missing_aware=False)
+    assert paper.latent.hide_fraction == 0.0
+    asked = AmortisedBayesianGPLVM(Y_complete, Q, num_inducing=4, hide_fraction=0.1)
+    assert asked.latent.hide_fraction == 0.1
+
+
 @pytest.mark.parametrize("set_size", [0, -3, 2.5])
 def test_set_size_is_checked(set_size):
     with pytest.raises(ValueError, match="set_size must be a positive integer"):
@@ -817,7 +836,7 @@ def test_encoder_hides_inputs_only_when_training():
 
     # The same through a model: training=False makes the bound deterministic given the noise.
     Y_model = complete_data("gaussian", seed=9)
-    model = make_model(AmortisedBayesianGPLVM, "gaussian", Y_model)
+    model = make_model(AmortisedBayesianGPLVM, "gaussian", Y_model, hide_fraction=0.3)
     assert model.latent.missing_aware and model.latent.hide_fraction > 0
     model.latent.noise = lambda idx, num_samples: fixed_noise(N, num_samples)
     data = (tf.range(N, dtype=tf.int64), tf.constant(np.where(Y_model > 1.0, np.nan, Y_model)))
