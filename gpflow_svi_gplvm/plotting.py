@@ -78,7 +78,9 @@ def plot_latent_space(
         )
         ax.add_collection(ellipses)
     classes = None if colours is None else np.unique(colours)
-    if classes is not None and len(classes) <= _MAX_CLASSES:
+    if classes is None:
+        ax.scatter(x, y, s=8)
+    elif len(classes) <= _MAX_CLASSES:
         # A qualitative palette with one colour per class: a colour map over the label values
         # would give classes that merely have close numbers close colours.
         palette = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20").colors
@@ -86,16 +88,14 @@ def plot_latent_space(
             chosen = colours == value
             ax.scatter(x[chosen], y[chosen], s=8, color=colour, label=str(value))
         ax.legend(markerscale=2, fontsize="small", ncol=1 + len(classes) // 11)
-    elif classes is not None and np.issubdtype(colours.dtype, np.number):
+    elif np.issubdtype(colours.dtype, np.number):
         points = ax.scatter(x, y, c=colours, cmap="viridis", s=8)
         figure.colorbar(points, ax=ax, label="label")
-    elif classes is not None:
+    else:
         raise ValueError(
             f"labels has {len(classes)} distinct non-numeric values; at most {_MAX_CLASSES} "
             "classes can be told apart by colour: pass numeric labels for a colour scale."
         )
-    else:
-        ax.scatter(x, y, s=8)
     ax.set_xlabel(f"latent dim {dims[0]}")
     ax.set_ylabel(f"latent dim {dims[1]}")
     ax.set_title(
