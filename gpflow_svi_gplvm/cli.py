@@ -23,7 +23,8 @@ MODELS = {
     "aeb": "AmortisedBayesianGPLVM",
 }
 RELEVANCE_KEPT = 0.1
-"""A latent dimension is reported as kept when its ARD relevance is >= 10% of the largest."""
+"""A latent dimension is reported as kept when its latent relevance (the spread of the latent
+means in lengthscales, ``SVIGPLVM.latent_relevance``) is >= 10% of the largest."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     amortised_rows = Y if model.latent.amortised else None
     latent_mean = model.latent_mean(amortised_rows)
     reconstruction, _ = model.predict_y(latent_mean)
-    relevance = model.ard_relevance()
+    relevance = model.latent_relevance(amortised_rows)
     kept = [int(q) for q in np.flatnonzero(relevance >= RELEVANCE_KEPT * relevance.max())]
     tail = history.elbo[-min(100, len(history.elbo)) :]
     metrics = {
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(seconds, 2),
         "elbo_final": float(np.mean(tail)) if len(tail) else None,
         "reconstruction_rmse": rmse(Y, reconstruction.numpy()),
-        "ard_relevance": [float(r) for r in relevance],
+        "ard_relevance": [float(r) for r in model.ard_relevance()],
+        "latent_relevance": [float(r) for r in relevance],
         "kept_latent_dims": kept,
     }
 
@@ -120,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained {args.iterations} steps in {seconds:.1f} s")
     print(f"ELBO (mean of last {len(tail)} steps): {metrics['elbo_final']:.2f}")
     print(f"reconstruction RMSE at the latent means: {metrics['reconstruction_rmse']:.4f}")
-    print(f"latent dims kept by ARD: {kept} of {args.latent_dim}")
+    print(
+        f"latent dims kept by ARD (latent means spread >= {RELEVANCE_KEPT:.0%} of the widest, "
+        f"in lengthscales): {kept} of {args.latent_dim}"
+    )
     print(f"wrote {', '.join(['metrics.json', *figures])} to {args.output}/")
     return 0
 

@@ -190,6 +190,18 @@ class SVIGPLVM(SVGP):
             )
         return np.broadcast_to(1.0 / lengthscales.numpy(), (self.latent_dim,)).copy()
 
+    def latent_relevance(self, Y=None) -> np.ndarray:
+        """How many lengthscales the latent means span along each dimension [Q]:
+        std_n(E[x_nq]) / l_q; near zero for a dimension the model does not use.
+
+        Unlike :meth:`ard_relevance` it does not depend on the scale of the latents (a point
+        estimate can shrink x_q and l_q together), and a dimension that q(x) leaves at the
+        prior, with means near zero, scores near zero however short its lengthscale.
+        ``Y`` (the training rows) is needed for amortised models only.
+        """
+        spread = np.std(self.latent_mean(Y).numpy(), axis=0)
+        return spread * self.ard_relevance()
+
     def latent_mean(self, Y=None) -> tf.Tensor:
         """Mean of q(x_n) [N, Q] for the training rows (amortised models need those rows Y)."""
         return self.latent.moments(*self._all_rows(Y))[0]

@@ -45,7 +45,8 @@ def plot_latent_space(
 ) -> Figure:
     """Scatter of the latent means of the training rows on two dimensions, coloured by ``labels``.
 
-    ``dims`` defaults to the two most relevant dimensions by ARD (largest inverse lengthscales).
+    ``dims`` defaults to the two most relevant dimensions (largest spread of the latent means in
+    lengthscales, :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`).
     Up to 20 distinct labels are classes (one colour each, with a legend); more numeric labels
     (a covariate) are drawn on a continuous colour scale.
     For a Gaussian q(x), each point carries an ellipse of +/- 1 standard deviation.
@@ -57,7 +58,7 @@ def plot_latent_space(
     mean = model.latent_mean(Y).numpy()
     variance = model.latent_variance(Y).numpy()
     if dims is None:
-        order = np.argsort(-model.ard_relevance())
+        order = np.argsort(-model.latent_relevance(Y))
         dims = (int(order[0]), int(order[min(1, len(order) - 1)]))
     figure, ax = _axes(ax, (6, 5))
     x, y = mean[:, dims[0]], mean[:, dims[1]]

@@ -54,8 +54,8 @@ gpflow.utilities.print_summary(model, fmt="notebook")
 # %% [markdown]
 # ## The latent space
 #
-# The two most relevant latent dimensions by ARD (largest inverse lengthscales), each image's
-# q(x_n) drawn as a one-standard-deviation ellipse and coloured by its digit.
+# The two most relevant latent dimensions (widest spread of the means, in lengthscales), each
+# image's q(x_n) drawn as a one-standard-deviation ellipse and coloured by its digit.
 
 # %%
 _ = plot_latent_space(model, labels=labels)

@@ -98,7 +98,8 @@ _ = plot_image_grid(
 
 # %% [markdown]
 # The latent space, coloured by digit, although the labels were never used: the two most
-# relevant dimensions by ARD, each image's q(x_n) drawn as a one-standard-deviation ellipse.
+# relevant dimensions (widest spread of the means, in lengthscales), each image's q(x_n) drawn
+# as a one-standard-deviation ellipse.
 
 # %%
 _ = plot_latent_space(model, labels=mnist.labels)

@@ -127,7 +127,7 @@ def test_latent_space_of_a_bayesian_model_has_one_ellipse_per_row(bayesian, labe
 
 def test_latent_space_default_dims_are_the_two_most_relevant(bayesian, tmp_path):
     model = bayesian[0]
-    order = np.argsort(-model.ard_relevance())
+    order = np.argsort(-model.latent_relevance())
     ax = plot_latent_space(model).axes[0]
     assert ax.get_xlabel() == f"latent dim {order[0]}"
     assert ax.get_ylabel() == f"latent dim {order[1]}"

@@ -225,6 +225,20 @@ def test_count_and_binary_likelihoods_train(model_class, kind, likelihood_class,
     assert knn_accuracy(after, labels) > 0.6
 
 
+def test_latent_relevance_is_the_spread_of_the_means_in_lengthscales(small_Y):
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    model.kernel.lengthscales.assign([0.5, 4.0])
+    means = model.latent_mean().numpy()
+    np.testing.assert_allclose(model.latent_relevance(), means.std(axis=0) / [0.5, 4.0])
+
+    # Scaling a latent dimension and its lengthscale together changes 1/l but not the relevance.
+    before = model.latent_relevance()
+    model.latent.mean.assign(means * [3.0, 1.0])
+    model.kernel.lengthscales.assign([1.5, 4.0])
+    np.testing.assert_allclose(model.latent_relevance(), before)
+    np.testing.assert_allclose(model.ard_relevance(), [1 / 1.5, 1 / 4.0])
+
+
 # --------------------------------------------------------------------------------------------
 # d. GPflow interoperability
 # --------------------------------------------------------------------------------------------
