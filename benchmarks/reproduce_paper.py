@@ -3,6 +3,7 @@
     python benchmarks/reproduce_paper.py table1   # Oilflow: Q=10, M=25, Gaussian
     python benchmarks/reproduce_paper.py table3   # qPCR (Q=11, M=40) and taxi (Poisson, Q=2, M=36)
     python benchmarks/reproduce_paper.py table4   # MNIST, 10/30/60% of pixels missing (B-SVI)
+    python benchmarks/reproduce_paper.py mocap    # motion capture, body parts blanked
     python benchmarks/reproduce_paper.py all [--seeds 3 --iterations 2000 --quick --output F]
 
 Protocol: a seeded 80/20 split of rows (``protocols.train_test_split(Y, 0.2, seed)``); each of
@@ -13,8 +14,10 @@ steps on q(x*) for the others), and the reconstruction mean and variance are sco
 test rows: test RMSE, and test NLPD per test point (``metrics.nlpd(..., joint=True)``, a Gaussian
 predictive with reconstruct's mean / variance; for the Poisson taxi data the same Gaussian built
 from the predictive moments). Mean +- standard error over seeds.
-Table 4 is ``benchmarks/missing_data.py mnist`` (B-SVI, Q=5, M=100, RMSE on hidden test pixels).
-The results file is rewritten from the top; a section starting with "## Notes" is kept.
+Table 4 is ``benchmarks/missing_data.py mnist`` (B-SVI, Q=5, M=100, RMSE on hidden test pixels);
+the motion-capture table is ``benchmarks/missing_data.py mocap``.
+The results file keeps one block per table, each with the command that made it: a run replaces
+the blocks of the tables it ran and keeps the others, and the section starting with "## Notes".
 Data: the folder in $GPFLOW_SVI_GPLVM_DATA (see gpflow_svi_gplvm.datasets).
 """
 
@@ -24,6 +27,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import sys
 import time
 
@@ -46,7 +50,7 @@ from gpflow_svi_gplvm.metrics import nlpd, rmse  # noqa: E402
 from gpflow_svi_gplvm.protocols import train_test_split  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from missing_data import mnist_table  # noqa: E402
+from missing_data import mnist_table, mocap_table  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # retracing notices: one model per run, expected
 
@@ -72,6 +76,8 @@ DATASETS = {
     "taxi": (load_taxi, 2, 36, lambda: gpflow.likelihoods.Poisson()),
 }
 TABLES = {"table1": ("oilflow",), "table3": ("qpcr", "taxi")}
+BLOCK_ORDER = ("oilflow", "qpcr", "taxi", "mnist", "mocap")
+_BLOCK = re.compile(r"^<!-- table: (\w+) -->$", re.MULTILINE)
 
 
 def run_one(name: str, model_name: str, seed: int, args) -> dict:
@@ -174,18 +180,38 @@ def _mnist_settings(args) -> argparse.Namespace:
     )
 
 
-def _kept_notes(path: str) -> str:
-    """The hand-written "## Notes" section of an existing results file, if any."""
-    if not os.path.exists(path):
-        return ""
-    text = open(path).read()
-    start = text.find("\n## Notes")
-    return "" if start < 0 else text[start:]
+def _mocap_settings(args) -> argparse.Namespace:
+    """Motion-capture settings for ``missing_data.mocap_table`` (four models, Q=9, M=50)."""
+    return argparse.Namespace(
+        num_inducing=10 if args.quick else 50,
+        iterations=args.iterations,
+        inference_iterations=args.inference_iterations,
+        batch_size=100,
+        learning_rate=args.learning_rate,
+        seed=0,
+        no_progress=args.quick,
+    )
+
+
+def merge_results(old: str, header: str, blocks: dict[str, str]) -> str:
+    """The results file: ``header``, then one block per table (this run's ``blocks`` replace
+    those of the same name in ``old``; the others stay), then the notes section of ``old``."""
+    notes_start = old.find("\n## Notes")
+    notes = "" if notes_start < 0 else old[notes_start:]
+    body = old if notes_start < 0 else old[:notes_start]
+    markers = list(_BLOCK.finditer(body))
+    kept = {
+        m.group(1): body[m.start() : markers[i + 1].start() if i + 1 < len(markers) else None]
+        for i, m in enumerate(markers)
+    }
+    kept.update({name: f"<!-- table: {name} -->\n{text}" for name, text in blocks.items()})
+    ordered = [kept[name].strip() for name in BLOCK_ORDER if name in kept]
+    return header.rstrip() + "\n\n" + "\n\n".join(ordered) + "\n" + notes
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["table1", "table3", "table4", "all"])
+    parser.add_argument("command", choices=["table1", "table3", "table4", "mocap", "all"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=None, help="default 2000 (quick: 10)")
     parser.add_argument("--learning-rate", type=float, default=0.01)
@@ -219,41 +245,60 @@ def main(argv=None) -> int:
     if output is None and not args.quick:
         output = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 
-    commands = ["table1", "table3", "table4"] if args.command == "all" else [args.command]
-    tables = []
+    commands = ["table1", "table3", "table4", "mocap"] if args.command == "all" else [args.command]
+    command_line = f"python benchmarks/reproduce_paper.py {' '.join(sys.argv[1:] or [])}"
+    date = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}"
     total_start = time.perf_counter()
+    blocks = {}
+
+    def record(name: str, text: str, budget: str) -> None:
+        print("\n" + text + "\n", flush=True)
+        blocks[name] = f"{text}\n\n_`{command_line}`: {budget}; {date}._"
+
     for name in [name for command in commands for name in TABLES.get(command, ())]:
         print(f"{name}: {args.seeds} seed(s) x {args.models} x {args.iterations} steps", flush=True)
         results = {m: [run_one(name, m, s, args) for s in range(args.seeds)] for m in args.models}
-        tables.append(table(name, results))
-        print("\n" + tables[-1] + "\n", flush=True)
+        budget = (
+            f"{args.iterations} Adam steps (lr {args.learning_rate}), "
+            f"{args.inference_iterations} steps of test-latent inference"
+        )
+        record(name, table(name, results), budget)
     if "table4" in commands:
-        tables.append("**mnist** (Table 4)\n\n" + mnist_table(_mnist_settings(args)))
-        print("\n" + tables[-1] + "\n", flush=True)
-    total = time.perf_counter() - total_start
+        settings = _mnist_settings(args)
+        budget = (
+            f"{settings.num_train} / {settings.num_test} train / test images, "
+            f"{settings.iterations} Adam steps"
+        )
+        record("mnist", "**mnist** (Table 4)\n\n" + mnist_table(settings), budget)
+    if "mocap" in commands:
+        settings = _mocap_settings(args)
+        caption = (
+            "**mocap** (CMU subject 35 walk / jog for the paper's subject 16; one body part "
+            "blanked in 20% of the training poses and in the held-out trials)"
+        )
+        budget = f"{settings.iterations} Adam steps"
+        record("mocap", caption + "\n\n" + mocap_table(settings), budget)
     if output:
-        header = [
-            "# Reproduction of the paper's reconstruction tables",
-            "",
-            f"Command: `python benchmarks/reproduce_paper.py {' '.join(sys.argv[1:] or [])}`",
-            "",
-            f"Budget: {args.seeds} seed(s) x {len(args.models)} models, {args.iterations} Adam "
-            f"iterations (lr {args.learning_rate}, batch min(100, N_train)), "
-            f"{args.inference_iterations} steps of test-latent inference; Table 4: "
-            f"{args.mnist_train} / {args.mnist_test} MNIST train / test images, "
-            f"{args.mnist_iterations or args.iterations} steps; total {total:.0f} s.",
-            "",
-            f"Versions: gpflow_svi_gplvm {getattr(gpflow_svi_gplvm, '__version__', '?')}, "
-            f"TensorFlow {tf.__version__}, GPflow {gpflow.__version__}, NumPy {np.__version__}, "
-            f"Python {platform.python_version()}.",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores. "
-            f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}.",
-            "",
-            PROTOCOL_NOTES,
-        ]
-        notes = _kept_notes(output)
+        header = "\n".join(
+            [
+                "# Reproduction of the paper's reconstruction tables",
+                "",
+                "Each table ends with the command that produced it (`$GPFLOW_SVI_GPLVM_DATA` "
+                "pointed at the data folder).",
+                "",
+                f"Versions: gpflow_svi_gplvm {getattr(gpflow_svi_gplvm, '__version__', '?')}, "
+                f"TensorFlow {tf.__version__}, GPflow {gpflow.__version__}, "
+                f"NumPy {np.__version__}, Python {platform.python_version()}.",
+                f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores. Last run: {date}, "
+                f"{time.perf_counter() - total_start:.0f} s.",
+                "",
+                PROTOCOL_NOTES,
+                "## Results",
+            ]
+        )
+        old = open(output).read() if os.path.exists(output) else ""
         with open(output, "w") as f:
-            f.write("\n".join(header) + "\n" + "\n\n".join(tables) + "\n" + notes)
+            f.write(merge_results(old, header, blocks))
         print(f"wrote {output}")
     return 0
 

@@ -27,9 +27,13 @@ def test_speed_benchmark_quick():
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
-    or not (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / "mnist").exists(),
+    or not all(
+        (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / name).exists()
+        for name in ("mnist", "movielens100k", "mocap")
+    ),
     reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA",
 )
 def test_missing_data_benchmark_quick():
     out = _run(str(BENCHMARKS / "missing_data.py"), "all", "--quick")
     assert "trained on 60% missing" in out and "held-out ratings" in out and "encoder" in out
+    assert "| left_leg | nearest complete pose |" in out and "| upper_body | B-SVI" in out

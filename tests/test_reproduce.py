@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce_paper.py"
-NEEDED = ("oilflow", "qpcr", "taxi", "mnist")
+NEEDED = ("oilflow", "qpcr", "taxi", "mnist", "mocap")
 
 
 def _data_available() -> bool:
@@ -38,3 +39,24 @@ def test_reproduce_all_quick(tmp_path):
         assert f"| {model} |" in result.stdout
     for name in NEEDED:
         assert f"**{name}**" in text
+    assert "| upper_body | AEB-SVI" in text
+
+
+def _reproduce_module():
+    spec = importlib.util.spec_from_file_location("reproduce_paper", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_partial_run_replaces_its_tables_and_keeps_the_others_and_the_notes():
+    merge = _reproduce_module().merge_results
+    first = merge("", "# first header", {"oilflow": "oil table 1", "mnist": "mnist table 1"})
+    first += "\n## Notes\n\nwritten by hand\n"
+    second = merge(first, "# second header", {"mnist": "mnist table 2", "qpcr": "qpcr table 2"})
+    assert second.startswith("# second header") and "first header" not in second
+    assert "mnist table 1" not in second
+    positions = [second.index(t) for t in ("oil table 1", "qpcr table 2", "mnist table 2")]
+    assert positions == sorted(positions)  # the tables' fixed order, not the order of the runs
+    assert second.endswith("\n## Notes\n\nwritten by hand\n")
+    assert merge(second, "# second header", {}) == second
