@@ -27,13 +27,15 @@ def test_speed_benchmark_quick():
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
-    or not all(
-        (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / name).exists()
-        for name in ("mnist", "movielens100k", "mocap")
-    ),
+    or not (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / "mnist").exists()
+    or not (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / "movielens100k").exists(),
     reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA",
 )
-def test_missing_data_benchmark_quick():
-    out = _run(str(BENCHMARKS / "missing_data.py"), "all", "--quick")
-    assert "trained on 60% missing" in out and "held-out ratings" in out and "encoder" in out
-    assert "| left_leg | nearest complete pose |" in out and "| upper_body | B-SVI" in out
+@pytest.mark.parametrize(
+    "experiment, expected",
+    [("movielens", "held-out ratings"), ("encoders", "values + mask, 20% hidden")],
+)
+def test_missing_data_benchmark_quick(experiment, expected):
+    # The MNIST and motion-capture tables run in test_reproduce's `all --quick`.
+    out = _run(str(BENCHMARKS / "missing_data.py"), experiment, "--quick")
+    assert expected in out

@@ -22,7 +22,7 @@ def _data_available() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(
     not _data_available(),
-    reason="GPFLOW_SVI_GPLVM_DATA unset or lacks oilflow / qpcr / taxi / mnist",
+    reason="GPFLOW_SVI_GPLVM_DATA unset or lacks oilflow / qpcr / taxi / mnist / mocap",
 )
 def test_reproduce_all_quick(tmp_path):
     output = tmp_path / "R.md"
@@ -39,7 +39,7 @@ def test_reproduce_all_quick(tmp_path):
         assert f"| {model} |" in result.stdout
     for name in NEEDED:
         assert f"**{name}**" in text
-    assert "| upper_body | AEB-SVI" in text
+    assert "| left_leg | nearest complete pose |" in text and "| upper_body | AEB-SVI" in text
 
 
 def _reproduce_module():
