@@ -22,7 +22,15 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "ruff", "jupytext", "nbclient", "ipykernel"],
+        "test": [
+            "pytest",
+            "pytest-xdist",
+            "hypothesis",
+            "ruff",
+            "jupytext",
+            "nbclient",
+            "ipykernel",
+        ],
         "notebooks": ["jupytext", "nbclient", "ipykernel"],
         "bench": [],
     },

@@ -50,7 +50,7 @@ from gpflow_svi_gplvm.metrics import nlpd, rmse  # noqa: E402
 from gpflow_svi_gplvm.protocols import train_test_split  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from missing_data import mnist_table, mocap_table  # noqa: E402
+from missing_data import MOCAP_PARTS, mnist_table, mocap_table  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # retracing notices: one model per run, expected
 
@@ -189,6 +189,7 @@ def _mocap_settings(args) -> argparse.Namespace:
         batch_size=100,
         learning_rate=args.learning_rate,
         seed=0,
+        parts=MOCAP_PARTS[-1:] if args.quick else MOCAP_PARTS,
         no_progress=args.quick,
     )
 

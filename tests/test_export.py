@@ -1,6 +1,7 @@
 """SavedModel export: served in a process that imports TensorFlow only, equal to the model."""
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -97,11 +98,19 @@ def test_export_serves_with_tensorflow_alone_and_matches_the_model(trained, data
     np.testing.assert_allclose(served["decode/variance"], variance.numpy(), rtol=1e-10)
 
 
-def test_saved_model_cli_lists_the_four_signatures(data, tmp_path):
+@pytest.fixture(scope="module")
+def point_export(data, tmp_path_factory):
+    """An untrained point model and its export, shared: each export traces four signatures."""
     model = PointGPLVM(data, Q, num_inducing=5)
-    path = export_saved_model(model, tmp_path / "point", encode_iterations=5, num_samples=2)
+    path = tmp_path_factory.mktemp("point") / "m"
+    return model, export_saved_model(model, path, encode_iterations=5, num_samples=2)
+
+
+def test_saved_model_cli_lists_the_four_signatures(point_export):
     cli = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show", "--all"]
-    result = subprocess.run([*cli, "--dir", str(path)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [*cli, "--dir", str(point_export[1])], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for name in SIGNATURES:
         assert f"signature_def['{name}']" in result.stdout
@@ -129,11 +138,8 @@ def test_float32_export_casts_at_the_boundary(data, tmp_path):
     np.testing.assert_allclose(out["mean"].numpy(), model.predict_y(X)[0].numpy(), rtol=1e-5)
 
 
-def test_bad_inputs_to_the_export_are_clear_errors(data, tmp_path):
-    model = PointGPLVM(data, Q, num_inducing=5)
-    path = export_saved_model(model, tmp_path / "m", encode_iterations=5, num_samples=2)
-    loaded = tf.saved_model.load(str(path))
-    reconstruct = loaded.signatures["reconstruct"]
+def test_bad_inputs_to_the_export_are_clear_errors(data, point_export):
+    reconstruct = tf.saved_model.load(str(point_export[1])).signatures["reconstruct"]
     errors = (TypeError, ValueError, tf.errors.InvalidArgumentError)
     with pytest.raises(errors, match="expected to be a double tensor but is a float"):
         reconstruct(Y=tf.constant(data[:2], tf.float32))
@@ -141,9 +147,9 @@ def test_bad_inputs_to_the_export_are_clear_errors(data, tmp_path):
         reconstruct(Y=tf.constant(data[:2, :3]))
 
 
-def test_an_existing_export_is_never_overwritten_silently(data, tmp_path):
-    model = PointGPLVM(data, Q, num_inducing=5)
-    path = export_saved_model(model, tmp_path / "m", encode_iterations=5, num_samples=2)
+def test_an_existing_export_is_never_overwritten_silently(point_export, tmp_path):
+    model = point_export[0]
+    path = shutil.copytree(point_export[1], tmp_path / "m")
     before = sorted(p.name for p in path.rglob("*"))
     with pytest.raises(ValueError, match="overwrite=True"):
         export_saved_model(model, path, encode_iterations=5, num_samples=2)

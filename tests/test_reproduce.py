@@ -39,7 +39,7 @@ def test_reproduce_all_quick(tmp_path):
         assert f"| {model} |" in result.stdout
     for name in NEEDED:
         assert f"**{name}**" in text
-    assert "| left_leg | nearest complete pose |" in text and "| upper_body | AEB-SVI" in text
+    assert "| upper_body | nearest complete pose |" in text and "| upper_body | AEB-SVI" in text
 
 
 def _reproduce_module():
