@@ -43,7 +43,7 @@ from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
 from gpflow_svi_gplvm.protocols import blank_bones, random_missing  # noqa: E402
 
 FRACTIONS = (0.1, 0.3, 0.6)
-MOCAP_MODELS = {
+MODELS = {
     "Point": PointGPLVM,
     "MAP": MAPGPLVM,
     "B-SVI": BayesianSVIGPLVM,
@@ -206,7 +206,7 @@ def mocap_table(args) -> str:
                 f"| {part} | {name} | {degrees(Y, predict(Y_train), hidden_train):.2f} "
                 f"| {degrees(Y_test, predict(Y_held), hidden_test):.2f} | - |"
             )
-        for name, model_class in MOCAP_MODELS.items():
+        for name, model_class in MODELS.items():
             model = model_class(Y_train, 9, num_inducing=args.num_inducing, seed=args.seed)
             seconds = _train(model, Y_train, args)
             train_pred, _ = model.reconstruct(

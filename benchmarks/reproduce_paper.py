@@ -38,28 +38,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import gpflow_svi_gplvm  # noqa: E402
-from gpflow_svi_gplvm import (  # noqa: E402
-    MAPGPLVM,
-    AmortisedBayesianGPLVM,
-    BayesianSVIGPLVM,
-    PointGPLVM,
-    fit,
-)
+from gpflow_svi_gplvm import fit  # noqa: E402
 from gpflow_svi_gplvm.datasets import load_oilflow, load_qpcr, load_taxi  # noqa: E402
 from gpflow_svi_gplvm.metrics import nlpd, rmse  # noqa: E402
 from gpflow_svi_gplvm.protocols import train_test_split  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from missing_data import MOCAP_PARTS, mnist_table, mocap_table  # noqa: E402
+from missing_data import MOCAP_PARTS, MODELS, mnist_table, mocap_table  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # retracing notices: one model per run, expected
-
-MODELS = {
-    "Point": PointGPLVM,
-    "MAP": MAPGPLVM,
-    "B-SVI": BayesianSVIGPLVM,
-    "AEB-SVI": AmortisedBayesianGPLVM,
-}
 
 # The paper's numbers (Point, MAP, B-SVI, AEB-SVI); None = not reported.
 PAPER_RMSE = {

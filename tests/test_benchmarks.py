@@ -27,8 +27,10 @@ def test_speed_benchmark_quick():
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
-    or not (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / "mnist").exists()
-    or not (Path(os.environ.get("GPFLOW_SVI_GPLVM_DATA", ".")) / "movielens100k").exists(),
+    or not all(
+        (Path(os.environ["GPFLOW_SVI_GPLVM_DATA"]) / name).exists()
+        for name in ("mnist", "movielens100k")
+    ),
     reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA",
 )
 @pytest.mark.parametrize(
