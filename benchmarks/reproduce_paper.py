@@ -17,7 +17,8 @@ from the predictive moments). Mean +- standard error over seeds.
 Table 4 is ``benchmarks/missing_data.py mnist`` (B-SVI, Q=5, M=100, RMSE on hidden test pixels);
 the motion-capture table is ``benchmarks/missing_data.py mocap``.
 The results file keeps one block per table, each with the command that made it: a run replaces
-the blocks of the tables it ran and keeps the others, and the section starting with "## Notes".
+the blocks of the tables it ran and keeps the others, and the section starting with "## Notes";
+a run of some ``--models`` only replaces their rows, so one model can be rerun on its own.
 Data: the folder in $GPFLOW_SVI_GPLVM_DATA (see gpflow_svi_gplvm.datasets).
 """
 
@@ -30,6 +31,7 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -65,6 +67,8 @@ DATASETS = {
 TABLES = {"table1": ("oilflow",), "table3": ("qpcr", "taxi")}
 BLOCK_ORDER = ("oilflow", "qpcr", "taxi", "mnist", "mocap")
 _BLOCK = re.compile(r"^<!-- table: (\w+) -->$", re.MULTILINE)
+# A table's provenance line: _`command`: budget; date._, or _Point, MAP: `command`: ..._
+_PROVENANCE = re.compile(r"^_(?:(?P<models>[\w, -]+): )?`")
 
 
 def run_one(name: str, model_name: str, seed: int, args) -> dict:
@@ -181,9 +185,13 @@ def _mocap_settings(args) -> argparse.Namespace:
     )
 
 
-def merge_results(old: str, header: str, blocks: dict[str, str]) -> str:
+def merge_results(
+    old: str, header: str, blocks: dict[str, str], models: Sequence[str] = tuple(MODELS)
+) -> str:
     """The results file: ``header``, then one block per table (this run's ``blocks`` replace
-    those of the same name in ``old``; the others stay), then the notes section of ``old``."""
+    those of the same name in ``old``; the others stay), then the notes section of ``old``.
+    A run of some ``models`` only keeps the other models' rows of its tables (:func:`merge_rows`).
+    """
     notes_start = old.find("\n## Notes")
     notes = "" if notes_start < 0 else old[notes_start:]
     body = old if notes_start < 0 else old[:notes_start]
@@ -192,9 +200,46 @@ def merge_results(old: str, header: str, blocks: dict[str, str]) -> str:
         m.group(1): body[m.start() : markers[i + 1].start() if i + 1 < len(markers) else None]
         for i, m in enumerate(markers)
     }
-    kept.update({name: f"<!-- table: {name} -->\n{text}" for name, text in blocks.items()})
+    for name, text in blocks.items():
+        if name in DATASETS and set(models) != set(MODELS):
+            text = merge_rows(kept.get(name, ""), text, models)
+        kept[name] = f"<!-- table: {name} -->\n{text}"
     ordered = [kept[name].strip() for name in BLOCK_ORDER if name in kept]
     return header.rstrip() + "\n\n" + "\n\n".join(ordered) + "\n" + notes
+
+
+def merge_rows(old_block: str, new_block: str, models: Sequence[str]) -> str:
+    """``new_block``, from a run of ``models`` only, with ``old_block``'s rows of the other models
+    put back (in the order of MODELS). Each old provenance line (``_[models: ]`command`: ..._``)
+    stays, naming only the models whose rows it still describes, above the new one.
+    """
+    old_lines = old_block.strip().splitlines()
+    others = {
+        _row_model(line): line for line in old_lines if _row_model(line) not in (None, *models)
+    }
+    if not others:
+        return new_block
+    lines = new_block.splitlines()
+    rows = {_row_model(line): line for line in lines if _row_model(line)} | others
+    first = next(i for i, line in enumerate(lines) if _row_model(line))
+    merged = [line for line in lines if not _row_model(line)]
+    merged[first:first] = [rows[m] for m in MODELS if m in rows]
+    provenance = []
+    for line in old_lines:
+        match = _PROVENANCE.match(line)
+        if match:
+            tagged = match["models"].split(", ") if match["models"] else MODELS
+            still = [m for m in tagged if m in others]
+            if still:
+                provenance += [f"_{', '.join(still)}: {line[match.end() - 1 :]}", ""]
+    return "\n".join(merged[:-1] + provenance + merged[-1:])
+
+
+def _row_model(line: str) -> str | None:
+    """The model of a table row ``| model | ...``, else None."""
+    cells = line.split("|")
+    name = cells[1].strip() if line.startswith("| ") and len(cells) > 2 else None
+    return name if name in MODELS else None
 
 
 def main(argv=None) -> int:
@@ -239,9 +284,11 @@ def main(argv=None) -> int:
     total_start = time.perf_counter()
     blocks = {}
 
-    def record(name: str, text: str, budget: str) -> None:
+    def record(name: str, text: str, budget: str, models: str = "") -> None:
         print("\n" + text + "\n", flush=True)
-        blocks[name] = f"{text}\n\n_`{command_line}`: {budget}; {date}._"
+        blocks[name] = f"{text}\n\n_{models}`{command_line}`: {budget}; {date}._"
+
+    partial = set(args.models) != set(MODELS)
 
     for name in [name for command in commands for name in TABLES.get(command, ())]:
         print(f"{name}: {args.seeds} seed(s) x {args.models} x {args.iterations} steps", flush=True)
@@ -250,7 +297,7 @@ def main(argv=None) -> int:
             f"{args.iterations} Adam steps (lr {args.learning_rate}), "
             f"{args.inference_iterations} steps of test-latent inference"
         )
-        record(name, table(name, results), budget)
+        record(name, table(name, results), budget, ", ".join(args.models) + ": " if partial else "")
     if "table4" in commands:
         settings = _mnist_settings(args)
         budget = (
@@ -286,7 +333,7 @@ def main(argv=None) -> int:
         )
         old = open(output).read() if os.path.exists(output) else ""
         with open(output, "w") as f:
-            f.write(merge_results(old, header, blocks))
+            f.write(merge_results(old, header, blocks, args.models))
         print(f"wrote {output}")
     return 0
 

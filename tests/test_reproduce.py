@@ -60,3 +60,37 @@ def test_a_partial_run_replaces_its_tables_and_keeps_the_others_and_the_notes():
     assert positions == sorted(positions)  # the tables' fixed order, not the order of the runs
     assert second.endswith("\n## Notes\n\nwritten by hand\n")
     assert merge(second, "# second header", {}) == second
+
+
+def test_a_run_of_some_models_replaces_only_their_rows():
+    module = _reproduce_module()
+    header = "| model | RMSE |\n|---|---|"
+
+    def block(rows: dict[str, str], provenance: list[str]) -> str:
+        lines = ["**oilflow**", "", header, *(f"| {m} | {v} |" for m, v in rows.items()), ""]
+        return "\n".join(lines + "\n\n".join(provenance).splitlines())
+
+    full = module.merge_results(
+        "", "# h", {"oilflow": block(dict.fromkeys(module.MODELS, "old"), ["_`all`: 5 steps._"])}
+    )
+    aeb = block({"AEB-SVI": "new"}, ["_AEB-SVI: `aeb`: 5 steps._"])
+    once = module.merge_results(full, "# h", {"oilflow": aeb}, ["AEB-SVI"])
+    expected = block(
+        {"Point": "old", "MAP": "old", "B-SVI": "old", "AEB-SVI": "new"},
+        ["_Point, MAP, B-SVI: `all`: 5 steps._", "_AEB-SVI: `aeb`: 5 steps._"],
+    )
+    assert once == module.merge_results("", "# h", {"oilflow": expected})
+
+    point = block({"Point": "newer"}, ["_Point: `point`: 5 steps._"])
+    twice = module.merge_results(once, "# h", {"oilflow": point}, ["Point"])
+    assert "| Point | newer |\n| MAP | old |\n| B-SVI | old |\n| AEB-SVI | new |" in twice
+    provenance = [line for line in twice.splitlines() if line.startswith("_")]
+    assert provenance == [
+        "_MAP, B-SVI: `all`: 5 steps._",
+        "_AEB-SVI: `aeb`: 5 steps._",
+        "_Point: `point`: 5 steps._",
+    ]
+    # A run of all four models replaces the whole block.
+    assert module.merge_results(twice, "# h", {"oilflow": block({}, ["_`x`._"])}).endswith(
+        "_`x`._\n"
+    )
