@@ -18,7 +18,7 @@ setup(
         "tensorflow-probability>=0.24",
         "numpy",
         "tqdm",
-        "scikit-learn",
+        "scikit-learn>=1.6",
         "matplotlib",
     ],
     extras_require={

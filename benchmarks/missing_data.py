@@ -13,10 +13,12 @@ MovieLens-100K: B-SVI on the users x movies matrix (93.7% missing), 10% of the r
 out: test RMSE, and the mean predictive variance of held-out ratings against how many users
 rated the movie (the paper's figure: more ratings, less variance).
 Motion capture (CMU subject 35 walk / jog, standing in for the paper's subject 16): each of the
-four models (Q=9, M=50) is trained on the poses with one body part blanked in a random 20% of
-them, and then reconstructs that part, in degrees, for those training poses (from their trained
-q(x)) and for the two held-out trials (latents inferred from the other channels), beside the
-training mean and the nearest complete training pose on the observed channels.
+four models (Q=9; M=100 by default here, while RESULTS.md's table, made by reproduce_paper.py,
+uses M=50: pass --num-inducing 50 to match it) is trained on the poses with one body part
+blanked in a random 20% of them, and then reconstructs that part, in degrees, for those
+training poses (from their trained q(x)) and for the two held-out trials (latents inferred from
+the other channels), beside the training mean and the nearest complete training pose on the
+observed channels.
 Data: the folder in $GPFLOW_SVI_GPLVM_DATA (see gpflow_svi_gplvm.datasets).
 """
 

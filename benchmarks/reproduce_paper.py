@@ -296,13 +296,15 @@ def main(argv=None) -> int:
         budget = (
             f"{args.iterations} Adam steps (lr {args.learning_rate}), "
             f"{args.inference_iterations} steps of test-latent inference"
+            + (" (an encoder pass for AEB-SVI)" if "AEB-SVI" in args.models else "")
         )
         record(name, table(name, results), budget, ", ".join(args.models) + ": " if partial else "")
     if "table4" in commands:
         settings = _mnist_settings(args)
         budget = (
             f"{settings.num_train} / {settings.num_test} train / test images, "
-            f"{settings.iterations} Adam steps"
+            f"{settings.iterations} Adam steps, "
+            f"{settings.inference_iterations} steps of test-latent inference"
         )
         record("mnist", "**mnist** (Table 4)\n\n" + mnist_table(settings), budget)
     if "mocap" in commands:

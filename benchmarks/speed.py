@@ -24,9 +24,9 @@ folder holding ``oilflow/oilflow.npz`` (key ``Y``; the first 800 rows are used).
 ``--breakdown`` adds diagnostic contenders ("[diag] ...") that split the gap to the floor: B-SVI
 in the floor's plain loop (the Trainer's own cost), an SVIGPLVM with the floor's fixed, known
 inputs (the package's ELBO without latent parameters), loss-and-gradient-only steps (the
-optimiser's share), B-SVI with a row-sparse ("lazy") Adam (a what-if, not the package), B-SVI on
-10x the rows with the same batch (does a step's cost grow with N?), AEB-SVI with the paper's
-encoder (no mask input, no input hiding) and B-SVI with a MaskedLikelihood.
+optimiser's share), B-SVI with tf_keras' dense Adam on every variable (what ``optimizer=``
+gives), B-SVI on 10x the rows with the same batch (does a step's cost grow with N?), AEB-SVI with
+the paper's encoder (no mask input, no input hiding) and B-SVI with a MaskedLikelihood.
 
 Machine noise: ``CPU ms/step`` (process CPU time per step, all threads) is less sensitive to other
 work on a shared machine than wall time; the ratios are printed both as ratios of medians and as

@@ -93,7 +93,8 @@ for name, model_class in MODELS.items():
 # %% [markdown]
 # ## The latent spaces and their ARD bars (the paper's Figure 2)
 #
-# Top: the training rows on the two latent dimensions with the largest inverse lengthscales,
+# Top: the training rows on the two latent dimensions with the largest latent relevance (the
+# spread of the latent means in lengthscales),
 # coloured by flow regime; the Bayesian models draw each q(x_n) as a one-standard-deviation
 # ellipse. Bottom: 1 / lengthscale of every latent dimension. Under a Bayesian q(x) the KL term
 # charges for every dimension that is used, so dimensions the data does not need get long

@@ -65,7 +65,7 @@ _ = fit(model, Y_train, iterations=ITERATIONS, batch_size=100, learning_rate=0.0
 X_mean, X_variance = model.infer_latents(Y_test, iterations=INFERENCE_ITERATIONS)
 figure = plot_latent_space(model, labels=split.labels_train)
 ax = figure.axes[0]
-dims = [int(d) for d in np.argsort(-model.ard_relevance())[:2]]
+dims = [int(d) for d in np.argsort(-model.latent_relevance())[:2]]
 ax.scatter(*X_mean.numpy()[:, dims].T, c=split.labels_test, cmap="tab10", marker="x", s=25)
 ax.set_title("training digits (dots) and test digits (crosses)")
 print(f"q(x*): mean {X_mean.shape}, mean variance {X_variance.numpy().mean():.3f}")
