@@ -32,7 +32,10 @@ _BETA_1, _BETA_2, _EPSILON = 0.9, 0.999, 1e-7
 class LatentInference(tf.Module):
     """Compiled inference of q(x*) and of the predictive of Y for new rows of a trained model.
 
-    Each method traces once for any number of rows; keep one object to reuse its graphs.
+    ``latents`` and ``predict`` are the compiled graphs (each traces once for any number of rows;
+    keep one object to reuse them); :meth:`infer` and :meth:`reconstruct` feed them rows in
+    chunks of ``chunk_size`` (default: a size that keeps the GP's [D, M, rows x draws]
+    intermediates near 50M numbers), so memory stays bounded however many rows there are.
     Non-amortised models: rows start at the candidate latent (inducing inputs and up to
     ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
     then take ``iterations`` Adam steps with ``learning_rate``. The draws of the standard noise
@@ -48,6 +51,7 @@ class LatentInference(tf.Module):
         num_samples: int = 64,
         seed: int = 0,
         max_candidates: int = 2000,
+        chunk_size: int | None = None,
     ):
         super().__init__()
         if iterations < 0 or learning_rate <= 0 or num_samples < 1:
@@ -60,6 +64,7 @@ class LatentInference(tf.Module):
         self.learning_rate = float(learning_rate)
         self.num_samples = int(num_samples)
         self.seed = int(seed)
+        self.chunk_size = chunk_size
         likelihood = model.likelihood
         self.likelihood = (
             likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
@@ -78,6 +83,19 @@ class LatentInference(tf.Module):
         spec = [tf.TensorSpec([None, model.data_dim], default_float())]
         self.latents = tf.function(self._latents, input_signature=spec)
         self.predict = tf.function(self._predict, input_signature=spec)
+
+    def infer(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D], in chunks."""
+        return self._in_chunks(self.latents, Y, self.model.num_samples)
+
+    def reconstruct(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
+        """Predictive mean and variance [N*, D] of every entry of checked rows Y, in chunks."""
+        return self._in_chunks(self.predict, Y, self.num_samples)
+
+    def _in_chunks(self, function, Y: np.ndarray, num_draws: int) -> tuple[tf.Tensor, tf.Tensor]:
+        size = _chunk_size(self.model, self.chunk_size, num_draws)
+        chunks = [function(tf.constant(Y[i : i + size])) for i in range(0, len(Y), size)]
+        return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
 
     def _initial_means(self, Y: tf.Tensor) -> tf.Tensor:
         """[B, Q]: per row, the candidate latent whose decoded mean is closest on observed d."""
@@ -188,8 +206,8 @@ def infer_latents(
     intermediates near 50M numbers); the result does not depend on it.
     """
     Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
-    inference = LatentInference(model, iterations, learning_rate, seed=seed)
-    return _in_chunks(inference.latents, Y, _chunk_size(model, chunk_size, model.num_samples))
+    inference = LatentInference(model, iterations, learning_rate, seed=seed, chunk_size=chunk_size)
+    return inference.infer(Y)
 
 
 def reconstruct(
@@ -211,10 +229,12 @@ def reconstruct(
     all rows). ``chunk_size`` as in :func:`infer_latents`.
     """
     Y = check_observations(Y, "Y_new", model.data_dim, mask)
-    chunk_size = _chunk_size(model, chunk_size, num_samples)
     if rows is None or model.latent.amortised:
-        inference = LatentInference(model, iterations, learning_rate, num_samples, seed)
-        return _in_chunks(inference.predict, Y, chunk_size)
+        inference = LatentInference(
+            model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
+        )
+        return inference.reconstruct(Y)
+    chunk_size = _chunk_size(model, chunk_size, num_samples)
     rows = _checked_training_rows(model, rows, len(Y))
     noise = _predictive_noise(num_samples, model.latent_dim, seed)
 
@@ -249,11 +269,6 @@ def _chunk_size(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> in
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
     return int(chunk_size)
-
-
-def _in_chunks(function, Y: np.ndarray, chunk_size: int) -> tuple[tf.Tensor, tf.Tensor]:
-    chunks = [function(tf.constant(Y[i : i + chunk_size])) for i in range(0, len(Y), chunk_size)]
-    return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
 
 
 def _checked_training_rows(model: SVIGPLVM, rows, num_rows: int) -> np.ndarray:

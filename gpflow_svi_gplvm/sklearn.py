@@ -202,7 +202,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         check_is_fitted(self)
         Y = self._validate(Y, reset=False)
-        return self._inference.latents(tf.convert_to_tensor(Y))[0].numpy()
+        return self._inference.infer(Y)[0].numpy()
 
     def inverse_transform(self, X):
         """Decode latents X into the predictive means of Y (``model_.predict_y(X)[0]``).
@@ -250,7 +250,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """
         check_is_fitted(self)
         Y = self._validate(Y, reset=False)
-        mean, variance = self._inference.predict(tf.convert_to_tensor(Y))
+        mean, variance = self._inference.reconstruct(Y)
         return -nlpd(Y, mean.numpy(), variance.numpy())
 
     def __getstate__(self) -> dict:
