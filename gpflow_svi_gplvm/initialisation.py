@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import tensorflow as tf
 from gpflow.likelihoods import Gaussian, Likelihood, Poisson
@@ -54,7 +56,10 @@ def initial_offset(likelihood: Likelihood, Y: np.ndarray) -> np.ndarray:
     likelihoods: zeros (the offset is trained either way; this only shortens the start).
     """
     base = likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
-    means = np.nan_to_num(np.nanmean(Y, axis=0))
+    with warnings.catch_warnings():
+        # A column with no observed entry has no mean (and gets 0); the model warns about it.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        means = np.nan_to_num(np.nanmean(Y, axis=0))
     if isinstance(base, Gaussian):
         return means
     if isinstance(base, Poisson) and base.invlink is tf.exp:

@@ -82,7 +82,10 @@ class SVIGPLVM(SVGP):
         else:
             raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
 
-        data_variance = max(float(np.nanmean(np.nanvar(Y, axis=0))), 1e-3)
+        with warnings.catch_warnings():
+            # Columns with no observed entry have no variance; _warn_unobserved names them.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            data_variance = max(float(np.nanmean(np.nanvar(Y, axis=0))), 1e-3)
         if likelihood is None:
             likelihood = gpflow.likelihoods.Gaussian(variance=0.1 * data_variance)
         if kernel is None:

@@ -47,8 +47,11 @@ class History:
 def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) -> tf.data.Dataset:
     """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of the training rows.
 
-    Each epoch is a fresh permutation; batches have a fixed size so the step traces once.
-    ``mask`` [N, D] (True = observed) turns hidden entries into NaN.
+    Each epoch is a fresh permutation of the rows (stateless, from ``seed`` and the epoch number)
+    cut into floor(N / B) batches; the N mod B rows at its end sit that epoch out. A batch is
+    gathered from Y as one tensor, so the pipeline costs a few operations per batch, not per row,
+    and its checkpointed state is an epoch number and a position. Batches have a fixed size, so
+    the step traces once. ``mask`` [N, D] (True = observed) turns hidden entries into NaN.
     """
     Y = check_observations(Y, "data", model.data_dim, mask)
     if Y.shape[0] != model.num_data:
@@ -65,11 +68,21 @@ def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) 
     if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
     num_data = Y.shape[0]
-    rows = tf.data.Dataset.from_tensor_slices((tf.range(num_data, dtype=tf.int64), Y))
+    batch_size = min(int(batch_size), num_data)
+    num_batches = num_data // batch_size
+    rows = tf.constant(Y)
+
+    def epoch(number: tf.Tensor) -> tf.data.Dataset:
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_data, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), number])
+        )
+        batches = tf.reshape(order[: num_batches * batch_size], [num_batches, batch_size])
+        return tf.data.Dataset.from_tensor_slices(batches)
+
     return (
-        rows.shuffle(num_data, seed=seed, reshuffle_each_iteration=True)
-        .repeat()
-        .batch(min(batch_size, num_data), drop_remainder=True)
+        tf.data.Dataset.counter()
+        .flat_map(epoch)
+        .map(lambda idx: (idx, tf.gather(rows, idx)))
         .prefetch(tf.data.AUTOTUNE)
     )
 

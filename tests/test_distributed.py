@@ -73,19 +73,22 @@ def test_point_estimates_train_identically_on_two_replicas(runs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["BayesianSVIGPLVM", "AmortisedBayesianGPLVM"])
-def test_sampled_models_follow_the_same_elbo_trajectory(runs, name):
+@pytest.mark.parametrize(
+    "name, after_warm_up, at_the_end",
+    [("BayesianSVIGPLVM", 0.02, 0.01), ("AmortisedBayesianGPLVM", 0.15, 0.08)],
+)
+def test_sampled_models_follow_the_same_elbo_trajectory(runs, name, after_warm_up, at_the_end):
     # The replicas draw their own latent samples, so the runs differ by Monte Carlo noise, as two
-    # single-device runs with different seeds do (measured there: window means up to ~8% of the
-    # ELBO's rise apart after the first 200 steps). Windows of 100 steps must agree to 10% of the
-    # rise after those 200 steps, and the last 300 steps to 5%.
+    # single-device runs with different seeds do. Measured there (5 seeds, all 10 pairs): window
+    # means of 100 steps up to 0.5% (B-SVI) and 11% (AEB-SVI) of the ELBO's rise apart after the
+    # first 200 steps, and up to 0.4% and 6% over the last 300 steps.
     run = runs[name]
     mirrored, single = _windows(run["mirrored"]), _windows(run["single"])
     rise = single[-1] - single[0]
     assert rise > 0
     gaps = np.abs(mirrored - single) / rise
-    assert np.max(gaps[2:]) < 0.10, gaps
-    assert np.max(gaps[-3:]) < 0.05, gaps
+    assert np.max(gaps[2:]) < after_warm_up, gaps
+    assert np.max(gaps[-3:]) < at_the_end, gaps
     assert run["traces"] == 1 and run["replicated"]
 
 
