@@ -270,8 +270,8 @@ def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[
             "[diag] SVGP floor, no update": floor(update=False),
             "[diag] B-SVI, plain loop, no update": plain_loop(bsvi(), update=False),
             "[diag] AEB-SVI, plain loop, no update": plain_loop(aeb(), update=False),
-            # The package's default moves only the batch's rows of q(x) (RowSparseAdam); this is
-            # tf_keras Adam on every variable, which rewrites all N rows every step.
+            # The package's RowSparseAdam moves only the batch's rows of q(x); this is tf_keras'
+            # Adam on every variable (what optimizer= gives), which rewrites all N rows each step.
             "[diag] B-SVI, dense Adam": package(bsvi(), optimizer=tf_keras.optimizers.Adam),
             # Same batch, 10x the rows: does a step's cost grow with N?
             f"[diag] B-SVI, N={10 * NUM_DATA}": package(bsvi(big), data=big),
@@ -440,9 +440,10 @@ def report(columns: dict[str, dict[str, Result]]) -> None:
             f"[medians {aeb.median / bsvi.median:.2f}x, CPU {cpu['B-SVI'] / cpu['AEB-SVI']:.2f}x]"
             f"   target >= {MIN_AEB_VS_BSVI:.2f}x: {verdict(aeb_ratio >= MIN_AEB_VS_BSVI)}"
         )
+        best = max((v for v in bsvi.steps_per_s if np.isfinite(v)), default=float("nan"))
         print(
             f"  B-SVI speed:         {bsvi.median:.0f} steps/s (median; best round "
-            f"{max(bsvi.steps_per_s):.0f})   target >= {MIN_BSVI_STEPS_PER_S:.0f} steps/s on 2 CPU "
+            f"{best:.0f})   target >= {MIN_BSVI_STEPS_PER_S:.0f} steps/s on 2 CPU "
             f"cores: {verdict(bsvi.median >= MIN_BSVI_STEPS_PER_S)}"
         )
 

@@ -1,4 +1,4 @@
-"""An Adam for per-row tables that touches only the rows of the minibatch."""
+"""The Trainer's Adam: ordinary updates for dense variables, only the minibatch's rows of tables."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ __all__ = ["RowSparseAdam"]
 
 
 class RowSparseAdam(tf.Module):
-    """Adam ("lazy" Adam) for tables [N, ...] whose gradients are ``IndexedSlices`` over rows.
+    """Adam that moves only the rows a sparse gradient touches ("lazy" Adam).
 
-    For the rows r in the gradient, with values g summed over repeated rows:
-    m_r <- b1 m_r + (1 - b1) g,  v_r <- b2 v_r + (1 - b2) g^2,
-    x_r <- x_r - lr sqrt(1 - b2^t) / (1 - b1^t) m_r / (sqrt(v_r) + eps),
-    t counting this optimiser's steps: the update of tf_keras' Adam restricted to those rows.
-    Rows outside the batch keep their values and moments, so a step costs O(B), not O(N); with
-    every row in every batch it equals tf_keras' Adam.
+    m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
+    x <- x - lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps),
+    t counting this optimiser's steps: tf_keras' Adam, in the variables' own precision. A dense
+    gradient updates the whole variable. A gradient given as ``IndexedSlices`` over rows of a
+    table [N, ...] (what gathering a minibatch's rows gives) updates only those rows, with g
+    summed over repeated rows; the other rows keep their values and moments, so a step costs
+    O(B), not O(N). With every row in every batch it is the ordinary update.
     """
 
     def __init__(
@@ -50,7 +51,14 @@ class RowSparseAdam(tf.Module):
         ):
             if gradient is None:
                 continue
-            rows, values = _rows_and_values(gradient, variable)
+            if not isinstance(gradient, tf.IndexedSlices):
+                m = beta_1 * first + (1.0 - beta_1) * gradient
+                v = beta_2 * second + (1.0 - beta_2) * tf.square(gradient)
+                first.assign(m)
+                second.assign(v)
+                variable.assign_sub(step_size * m / (tf.sqrt(v) + self.epsilon))
+                continue
+            rows, values = _summed_rows(gradient)
             m = beta_1 * tf.gather(first, rows) + (1.0 - beta_1) * values
             v = beta_2 * tf.gather(second, rows) + (1.0 - beta_2) * tf.square(values)
             first.scatter_update(tf.IndexedSlices(m, rows))
@@ -60,11 +68,8 @@ class RowSparseAdam(tf.Module):
             )
 
 
-def _rows_and_values(gradient, variable) -> tuple[tf.Tensor, tf.Tensor]:
+def _summed_rows(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
     """Distinct rows [R] and their summed gradient rows [R, ...]."""
-    if not isinstance(gradient, tf.IndexedSlices):
-        rows = tf.range(tf.shape(variable, out_type=tf.int64)[0])
-        return rows, tf.convert_to_tensor(gradient)
     rows, positions = tf.unique(tf.cast(gradient.indices, tf.int64))
     values = tf.math.unsorted_segment_sum(gradient.values, positions, tf.shape(rows)[0])
     return rows, values

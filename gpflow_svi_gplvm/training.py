@@ -15,7 +15,6 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 from tqdm.auto import tqdm
 
-from .latents import RowLatentVariables
 from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM
 from .optimizers import RowSparseAdam
@@ -126,23 +125,16 @@ class Trainer:
         if strategy is not None:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
-        # Per-row tables get an Adam that moves only the batch rows, so a step's cost does not
-        # grow with N; a user's optimiser takes every variable instead.
-        row_tables = []
-        if optimizer is None and isinstance(model.latent, RowLatentVariables):
-            row_tables = [p.unconstrained_variable for p in model.latent.row_parameters]
-        row_refs = {table.ref() for table in row_tables}
-        trainable = model.trainable_variables
-        self.row_variables = [v for v in trainable if v.ref() in row_refs]
-        self.global_variables = [v for v in trainable if v.ref() not in row_refs]
-        self.variables = self.global_variables + self.row_variables
-        self.row_optimizer = None
+        self.variables = list(model.trainable_variables)
         with self.strategy.scope():
-            if self.row_variables:
-                self.row_optimizer = RowSparseAdam(self.row_variables, learning_rate)
-            self.optimizer = optimizer or tf_keras.optimizers.Adam(learning_rate)
-            # Slots must exist before tracing, or their creation forces a second trace.
-            self.optimizer.build(self.global_variables)
+            if optimizer is None:
+                # Moves only the batch's rows of per-row tables, so a step's cost does not grow
+                # with N, and costs fewer operations per variable than tf_keras' Adam.
+                self.optimizer = RowSparseAdam(self.variables, learning_rate)
+            else:
+                self.optimizer = optimizer
+                # Slots must exist before tracing, or their creation forces a second trace.
+                self.optimizer.build(self.variables)
         self.step = tf.function(
             self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
         )
@@ -157,7 +149,6 @@ class Trainer:
             checkpoint = tf.train.Checkpoint(
                 model=model,
                 optimizer=self.optimizer,
-                row_optimizer=self.row_optimizer or tf.Module(),
                 iterator=self.iterator,
                 generator=model.latent.generator,
                 step_count=self.step_count,
@@ -187,7 +178,7 @@ class Trainer:
         return loss, gradients, not_finite
 
     def _replica_apply(self, gradients) -> None:
-        self.optimizer.apply_gradients(zip(gradients, self.global_variables))
+        self.optimizer.apply_gradients(zip(gradients, self.variables))
 
     def _step(self, batch) -> tf.Tensor:
         """One update; returns the loss, or NaN when the loss or a gradient is not finite (and
@@ -199,13 +190,13 @@ class Trainer:
         )
 
         def apply() -> tf.Tensor:
-            num_global = len(self.global_variables)
-            self.strategy.run(self._replica_apply, args=(gradients[:num_global],))
-            if self.row_optimizer is not None:
-                # Every replica's rows in one update, applied to all copies of the tables.
-                self.row_optimizer.apply_gradients(
-                    [_sum_over_replicas(self.strategy, g) for g in gradients[num_global:]]
+            if isinstance(self.optimizer, RowSparseAdam):
+                # Every replica's gradients in one update, applied to all copies of the variables.
+                self.optimizer.apply_gradients(
+                    [_sum_over_replicas(self.strategy, g) for g in gradients]
                 )
+            else:
+                self.strategy.run(self._replica_apply, args=(gradients,))
             return total
 
         # The condition sits outside the replicas, where synchronisation may be conditional.

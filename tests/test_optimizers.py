@@ -1,4 +1,4 @@
-"""RowSparseAdam: Adam on the rows of the batch, nothing elsewhere."""
+"""RowSparseAdam: Adam on dense variables, and on only the batch's rows of tables."""
 
 import numpy as np
 import tensorflow as tf
@@ -67,3 +67,25 @@ def test_repeated_rows_are_summed_like_a_dense_gradient():
     expected = _numpy_adam(start, rows, 0.5, 1, 0.1)
     np.testing.assert_allclose(table.numpy(), expected, rtol=1e-12)
     np.testing.assert_array_equal(table.numpy()[1], start[1])
+
+
+def test_dense_gradients_get_the_ordinary_update_in_float64():
+    rng = np.random.default_rng(2)
+    start, target = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    rows = np.arange(4)
+    matrix, scalar = tf.Variable(start), tf.Variable(1.5, dtype=tf.float64)
+    optimizer = RowSparseAdam([matrix, scalar], 0.05)
+    x = 1.5
+    m = v = 0.0
+    for t in range(1, 31):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(matrix - target) * WEIGHTS) + (scalar - 0.5) ** 4
+        gradients = tape.gradient(loss, [matrix, scalar])
+        assert not isinstance(gradients[0], tf.IndexedSlices)
+        optimizer.apply_gradients(gradients)
+        g = 4 * (x - 0.5) ** 3
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        x = x - 0.05 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-7)
+    expected = _numpy_adam(start, rows, target, 30, 0.05)
+    np.testing.assert_allclose(matrix.numpy(), expected, rtol=1e-12)
+    np.testing.assert_allclose(scalar.numpy(), x, rtol=1e-12)
