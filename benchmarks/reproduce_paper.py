@@ -231,8 +231,13 @@ def merge_rows(old_block: str, new_block: str, models: Sequence[str]) -> str:
             tagged = match["models"].split(", ") if match["models"] else MODELS
             still = [m for m in tagged if m in others]
             if still:
-                provenance += [f"_{', '.join(still)}: {line[match.end() - 1 :]}", ""]
+                provenance += [f"_{_provenance_tag(still)}{line[match.end() - 1 :]}", ""]
     return "\n".join(merged[:-1] + provenance + merged[-1:])
+
+
+def _provenance_tag(models: Sequence[str]) -> str:
+    """What a provenance line names before its command: nothing for all four models."""
+    return "" if set(models) == set(MODELS) else ", ".join(models) + ": "
 
 
 def _row_model(line: str) -> str | None:
@@ -288,8 +293,6 @@ def main(argv=None) -> int:
         print("\n" + text + "\n", flush=True)
         blocks[name] = f"{text}\n\n_{models}`{command_line}`: {budget}; {date}._"
 
-    partial = set(args.models) != set(MODELS)
-
     for name in [name for command in commands for name in TABLES.get(command, ())]:
         print(f"{name}: {args.seeds} seed(s) x {args.models} x {args.iterations} steps", flush=True)
         results = {m: [run_one(name, m, s, args) for s in range(args.seeds)] for m in args.models}
@@ -298,7 +301,7 @@ def main(argv=None) -> int:
             f"{args.inference_iterations} steps of test-latent inference"
             + (" (an encoder pass for AEB-SVI)" if "AEB-SVI" in args.models else "")
         )
-        record(name, table(name, results), budget, ", ".join(args.models) + ": " if partial else "")
+        record(name, table(name, results), budget, _provenance_tag(args.models))
     if "table4" in commands:
         settings = _mnist_settings(args)
         budget = (

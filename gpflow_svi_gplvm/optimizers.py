@@ -44,28 +44,33 @@ class RowSparseAdam(tf.Module):
     def apply_gradients(self, gradients: Sequence[tf.Tensor | tf.IndexedSlices | None]) -> None:
         """One step for ``gradients``, aligned with the variables given at construction."""
         t = tf.cast(self.iterations.assign_add(1), self.variables_to_train[0].dtype)
-        beta_1, beta_2 = self.beta_1, self.beta_2
-        step_size = self.learning_rate * tf.sqrt(1.0 - beta_2**t) / (1.0 - beta_1**t)
+        step_size = self.learning_rate * tf.sqrt(1.0 - self.beta_2**t) / (1.0 - self.beta_1**t)
         for variable, gradient, first, second in zip(
             self.variables_to_train, gradients, self.first_moments, self.second_moments
         ):
             if gradient is None:
                 continue
             if not isinstance(gradient, tf.IndexedSlices):
-                m = beta_1 * first + (1.0 - beta_1) * gradient
-                v = beta_2 * second + (1.0 - beta_2) * tf.square(gradient)
+                m, v, step = self._moments_and_step(first, second, gradient, step_size)
                 first.assign(m)
                 second.assign(v)
-                variable.assign_sub(step_size * m / (tf.sqrt(v) + self.epsilon))
+                variable.assign_sub(step)
                 continue
             rows, values = _summed_rows(gradient)
-            m = beta_1 * tf.gather(first, rows) + (1.0 - beta_1) * values
-            v = beta_2 * tf.gather(second, rows) + (1.0 - beta_2) * tf.square(values)
+            m, v, step = self._moments_and_step(
+                tf.gather(first, rows), tf.gather(second, rows), values, step_size
+            )
             first.scatter_update(tf.IndexedSlices(m, rows))
             second.scatter_update(tf.IndexedSlices(v, rows))
-            variable.scatter_sub(
-                tf.IndexedSlices(step_size * m / (tf.sqrt(v) + self.epsilon), rows)
-            )
+            variable.scatter_sub(tf.IndexedSlices(step, rows))
+
+    def _moments_and_step(
+        self, first: tf.Tensor, second: tf.Tensor, gradient: tf.Tensor, step_size: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The new moments and the step to subtract, for the given (rows of the) moments."""
+        m = self.beta_1 * first + (1.0 - self.beta_1) * gradient
+        v = self.beta_2 * second + (1.0 - self.beta_2) * tf.square(gradient)
+        return m, v, step_size * m / (tf.sqrt(v) + self.epsilon)
 
 
 def _summed_rows(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
