@@ -7,7 +7,8 @@ rows (indices idx, data Y_B) is
         - sum_d KL(q(u_d) || p(u_d)),
 
 with r_n the latent module's row term (0, log p(x_n) or -KL(q(x_n) || p(x_n))) and E_q(x_n)
-estimated by S reparameterised samples.
+estimated by S reparameterised samples. q(u_d) = N(m_d, S_d) has a covariance per output, or one
+S shared by all outputs (``shared_covariance``, see :mod:`gpflow_svi_gplvm.shared_covariance`).
 """
 
 from __future__ import annotations
@@ -25,14 +26,27 @@ from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
 from gpflow.mean_functions import MeanFunction
 from gpflow.models import SVGP
+from gpflow.posteriors import PrecomputeCacheType, create_posterior
+from gpflow.utilities import triangular
 
 from . import inference
 from .initialisation import inducing_inputs, initial_offset, pca_latents, random_latents
 from .latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
+from .shared_covariance import shared_conditional, shared_prior_kl
 from .validation import check_observations
 
-__all__ = ["SVIGPLVM", "PointGPLVM", "MAPGPLVM", "BayesianSVIGPLVM", "AmortisedBayesianGPLVM"]
+__all__ = [
+    "SVIGPLVM",
+    "PointGPLVM",
+    "MAPGPLVM",
+    "BayesianSVIGPLVM",
+    "AmortisedBayesianGPLVM",
+    "SHARED_COVARIANCE_MIN_OUTPUTS",
+]
+
+SHARED_COVARIANCE_MIN_OUTPUTS = 100
+"""``shared_covariance=None`` shares one q(u) covariance when D is at least this."""
 
 LatentFactory = Callable[[np.ndarray], LatentVariables]
 
@@ -41,9 +55,13 @@ class SVIGPLVM(SVGP):
     """An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
 
     D GPs share one kernel and M inducing inputs Z [M, Q]; q(u) is GPflow's uncollapsed,
-    whitened q(u_d) = N(m_d, S_d). ``latent`` builds the latent module from the initial latents
-    [N, Q]; the four public models fix it, and a new latent family needs only a new module:
-    ``SVIGPLVM(Y, Q, latent=MyLatent)``.
+    whitened q(u_d) = N(m_d, S_d), ``q_sqrt`` [D, M, M], or with ``shared_covariance=True`` one
+    S = L L^T for all outputs, ``q_sqrt`` [1, M, M]: a step then costs O(B M D) instead of
+    O(B M^2 D), at the price of a smaller variational family (exact at the optimum for complete
+    data with a Gaussian likelihood). The default (None) shares it when D >= 100
+    (:data:`SHARED_COVARIANCE_MIN_OUTPUTS`). ``latent`` builds the latent module from the
+    initial latents [N, Q]; the four public models fix it, and a new latent family needs only a
+    new module: ``SVIGPLVM(Y, Q, latent=MyLatent)``.
 
     Data for ``elbo`` / ``training_loss`` is ``(idx, Y_batch)``: int64 row indices [B] and the
     rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed).
@@ -64,9 +82,18 @@ class SVIGPLVM(SVGP):
         whiten: bool = True,
         seed: int = 0,
         mask=None,
+        shared_covariance: bool | None = None,
     ):
         Y = check_observations(data, "data", mask=mask)
         num_data, data_dim = Y.shape
+        if shared_covariance is None:
+            shared_covariance = data_dim >= SHARED_COVARIANCE_MIN_OUTPUTS
+        elif not isinstance(shared_covariance, (bool, np.bool_)):
+            raise ValueError(
+                f"shared_covariance must be True (one q(u) covariance for all outputs), False "
+                f"(one per output) or None (shared when D >= {SHARED_COVARIANCE_MIN_OUTPUTS}), "
+                f"got {shared_covariance!r}."
+            )
         latent_dim = _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical")
         num_inducing = _check_int(num_inducing, "num_inducing", "25 to 100 is typical")
         num_samples = _check_int(num_samples, "num_samples", "1 usually suffices")
@@ -115,7 +142,14 @@ class SVIGPLVM(SVGP):
             num_latent_gps=data_dim,
             whiten=whiten,
             num_data=num_data,
+            # SVGP's shape checks admit one factor per output; a shared layout starts from its
+            # small diagonal placeholder [M, D] instead of D identity factors, then replaces it.
+            q_diag=bool(shared_covariance),
         )
+        self.shared_covariance = bool(shared_covariance)
+        if self.shared_covariance:
+            self.q_diag = False
+            self.q_sqrt = gpflow.Parameter(np.eye(num_inducing)[None], transform=triangular())
         self.latent = latent(initial_latents)
         if getattr(self.latent, "num_data", num_data) != num_data:
             raise ValueError(
@@ -128,6 +162,62 @@ class SVIGPLVM(SVGP):
         self.data_dim = data_dim
         self.latent_dim = latent_dim
         self.num_samples = num_samples
+
+    @property
+    def covariance_layout(self) -> str:
+        """How q(u) stores its covariance, in words (used in error messages)."""
+        return covariance_layout(self.shared_covariance, self.data_dim)
+
+    def predict_f(
+        self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean [B, D] and variance of q(f(Xnew)), as GPflow's SVGP.
+
+        With a shared covariance the marginal variance is one [B] vector for all outputs,
+        broadcast to [B, D]; full covariances fall back to GPflow's conditional.
+        """
+        if not self.shared_covariance or full_cov or full_output_cov:
+            return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+        mean, variance = shared_conditional(
+            Xnew,
+            self.inducing_variable,
+            self.kernel,
+            self.q_mu,
+            self.q_sqrt,
+            gpflow.config.default_jitter(),
+            self.whiten,
+        )
+        mean += self.mean_function(Xnew)
+        return mean, tf.broadcast_to(variance[:, None], tf.shape(mean))
+
+    def prior_kl(self) -> tf.Tensor:
+        """sum_d KL(q(u_d) || p(u_d)): a scalar."""
+        if not self.shared_covariance:
+            return super().prior_kl()
+        return shared_prior_kl(
+            self.inducing_variable,
+            self.kernel,
+            self.q_mu,
+            self.q_sqrt,
+            gpflow.config.default_jitter(),
+            self.whiten,
+        )
+
+    def posterior(self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR):
+        """GPflow's posterior object; a shared covariance is given to it repeated per output
+        (D M^2 numbers), since GPflow's posteriors hold one factor per output."""
+        if not self.shared_covariance:
+            return super().posterior(precompute_cache)
+        M = self.inducing_variable.num_inducing
+        return create_posterior(
+            self.kernel,
+            self.inducing_variable,
+            self.q_mu,
+            tf.broadcast_to(self.q_sqrt, [self.data_dim, M, M]),
+            whiten=self.whiten,
+            mean_function=self.mean_function,
+            precompute_cache=precompute_cache,
+        )
 
     def data_term(
         self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
@@ -326,6 +416,13 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
             set_size=set_size,
         )
         super().__init__(Y, latent_dim, num_inducing, *args, latent=lambda _: encoder, **kwargs)
+
+
+def covariance_layout(shared: bool, num_outputs: int) -> str:
+    """The q(u) covariance layout in words, with its ``shared_covariance`` value."""
+    if shared:
+        return "one q(u) covariance shared by all outputs (shared_covariance=True)"
+    return f"one q(u) covariance per output, {num_outputs} in all (shared_covariance=False)"
 
 
 def _column_moments(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from gpflow.keras import tf_keras
 from tqdm.auto import tqdm
 
 from .likelihoods import MaskedLikelihood
-from .models import SVIGPLVM
+from .models import SVIGPLVM, covariance_layout
 from .optimizers import RowSparseAdam
 from .validation import check_observations
 
@@ -225,6 +225,7 @@ class Trainer:
         if self.manager is None or self.manager.latest_checkpoint is None:
             return False
         path = self.manager.latest_checkpoint
+        _check_covariance_layout(self.model, path)
         try:
             self.manager.checkpoint.restore(path).assert_existing_objects_matched()
         except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
@@ -324,6 +325,21 @@ def _sum_over_replicas(strategy: tf.distribute.Strategy, gradient):
             local[0].dense_shape,
         )
     return tf.add_n(list(local))
+
+
+def _check_covariance_layout(model: SVIGPLVM, path: str) -> None:
+    """A checkpoint of the other q(u) covariance layout is a ValueError naming both."""
+    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    stored = shapes.get("model/q_sqrt/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
+    if stored is None or stored[0] == model.q_sqrt.shape[0]:
+        return
+    written_shared = stored[0] == 1
+    raise ValueError(
+        f"The checkpoint {path} was written by a model with "
+        f"{covariance_layout(written_shared, model.data_dim)}, but this model has "
+        f"{model.covariance_layout}. Build the model with "
+        f"shared_covariance={written_shared} to resume, or use another checkpoint_dir."
+    )
 
 
 def _check_distributed(model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool):

@@ -1,0 +1,81 @@
+"""q(u) with one covariance shared by the D outputs: q(u_d) = N(m_d, S), S = L L^T [M, M].
+
+With per-output covariances the predictive variance of every output needs its own
+L_d^T A [M, B], which costs B M^2 D per step. Sharing S makes the predictive variance one [B]
+vector for all outputs, so a step costs O(B M D + B M^2 + M^3) and q(u) holds M D + M^2 numbers.
+It is exact at the optimum when every output has the same Gaussian likelihood and the same
+observed rows (the optimal S_d does not depend on d then) and a restriction of the variational
+family otherwise.
+
+Both functions take ``q_sqrt`` as [1, M, M] (the layout a model stores) and ``q_mu`` as [M, D],
+whitened (u = Lz v, Kuu = Lz Lz^T, q(v_d) = N(m_d, S)) or not (q(u_d) = N(m_d, S)).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from gpflow.covariances import Kuf, Kuu
+from gpflow.inducing_variables import InducingVariables
+from gpflow.kernels import Kernel
+from gpflow.utilities import to_default_float
+
+__all__ = ["shared_conditional", "shared_prior_kl"]
+
+
+def shared_conditional(
+    X: tf.Tensor,
+    inducing_variable: InducingVariables,
+    kernel: Kernel,
+    q_mu: tf.Tensor,
+    q_sqrt: tf.Tensor,
+    jitter: float,
+    whiten: bool,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Marginals of q(f(X)) = int p(f | u) q(u) du: mean [B, D] and variance [B].
+
+    var_n = k(x_n, x_n) - a_n^T a_n + ||L^T A_n||^2 with a_n = Lz^{-1} k_u(x_n) and
+    A_n = a_n (whitened) or Kuu^{-1} k_u(x_n); mean = A^T q_mu (no mean function).
+    """
+    Kmm = Kuu(inducing_variable, kernel, jitter=jitter)  # [M, M]
+    Kmn = Kuf(inducing_variable, kernel, X)  # [M, B]
+    Lz = tf.linalg.cholesky(Kmm)
+    A = tf.linalg.triangular_solve(Lz, Kmn, lower=True)  # [M, B]
+    variance = kernel(X, full_cov=False) - tf.reduce_sum(tf.square(A), axis=0)
+    if not whiten:
+        A = tf.linalg.triangular_solve(tf.linalg.adjoint(Lz), A, lower=False)
+    L = tf.linalg.band_part(q_sqrt[0], -1, 0)  # [M, M]
+    projected = tf.linalg.matmul(L, A, transpose_a=True)  # [M, B]
+    variance += tf.reduce_sum(tf.square(projected), axis=0)
+    mean = tf.linalg.matmul(A, q_mu, transpose_a=True)  # [B, D]
+    return mean, variance
+
+
+def shared_prior_kl(
+    inducing_variable: InducingVariables,
+    kernel: Kernel,
+    q_mu: tf.Tensor,
+    q_sqrt: tf.Tensor,
+    jitter: float,
+    whiten: bool,
+) -> tf.Tensor:
+    """sum_d KL(N(m_d, S) || N(0, K)), K = I (whitened) or Kuu: a scalar.
+
+    2 KL = D tr(K^{-1} S) + sum_d m_d^T K^{-1} m_d - D M + D log|K| - D log|S|.
+    """
+    num_inducing = tf.shape(q_mu)[0]
+    num_outputs = to_default_float(tf.shape(q_mu)[1])
+    L = tf.linalg.band_part(q_sqrt[0], -1, 0)
+    log_det_S = 2.0 * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(L))))
+    if whiten:
+        trace = tf.reduce_sum(tf.square(L))
+        mahalanobis = tf.reduce_sum(tf.square(q_mu))
+        log_det_K = tf.zeros([], q_mu.dtype)
+    else:
+        Lz = tf.linalg.cholesky(Kuu(inducing_variable, kernel, jitter=jitter))
+        trace = tf.reduce_sum(tf.square(tf.linalg.triangular_solve(Lz, L, lower=True)))
+        mahalanobis = tf.reduce_sum(tf.square(tf.linalg.triangular_solve(Lz, q_mu, lower=True)))
+        log_det_K = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(Lz)))
+    twice_kl = (
+        num_outputs * (trace - to_default_float(num_inducing) + log_det_K - log_det_S) + mahalanobis
+    )
+    return 0.5 * twice_kl
