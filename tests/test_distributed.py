@@ -11,8 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-RUNS = textwrap.dedent(
-    """
+RUNS = textwrap.dedent("""
     import json
     import tensorflow as tf
 
@@ -26,13 +25,19 @@ RUNS = textwrap.dedent(
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     settings = dict(iterations=800, batch_size=20, progress=False, seed=1)
     results = {}
-    for name in ["PointGPLVM", "BayesianSVIGPLVM", "AmortisedBayesianGPLVM"]:
+    contenders = {
+        "PointGPLVM": ("PointGPLVM", {}),
+        "PointGPLVM shared": ("PointGPLVM", {"shared_covariance": True}),
+        "BayesianSVIGPLVM": ("BayesianSVIGPLVM", {}),
+        "AmortisedBayesianGPLVM": ("AmortisedBayesianGPLVM", {}),
+    }
+    for key, (name, options) in contenders.items():
         model_class = getattr(package, name)
         with strategy.scope():
-            mirrored = model_class(Y, 2, num_inducing=8)
+            mirrored = model_class(Y, 2, num_inducing=8, **options)
         distributed = package.fit(mirrored, Y, strategy=strategy, **settings)
-        single = package.fit(model_class(Y, 2, num_inducing=8), Y, **settings)
-        results[name] = {
+        single = package.fit(model_class(Y, 2, num_inducing=8, **options), Y, **settings)
+        results[key] = {
             "mirrored": distributed.elbo.tolist(),
             "single": single.elbo.tolist(),
             "traces": distributed.tracing_count,
@@ -47,8 +52,7 @@ RUNS = textwrap.dedent(
     except ValueError as error:
         results["outside_scope"] = str(error)
     print(json.dumps(results))
-    """
-)
+    """)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +69,10 @@ def _windows(elbo, size=100):
 
 
 @pytest.mark.slow
-def test_point_estimates_train_identically_on_two_replicas(runs):
+@pytest.mark.parametrize("name", ["PointGPLVM", "PointGPLVM shared"])
+def test_point_estimates_train_identically_on_two_replicas(runs, name):
     # No sampling: splitting each batch over two replicas only reorders the sums.
-    run = runs["PointGPLVM"]
+    run = runs[name]
     np.testing.assert_allclose(run["mirrored"], run["single"], rtol=1e-8)
     assert run["traces"] == 1 and run["replicated"]
 
