@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--shared-covariance",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one q(u) covariance for all outputs (fast at large D; default: shared when D >= 100)",
+    )
+    parser.add_argument(
         "--no-standardise",
         action="store_true",
         help="keep a data file's columns as they are (default: centre and scale each column)",
@@ -73,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {data.description or args.data} -> Y {Y.shape}, {np.isnan(Y).mean():.1%} missing")
 
     model_class = getattr(package, MODELS[args.model])
-    model = model_class(Y, args.latent_dim, num_inducing=args.num_inducing, seed=args.seed)
+    model = model_class(
+        Y,
+        args.latent_dim,
+        num_inducing=args.num_inducing,
+        seed=args.seed,
+        shared_covariance=args.shared_covariance,
+    )
     start = time.perf_counter()
     history = package.fit(
         model,
@@ -99,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "D": int(Y.shape[1]),
         "latent_dim": args.latent_dim,
         "num_inducing": args.num_inducing,
+        "shared_covariance": model.shared_covariance,
         "iterations": args.iterations,
         "seconds": round(seconds, 2),
         "elbo_final": float(np.mean(tail)) if len(tail) else None,

@@ -67,6 +67,9 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         inference of new rows: equal seeds give equal results.
     progress : bool, default=False
         Show a progress bar while training.
+    shared_covariance : bool or None, default=None
+        One q(u) covariance for all D outputs (True), one per output (False), or shared when
+        D >= 100 (None); see :class:`~gpflow_svi_gplvm.SVIGPLVM`.
 
     Attributes
     ----------
@@ -108,6 +111,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         inference_iterations=300,
         seed=0,
         progress=False,
+        shared_covariance=None,
     ):
         self.model = model
         self.latent_dim = latent_dim
@@ -118,6 +122,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self.inference_iterations = inference_iterations
         self.seed = seed
         self.progress = progress
+        self.shared_covariance = shared_covariance
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -146,7 +151,13 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 f"Unknown model {self.model!r}: choose one of {', '.join(map(repr, MODELS))}."
             )
         Y = self._validate(Y, reset=True)
-        model = model_class(Y, self.latent_dim, self.num_inducing, seed=self.seed)
+        model = model_class(
+            Y,
+            self.latent_dim,
+            self.num_inducing,
+            seed=self.seed,
+            shared_covariance=self.shared_covariance,
+        )
         history = fit_model(
             model,
             Y,

@@ -36,9 +36,11 @@ def test_main_job_on_a_csv_with_missing_entries(tmp_path, model):
     args = ["--data", str(path), "--model", model, "--latent-dim", "2", "--num-inducing", "8"]
     out = tmp_path / "out"
     with pytest.warns(UserWarning, match="MaskedLikelihood"):
-        main([*args, "--iterations", "40", "--no-progress", "--output", str(out)])
+        layout = ["--shared-covariance"] if model == "aeb" else []
+        main([*args, *layout, "--iterations", "40", "--no-progress", "--output", str(out)])
     metrics = json.loads((out / "metrics.json").read_text())
     assert (metrics["N"], metrics["D"]) == (60, 5)
+    assert metrics["shared_covariance"] is (model == "aeb")
     assert np.isfinite(metrics["reconstruction_rmse"])
 
 

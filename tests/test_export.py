@@ -18,8 +18,7 @@ from gpflow_svi_gplvm.metrics import rmse
 N, D, Q = 80, 5, 2
 SETTINGS = dict(encode_iterations=150, num_samples=16)
 
-SERVE = textwrap.dedent(
-    """
+SERVE = textwrap.dedent("""
     import json, sys
     import numpy as np
     import tensorflow as tf
@@ -38,8 +37,7 @@ SERVE = textwrap.dedent(
     packages = ("gpflow", "gpflow_svi_gplvm", "tensorflow_probability")
     leaked = [m for m in packages if m in sys.modules]
     print(json.dumps({"leaked": leaked, "signatures": sorted(loaded.signatures)}))
-    """
-)
+    """)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ DEFAULTS = dict(
     inference_iterations=300,
     seed=0,
     progress=False,
+    shared_covariance=None,
 )
 
 # Small settings that still learn the synthetic data well (a few seconds per fit).
@@ -78,6 +79,7 @@ def test_get_params_set_params_round_trip():
         inference_iterations=4,
         seed=11,
         progress=True,
+        shared_covariance=True,
     )
     estimator = GPLVMEmbedding()
     assert estimator.set_params(**params) is estimator
@@ -210,10 +212,13 @@ def test_nans_are_accepted_by_fit_and_transform(data):
     Y_train, Y_test = data
     rng = np.random.default_rng(1)
     Y_missing = np.where(rng.random(Y_train.shape) < 0.15, np.nan, Y_train)
-    estimator = GPLVMEmbedding(model="point", **FAST, inference_iterations=100)
+    # One q(u) covariance for all outputs: new-row inference and reconstruction use it too.
+    estimator = GPLVMEmbedding(
+        model="point", **FAST, inference_iterations=100, shared_covariance=True
+    )
     with pytest.warns(UserWarning, match="missing"):
         latents = estimator.fit_transform(Y_missing)
-    assert np.all(np.isfinite(latents))
+    assert np.all(np.isfinite(latents)) and estimator.model_.shared_covariance
 
     hidden = rng.random(Y_test.shape) < 0.3
     Y_gaps = np.where(hidden, np.nan, Y_test)
