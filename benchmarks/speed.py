@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/speed.py [--iterations 500] [--repeats 21] [--steps-per-call 100]
                                [--jit] [--breakdown] [--quick]
+    python benchmarks/speed.py --high-d [SHAPE ...]     # see benchmarks/high_dim.py
 
 At the paper's oil-flow size (N=800, D=12, Q=10, M=25, batch 100, one latent sample) it times
 ``gpflow_svi_gplvm.training.Trainer(model, Y, batch_size=100).train(...)`` for PointGPLVM, MAPGPLVM,
@@ -51,6 +52,7 @@ from dataclasses import dataclass, field
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gpflow  # noqa: E402
+import high_dim  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from gpflow.config import default_float  # noqa: E402
@@ -185,27 +187,35 @@ class FixedLatent(LatentVariables):
         return LatentBatch(mean[None], tf.zeros_like(mean[:, 0]), mean, variance)
 
 
-def floor_model(Y: np.ndarray, X: np.ndarray) -> gpflow.models.SVGP:
-    """The SVGP the package builds, with known inputs X: same kernel, likelihood, mean, Z, q(u)."""
-    noise = 0.1 * float(np.nanmean(np.nanvar(Y, axis=0)))
+def floor_model(
+    Y: np.ndarray,
+    X: np.ndarray,
+    num_inducing: int = NUM_INDUCING,
+    likelihood: gpflow.likelihoods.Likelihood | None = None,
+) -> gpflow.models.SVGP:
+    """The SVGP the package builds, with known inputs X [N, Q]: same kernel, likelihood, mean,
+    Z and per-output q(u) (Y's missing entries count as observed: a floor of the same shapes)."""
+    if likelihood is None:
+        noise = 0.1 * float(np.nanmean(np.nanvar(Y, axis=0)))
+        likelihood = gpflow.likelihoods.Gaussian(variance=max(noise, 1e-3))
     return gpflow.models.SVGP(
-        gpflow.kernels.SquaredExponential(lengthscales=np.ones(LATENT_DIM)),
-        gpflow.likelihoods.Gaussian(variance=max(noise, 1e-3)),
-        inducing_inputs(X, NUM_INDUCING, seed=SEED),
-        mean_function=gpflow.mean_functions.Constant(np.nanmean(Y, axis=0)),
+        gpflow.kernels.SquaredExponential(lengthscales=np.ones(X.shape[1])),
+        likelihood,
+        inducing_inputs(X, num_inducing, seed=SEED),
+        mean_function=gpflow.mean_functions.Constant(np.nan_to_num(np.nanmean(Y, axis=0))),
         num_latent_gps=Y.shape[1],
         whiten=True,
         num_data=Y.shape[0],
     )
 
 
-def floor_dataset(X: np.ndarray, Y: np.ndarray) -> tf.data.Dataset:
+def floor_dataset(X: np.ndarray, Y: np.ndarray, batch_size: int = BATCH_SIZE) -> tf.data.Dataset:
     """The usual GPflow pipeline: shuffle rows, repeat, batch (work per row, not per batch)."""
     return (
         tf.data.Dataset.from_tensor_slices((X, Y))
         .shuffle(X.shape[0], seed=SEED, reshuffle_each_iteration=True)
         .repeat()
-        .batch(BATCH_SIZE, drop_remainder=True)
+        .batch(batch_size, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
 
@@ -462,7 +472,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="smoke run (<~60 s): 100 steps x 2 repeats"
     )
+    parser.add_argument(
+        "--high-d",
+        nargs="*",
+        choices=high_dim.SHAPES,
+        help="instead: per-output vs shared q(u) covariance at these high-D shapes (default all; "
+        "see benchmarks/high_dim.py); --repeats then counts timings per contender (default 3)",
+    )
+    parser.add_argument("--threads", type=int, help="--high-d: threads (default per shape)")
     args = parser.parse_args(argv)
+    if args.high_d is not None:
+        repeats = 3 if "--repeats" not in (argv or sys.argv) else args.repeats
+        high_dim.run(args.high_d or list(high_dim.SHAPES), repeats, args.threads, args.quick)
+        return 0
     if args.quick:
         args.iterations, args.repeats = min(args.iterations, 100), min(args.repeats, 2)
     if args.iterations < 1 or args.repeats < 1 or args.steps_per_call < 1:
