@@ -3,7 +3,7 @@
 Usage (through speed.py, which documents the low-D benchmark)::
 
     python benchmarks/speed.py --high-d [mnist movielens single-cell single-cell-10k]
-                               [--repeats 3] [--threads N] [--quick]
+                               [--repeats 3] [--threads N] [--levers] [--quick]
 
 For each shape it times a B-SVI and an AEB-SVI step with one q(u) covariance per output
 (``shared_covariance=False``) and with one shared by all outputs (``True``), beside a plain
@@ -44,6 +44,9 @@ CONTENDERS = (
     "AEB-SVI per-output",
     "AEB-SVI shared",
 )
+LEVERS = ("B-SVI shared, XLA", "B-SVI shared, float32")
+"""``--levers``: the shared B-SVI step compiled with XLA (``jit_compile=True``), and computed in
+float32 (``gpflow.config.set_default_float(np.float32)``, jitter 1e-4)."""
 SEED = 0
 TARGET_SECONDS = 1.5  # length of the shorter timed run
 
@@ -104,6 +107,10 @@ def measure_one(name: str, shape: Shape, repeats: int) -> dict:
     import gpflow
     import numpy as np
 
+    if name.endswith("float32"):  # this process is the contender's own: set it globally
+        gpflow.config.set_default_float(np.float32)
+        gpflow.config.set_default_jitter(1e-4)
+
     import gpflow_svi_gplvm as svi
     from gpflow_svi_gplvm.training import Trainer
 
@@ -124,7 +131,7 @@ def measure_one(name: str, shape: Shape, repeats: int) -> dict:
             model, floor_dataset(X, filled, shape.batch_size), 1e-2, SEED, jit_compile=False
         )
     else:
-        family, layout = name.split()
+        family, layout = name.split(",")[0].split()
         model_class = svi.BayesianSVIGPLVM if family == "B-SVI" else svi.AmortisedBayesianGPLVM
         model = model_class(
             Y,
@@ -134,7 +141,14 @@ def measure_one(name: str, shape: Shape, repeats: int) -> dict:
             shared_covariance=layout == "shared",
             seed=SEED,
         )
-        trainer = Trainer(model, Y, batch_size=shape.batch_size, learning_rate=1e-2, seed=SEED)
+        trainer = Trainer(
+            model,
+            Y,
+            batch_size=shape.batch_size,
+            learning_rate=1e-2,
+            seed=SEED,
+            jit_compile=name.endswith("XLA"),
+        )
     trainer.train(1, steps_per_call=1, progress=False)  # traces: not timed
     compile_seconds = time.perf_counter() - start
 
@@ -172,7 +186,7 @@ def _peak_mib() -> float:
 # --------------------------------------------------------------------------------------- report
 
 
-def run(names: list[str], repeats: int, threads: int | None, quick: bool) -> None:
+def run(names: list[str], repeats: int, threads: int | None, quick: bool, levers: bool) -> None:
     """Each contender of each shape in a process of its own; prints one table per shape."""
     table = shapes()
     for shape_name in names:
@@ -188,7 +202,7 @@ def run(names: list[str], repeats: int, threads: int | None, quick: bool) -> Non
             flush=True,
         )
         results = {}
-        for name in CONTENDERS:
+        for name in CONTENDERS + (LEVERS if levers else ()):
             results[name] = _in_subprocess(name, shape, 1 if quick else repeats)
             result = results[name]
             brief = result.get("error") or f"{result['seconds_per_step']:.4f} s/step"

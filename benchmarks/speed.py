@@ -480,10 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         "see benchmarks/high_dim.py); --repeats then counts timings per contender (default 3)",
     )
     parser.add_argument("--threads", type=int, help="--high-d: threads (default per shape)")
+    parser.add_argument(
+        "--levers", action="store_true", help="--high-d: add the XLA and float32 shared steps"
+    )
     args = parser.parse_args(argv)
     if args.high_d is not None:
         repeats = 3 if "--repeats" not in (argv or sys.argv) else args.repeats
-        high_dim.run(args.high_d or list(high_dim.SHAPES), repeats, args.threads, args.quick)
+        high_dim.run(
+            args.high_d or list(high_dim.SHAPES), repeats, args.threads, args.quick, args.levers
+        )
         return 0
     if args.quick:
         args.iterations, args.repeats = min(args.iterations, 100), min(args.repeats, 2)

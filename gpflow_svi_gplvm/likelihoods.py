@@ -6,6 +6,8 @@ import numpy as np
 import tensorflow as tf
 from gpflow.likelihoods import Bernoulli, Likelihood, Poisson, ScalarLikelihood
 
+from .validation import row_blocks
+
 __all__ = ["MaskedLikelihood", "check_likelihood_support"]
 
 
@@ -63,17 +65,22 @@ class MaskedLikelihood(Likelihood):
 def check_likelihood_support(likelihood: Likelihood, Y: np.ndarray) -> None:
     """Raise ``ValueError`` when observed entries of Y lie outside the likelihood's support."""
     base = likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
-    observed = Y[~np.isnan(Y)]
     if isinstance(base, Poisson):
-        if np.any(observed < 0) or np.any(observed != np.round(observed)):
+        if not all(_counts(block) for block in row_blocks(Y)):
             raise ValueError(
                 "A Poisson likelihood needs non-negative integer counts, but Y has negative or "
                 "non-integer entries. Pass raw counts, or use a Gaussian likelihood for "
                 "continuous data."
             )
     elif isinstance(base, Bernoulli):
-        if not np.all(np.isin(observed, (0.0, 1.0))):
+        if not all(np.isin(block[~np.isnan(block)], (0.0, 1.0)).all() for block in row_blocks(Y)):
             raise ValueError(
                 "A Bernoulli likelihood needs binary data with entries 0 or 1, but Y has other "
                 "values. Binarise Y first (e.g. Y > threshold), or use another likelihood."
             )
+
+
+def _counts(block: np.ndarray) -> bool:
+    """Are the observed entries of ``block`` non-negative integers?"""
+    observed = block[~np.isnan(block)]
+    return bool(np.all(observed >= 0) and np.all(observed == np.round(observed)))

@@ -30,7 +30,13 @@ from gpflow.posteriors import PrecomputeCacheType, create_posterior
 from gpflow.utilities import triangular
 
 from . import inference
-from .initialisation import inducing_inputs, initial_offset, pca_latents, random_latents
+from .initialisation import (
+    column_moments,
+    inducing_inputs,
+    initial_offset,
+    pca_latents,
+    random_latents,
+)
 from .latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
 from .shared_covariance import shared_conditional, shared_prior_kl
@@ -109,10 +115,9 @@ class SVIGPLVM(SVGP):
         else:
             raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
 
-        with warnings.catch_warnings():
-            # Columns with no observed entry have no variance; _warn_unobserved names them.
-            warnings.simplefilter("ignore", RuntimeWarning)
-            data_variance = max(float(np.nanmean(np.nanvar(Y, axis=0))), 1e-3)
+        count, _, variance = column_moments(Y)
+        # Columns with no observed entry have no variance; _warn_unobserved names them.
+        data_variance = max(float(np.mean(variance[count > 0])), 1e-3)
         if likelihood is None:
             likelihood = gpflow.likelihoods.Gaussian(variance=0.1 * data_variance)
         if kernel is None:
@@ -398,7 +403,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         **kwargs,
     ):
         Y = check_observations(data, "data", mask=kwargs.get("mask"))
-        location, scale = _column_moments(Y)
+        location, scale = _column_location_and_scale(Y)
         if hide_fraction is None:
             sees_mask = missing_aware or set_size is not None
             hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
@@ -425,16 +430,11 @@ def covariance_layout(shared: bool, num_outputs: int) -> str:
     return f"one q(u) covariance per output, {num_outputs} in all (shared_covariance=False)"
 
 
-def _column_moments(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _column_location_and_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Means and standard deviations [D] of the observed entries of each column; an empty
     column gets (0, 1) and a constant one the scale 1."""
-    observed = ~np.isnan(Y)
-    count = observed.sum(axis=0)
-    filled = np.where(observed, Y, 0.0)
-    mean = filled.sum(axis=0) / np.maximum(count, 1)
-    deviation = np.where(observed, Y - mean, 0.0)
-    std = np.sqrt((deviation**2).sum(axis=0) / np.maximum(count, 1))
-    return mean, np.where(std > 0, std, 1.0)
+    _, mean, variance = column_moments(Y)
+    return mean, np.where(variance > 0, np.sqrt(variance), 1.0)
 
 
 def _warn_unobserved(Y: np.ndarray) -> None:

@@ -5,11 +5,23 @@ from __future__ import annotations
 import numpy as np
 from gpflow.config import default_float
 
-__all__ = ["check_observations"]
+__all__ = ["check_observations", "row_blocks"]
+
+ROWS_PER_BLOCK = 4096
+"""Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
+
+
+def row_blocks(Y: np.ndarray, rows: int = ROWS_PER_BLOCK):
+    """Consecutive views Y[i : i + rows] [<= rows, D] covering Y [N, D]."""
+    for start in range(0, Y.shape[0], rows):
+        yield Y[start : start + rows]
 
 
 def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=None) -> np.ndarray:
     """Y as a float array [N, D] with NaN where missing, or a ``ValueError`` saying what to fix.
+
+    The result is Y itself when Y is already such an array and no ``mask`` is given: treat it
+    as read-only.
 
     ``mask`` [N, D] (True = observed) marks missing entries explicitly, for data where a sentinel
     value rather than NaN stands for "missing"; whatever value hides behind False becomes NaN.
@@ -17,7 +29,8 @@ def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=
     non-numeric entries, a mask of another shape, infinities, and data with every entry missing.
     """
     try:
-        Y = np.array(Y, dtype=default_float())
+        # No copy of an array that is already right (data can be gigabytes); the mask needs one.
+        Y = np.asarray(Y, dtype=default_float()) if mask is None else np.array(Y, default_float())
     except (TypeError, ValueError) as error:
         raise ValueError(f"{name} must be a numeric array [N, D]: {error}") from error
     if mask is not None:

@@ -25,6 +25,14 @@ def test_speed_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_high_dimensional_speed_benchmark_quick():
+    out = _run(str(BENCHMARKS / "speed.py"), "--high-d", "single-cell", "--quick", "--levers")
+    for contender in ["SVGP floor", "B-SVI per-output", "AEB-SVI shared", "float32", "XLA"]:
+        assert f"| {contender}" in out
+    assert "failed" not in out
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
     or not all(

@@ -179,7 +179,7 @@ def test_resuming_a_checkpoint_of_the_other_layout_names_both(tmp_path):
 def test_trained_bound_on_complete_gaussian_data_matches_the_per_output_model():
     """Complete data, one Gaussian likelihood: every S_d gets the same gradient, so per-output
     factors that start equal stay equal, and Adam, blind to the gradient's scale, moves the
-    shared factor (gradient: the sum of D equal ones) exactly like each of them. The trained
+    shared factor (gradient: the sum of D equal ones) like each of them. The trained
     bounds (mean of 20 evaluations, common random numbers) then agree to rounding, far inside
     the Monte Carlo noise (standard error about 1 nat) and the spread over seeds (about 1 nat)."""
     rng = np.random.default_rng(0)
@@ -195,7 +195,9 @@ def test_trained_bound_on_complete_gaussian_data_matches_the_per_output_model():
         bounds[shared] = np.mean([float(model.elbo(everything)) for _ in range(20)])
         factors[shared] = model.q_sqrt.numpy()
     np.testing.assert_allclose(bounds[True], bounds[False], rtol=1e-6)
-    np.testing.assert_allclose(factors[False], np.repeat(factors[True], D, axis=0), atol=1e-6)
+    # Adam's epsilon (1e-7) is the one part that sees the gradient's scale: factors agree to
+    # about 3e-5 after 2500 steps.
+    np.testing.assert_allclose(factors[False], np.repeat(factors[True], D, axis=0), atol=3e-4)
 
 
 def test_a_custom_svigplvm_takes_the_option():
