@@ -4,6 +4,7 @@ Usage (through speed.py, which documents the low-D benchmark)::
 
     python benchmarks/speed.py --high-d [mnist movielens single-cell single-cell-10k]
                                [--repeats 3] [--threads N] [--levers] [--quick]
+                               [--contenders "B-SVI shared" ...]
 
 For each shape it times a B-SVI and an AEB-SVI step with one q(u) covariance per output
 (``shared_covariance=False``) and with one shared by all outputs (``True``), beside a plain
@@ -186,8 +187,16 @@ def _peak_mib() -> float:
 # --------------------------------------------------------------------------------------- report
 
 
-def run(names: list[str], repeats: int, threads: int | None, quick: bool, levers: bool) -> None:
-    """Each contender of each shape in a process of its own; prints one table per shape."""
+def run(
+    names: list[str],
+    repeats: int,
+    threads: int | None,
+    quick: bool,
+    levers: bool,
+    only: list[str] | None = None,
+) -> None:
+    """Each contender of each shape (or those in ``only``) in a process of its own; prints one
+    table per shape."""
     table = shapes()
     for shape_name in names:
         shape = table[shape_name]
@@ -203,6 +212,8 @@ def run(names: list[str], repeats: int, threads: int | None, quick: bool, levers
         )
         results = {}
         for name in CONTENDERS + (LEVERS if levers else ()):
+            if only and name not in only:
+                continue
             results[name] = _in_subprocess(name, shape, 1 if quick else repeats)
             result = results[name]
             brief = result.get("error") or f"{result['seconds_per_step']:.4f} s/step"
@@ -226,7 +237,7 @@ def _in_subprocess(name: str, shape: Shape, repeats: int) -> dict:
 
 
 def _print_table(results: dict[str, dict]) -> None:
-    floor = results["SVGP floor"].get("seconds_per_step", float("nan"))
+    floor = results.get("SVGP floor", {}).get("seconds_per_step", float("nan"))
     print(
         "\n| contender | s/step | steps/s | vs floor | range s/step | peak MiB beyond data "
         "| compile s |"

@@ -483,11 +483,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--levers", action="store_true", help="--high-d: add the XLA and float32 shared steps"
     )
+    parser.add_argument(
+        "--contenders",
+        nargs="+",
+        choices=high_dim.CONTENDERS + high_dim.LEVERS,
+        help="--high-d: time only these",
+    )
     args = parser.parse_args(argv)
     if args.high_d is not None:
         repeats = 3 if "--repeats" not in (argv or sys.argv) else args.repeats
         high_dim.run(
-            args.high_d or list(high_dim.SHAPES), repeats, args.threads, args.quick, args.levers
+            args.high_d or list(high_dim.SHAPES),
+            repeats,
+            args.threads,
+            args.quick,
+            args.levers,
+            args.contenders,
         )
         return 0
     if args.quick:

@@ -34,8 +34,9 @@ class LatentInference(tf.Module):
 
     ``latents`` and ``predict`` are the compiled graphs (each traces once for any number of rows;
     keep one object to reuse them); :meth:`infer` and :meth:`reconstruct` feed them rows in
-    chunks of ``chunk_size`` (default: a size that keeps the GP's [D, M, rows x draws]
-    intermediates near 50M numbers), so memory stays bounded however many rows there are.
+    chunks of ``chunk_size`` (default: a size that keeps the GP's intermediates, [D, M, rows x
+    draws] or, with a shared q(u) covariance, [rows x draws, D], near 50M numbers), so memory
+    stays bounded however many rows there are.
     Non-amortised models: rows start at the candidate latent (inducing inputs and up to
     ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
     then take ``iterations`` Adam steps with ``learning_rate``. The draws of the standard noise
@@ -202,8 +203,8 @@ def infer_latents(
 
     Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
     Point and MAP estimates have zero variance. The model itself is not modified. Rows are
-    processed ``chunk_size`` at a time (default: a size that keeps the GP's [D, M, rows x draws]
-    intermediates near 50M numbers); the result does not depend on it.
+    processed ``chunk_size`` at a time (default: intermediates near 50M numbers, see
+    :class:`LatentInference`); the result does not depend on it.
     """
     Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
     inference = LatentInference(model, iterations, learning_rate, seed=seed, chunk_size=chunk_size)
@@ -261,11 +262,13 @@ def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor
 
 
 def _chunk_size(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> int:
-    """``chunk_size``, checked; by default rows such that D x M x (rows x draws) stays near
-    5e7 numbers."""
+    """``chunk_size``, checked; by default rows such that the GP's intermediates, D x M x (rows
+    x draws) numbers with a covariance per output or (D + M) x (rows x draws) with a shared one,
+    stay near 5e7 numbers."""
     if chunk_size is None:
-        per_row = model.data_dim * int(model.inducing_variable.num_inducing) * max(num_samples, 1)
-        return max(1, int(5e7 // per_row))
+        D, M = model.data_dim, int(model.inducing_variable.num_inducing)
+        per_draw = D + M if model.shared_covariance else D * M
+        return max(1, int(5e7 // (per_draw * max(num_samples, 1))))
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
     return int(chunk_size)
