@@ -37,6 +37,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 SHAPES = ("mnist", "movielens", "single-cell", "single-cell-10k")
 CONTENDERS = (
     "SVGP floor",
@@ -77,8 +79,6 @@ def shapes() -> dict[str, Shape]:
 def synthetic(shape: Shape):
     """Y [N, D] (float64, NaN = missing) from a smooth map of a 3-D latent, generated in row
     blocks so that no temporary is as large as Y."""
-    import numpy as np
-
     rng = np.random.default_rng(SEED)
     W = rng.standard_normal((3, shape.data_dim))
     Y = np.empty((shape.num_data, shape.data_dim))
@@ -106,7 +106,6 @@ def measure_one(name: str, shape: Shape, repeats: int) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(shape.threads)
     tf.config.threading.set_inter_op_parallelism_threads(shape.threads)
     import gpflow
-    import numpy as np
 
     if name.endswith("float32"):  # this process is the contender's own: set it globally
         gpflow.config.set_default_float(np.float32)
@@ -249,8 +248,9 @@ def _print_table(results: dict[str, dict]) -> None:
             continue
         seconds = result["seconds_per_step"]
         low, high = result["spread"]
+        versus = f"{seconds / floor:.3f}x" if np.isfinite(floor) else "-"
         print(
-            f"| {name} | {seconds:.4f} | {1 / seconds:.1f} | {seconds / floor:.3f}x "
+            f"| {name} | {seconds:.4f} | {1 / seconds:.1f} | {versus} "
             f"| {low:.4f}-{high:.4f} | {result['peak_mib']:.0f} | {result['compile_seconds']:.1f} |"
         )
     data = next((r["data_mib"] for r in results.values() if "data_mib" in r), float("nan"))

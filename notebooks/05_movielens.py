@@ -109,5 +109,6 @@ print(f"  the most ratings (>= {most:.0f}):   {many_ratings:.3f}")
 # %% [markdown]
 # The variance holds the GP's uncertainty about f_d, the uncertainty of the latents and the
 # Gaussian noise, which is shared by all movies; the decrease with the number of ratings comes
-# from the first, so it needs the per-movie covariances chosen above. `benchmarks/missing_data.py movielens` runs the full experiment. Next:
+# from the first, so it needs the per-movie covariances chosen above.
+# `benchmarks/missing_data.py movielens` runs the full experiment. Next:
 # [new rows and serving](06_new_data_and_serving.py).

@@ -1,5 +1,7 @@
 """Checkpoints: an interrupted run resumes exactly; bad checkpoints are clear errors."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,11 @@ def data():
     return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
 
 
-@pytest.mark.parametrize("model_class", [BayesianSVIGPLVM, AmortisedBayesianGPLVM])
+@pytest.mark.parametrize(
+    "model_class",
+    [BayesianSVIGPLVM, AmortisedBayesianGPLVM, partial(BayesianSVIGPLVM, shared_covariance=True)],
+    ids=["bsvi", "aeb", "bsvi-shared-covariance"],
+)
 def test_an_interrupted_run_resumes_exactly(model_class, data, tmp_path):
     straight = model_class(data, Q, num_inducing=M)
     uninterrupted = fit(straight, data, iterations=2000, **SETTINGS)

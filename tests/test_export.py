@@ -48,8 +48,13 @@ def data():
 
 @pytest.fixture(
     scope="module",
-    params=[BayesianSVIGPLVM, AmortisedBayesianGPLVM, partial(AmortisedBayesianGPLVM, set_size=8)],
-    ids=["bsvi", "aeb", "aeb-set-encoder"],
+    params=[
+        BayesianSVIGPLVM,
+        AmortisedBayesianGPLVM,
+        partial(AmortisedBayesianGPLVM, set_size=8),
+        partial(AmortisedBayesianGPLVM, shared_covariance=True),
+    ],
+    ids=["bsvi", "aeb", "aeb-set-encoder", "aeb-shared-covariance"],
 )
 def trained(request, data):
     model = request.param(data, Q, num_inducing=10)
