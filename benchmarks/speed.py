@@ -14,8 +14,8 @@ of (X, Y) (shuffle rows / repeat / batch with drop_remainder / prefetch), the sa
 Adam built before the first step, and ``steps_per_call`` steps inside one ``tf.function`` via
 ``tf.range``. The SVGP step has no finiteness guard, so the ratio to it is the whole difference
 between the package and plain GPflow: latent module, ELBO, Trainer, and the package's pipeline
-(``make_dataset`` gathers whole batches, which costs less than batching row by row; the
-``--breakdown`` entry "B-SVI, the floor's pipeline" shows how much).
+(the Trainer gathers whole batches of shuffled rows inside its step, which costs less than
+batching row by row; the ``--breakdown`` entry "B-SVI, the floor's pipeline" shows how much).
 
 Every contender is warmed up by one call (its compilation) that is not timed; then each repeat runs
 ``--iterations`` steps of every contender in turn (round-robin, with a rotating start), so machine
@@ -30,7 +30,7 @@ inputs (the package's ELBO without latent parameters), loss-and-gradient-only st
 optimiser's share), B-SVI with tf_keras' dense Adam on every variable (what ``optimizer=``
 gives), B-SVI on 10x the rows with the same batch (does a step's cost grow with N?), AEB-SVI with
 the paper's encoder (no mask input, no input hiding), B-SVI fed by the floor's row-by-row
-pipeline instead of ``make_dataset``'s whole-batch gathers, and B-SVI with a MaskedLikelihood.
+pipeline instead of the Trainer's whole-batch gathers, and B-SVI with a MaskedLikelihood.
 
 Machine noise: ``CPU ms/step`` (process CPU time per step, all threads) is less sensitive to other
 work on a shared machine than wall time; the ratios are printed both as ratios of medians and as
@@ -286,7 +286,7 @@ def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[
             # Same batch, 10x the rows: does a step's cost grow with N?
             f"[diag] B-SVI, N={10 * NUM_DATA}": package(bsvi(big), data=big),
             "[diag] AEB-SVI, paper encoder": package(aeb(missing_aware=False, hide_fraction=0.0)),
-            # The package's make_dataset gathers whole batches; this is the floor's row-by-row
+            # The package's Trainer gathers whole batches; this is the floor's row-by-row
             # pipeline of (idx, y) instead, so the gap to B-SVI is the pipeline's share.
             "[diag] B-SVI, the floor's pipeline": package(
                 bsvi(), data=floor_dataset(np.arange(NUM_DATA, dtype=np.int64), Y)

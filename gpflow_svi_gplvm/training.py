@@ -1,4 +1,4 @@
-"""Compiled minibatch training: a ``tf.data`` pipeline of (idx, y), Adam, progress and guards."""
+"""Compiled minibatch training: shuffled row indices, rows gathered in the step, Adam, guards."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from tqdm.auto import tqdm
 from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM, covariance_layout
 from .optimizers import RowSparseAdam
-from .validation import check_observations
+from .validation import ROWS_PER_BLOCK, check_observations
 
-__all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset"]
+__all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "minibatch_indices"]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -43,15 +43,46 @@ class History:
     """How often the compiled step was traced (1 for a healthy run)."""
 
 
-def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) -> tf.data.Dataset:
-    """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of the training rows.
+def minibatch_indices(num_data: int, batch_size: int, seed: int = 0) -> tf.data.Dataset:
+    """Endless shuffled minibatches of row indices ``idx`` [B] int64, B = min(batch_size, N).
 
-    Each epoch is a fresh permutation of the rows (stateless, from ``seed`` and the epoch number)
-    cut into floor(N / B) batches; the N mod B rows at its end sit that epoch out. A batch is
-    gathered from Y as one tensor, so the pipeline costs a few operations per batch, not per row,
-    and its checkpointed state is an epoch number and a position. Batches have a fixed size, so
-    the step traces once. ``mask`` [N, D] (True = observed) turns hidden entries into NaN.
+    Each epoch is a fresh permutation of the N rows (stateless, from ``seed`` and the epoch
+    number) cut into floor(N / B) batches; the N mod B rows at its end sit that epoch out. The
+    pipeline costs a few operations per batch, not per row, its checkpointed state is an epoch
+    number and a position, and batches have a fixed size, so a step taking them traces once.
     """
+    if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    batch_size = min(int(batch_size), num_data)
+    num_batches = num_data // batch_size
+
+    def epoch(number: tf.Tensor) -> tf.data.Dataset:
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_data, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), number])
+        )
+        batches = tf.reshape(order[: num_batches * batch_size], [num_batches, batch_size])
+        return tf.data.Dataset.from_tensor_slices(batches)
+
+    return tf.data.Dataset.counter().flat_map(epoch).prefetch(tf.data.AUTOTUNE)
+
+
+def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) -> tf.data.Dataset:
+    """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of the training rows, in the
+    order of :func:`minibatch_indices`; ``mask`` [N, D] (True = observed) turns hidden entries
+    into NaN.
+
+    The dataset holds Y as a constant (about twice its size resident, plus a copy while an
+    iterator is built); :class:`Trainer` given Y itself holds it once, in a variable.
+    """
+    Y = _training_data(model, Y, mask)
+    rows = tf.constant(Y)
+    return minibatch_indices(Y.shape[0], batch_size, seed).map(
+        lambda idx: (idx, tf.gather(rows, idx))
+    )
+
+
+def _training_data(model: SVIGPLVM, Y, mask) -> np.ndarray:
+    """Y [N, D] checked against the model, with NaN where ``mask`` hides entries."""
     Y = check_observations(Y, "data", model.data_dim, mask)
     if Y.shape[0] != model.num_data:
         raise ValueError(
@@ -64,32 +95,27 @@ def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) 
             "likelihood counts every entry. Build the model with the incomplete data (it then "
             "wraps its likelihood in MaskedLikelihood), or pass likelihood=MaskedLikelihood(...)."
         )
-    if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
-    num_data = Y.shape[0]
-    batch_size = min(int(batch_size), num_data)
-    num_batches = num_data // batch_size
-    rows = tf.constant(Y)
+    return Y
 
-    def epoch(number: tf.Tensor) -> tf.data.Dataset:
-        order = tf.random.experimental.stateless_shuffle(
-            tf.range(num_data, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), number])
-        )
-        batches = tf.reshape(order[: num_batches * batch_size], [num_batches, batch_size])
-        return tf.data.Dataset.from_tensor_slices(batches)
 
-    return (
-        tf.data.Dataset.counter()
-        .flat_map(epoch)
-        .map(lambda idx: (idx, tf.gather(rows, idx)))
-        .prefetch(tf.data.AUTOTUNE)
-    )
+def _data_variable(Y: np.ndarray) -> tf.Variable:
+    """Y [N, D] in a non-trainable variable, filled in row blocks, so that besides Y itself it
+    costs one copy and no temporary as large as Y (``tf.Variable(Y)`` briefly holds two)."""
+    rows = tf.Variable(lambda: tf.zeros(Y.shape, Y.dtype), trainable=False, name="training_data")
+    for start in range(0, Y.shape[0], ROWS_PER_BLOCK):
+        block = Y[start : start + ROWS_PER_BLOCK]
+        indices = tf.range(start, start + block.shape[0], dtype=tf.int64)
+        rows.scatter_update(tf.IndexedSlices(tf.constant(block), indices))
+    return rows
 
 
 class Trainer:
     """Holds a model, its optimiser and a data iterator, and runs compiled training steps.
 
-    One compiled step with the dataset's ``element_spec`` as input signature (so it traces once),
+    ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once in
+    a non-trainable variable (``rows``) from which each step gathers its batch of shuffled row
+    indices (:func:`minibatch_indices`), or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``.
+    One compiled step with the iterator's ``element_spec`` as input signature (so it traces once),
     run ``k`` times inside one compiled loop per Python call to keep dispatch cost off each step.
     A step whose loss is not finite applies no update, so the model keeps its last good state.
 
@@ -119,9 +145,14 @@ class Trainer:
             _check_distributed(model, strategy, jit_compile)
         model.latent.generator.reset_from_seed(seed)
         self.model = model
-        dataset = data if isinstance(data, tf.data.Dataset) else None
-        if dataset is None:
-            dataset = make_dataset(model, data, batch_size, seed, mask)
+        if isinstance(data, tf.data.Dataset):
+            self.rows = None
+            dataset = data
+        else:
+            Y = _training_data(model, data, mask)
+            with self.strategy.scope():
+                self.rows = _data_variable(Y)
+            dataset = minibatch_indices(Y.shape[0], batch_size, seed)
         if strategy is not None:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
@@ -161,9 +192,10 @@ class Trainer:
         """Steps taken so far, restored ones included."""
         return int(self.step_count.numpy())
 
-    def _replica_gradients(self, batch) -> tuple[tf.Tensor, list, tf.Tensor]:
+    def _replica_gradients(self, element) -> tuple[tf.Tensor, list, tf.Tensor]:
         # Each replica's bound is scaled by N / (its batch); their mean is the global estimate,
         # and the optimiser sums the replicas' gradients.
+        batch = element if self.rows is None else (element, tf.gather(self.rows, element))
         replicas = tf.cast(self.strategy.num_replicas_in_sync, default_float())
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
@@ -180,10 +212,11 @@ class Trainer:
     def _replica_apply(self, gradients) -> None:
         self.optimizer.apply_gradients(zip(gradients, self.variables))
 
-    def _step(self, batch) -> tf.Tensor:
-        """One update; returns the loss, or NaN when the loss or a gradient is not finite (and
-        then applies nothing)."""
-        losses, gradients, not_finite = self.strategy.run(self._replica_gradients, args=(batch,))
+    def _step(self, element) -> tf.Tensor:
+        """One update from one element of the iterator (row indices, or a user's ``(idx, Y)``);
+        returns the loss, or NaN when the loss or a gradient is not finite (and then applies
+        nothing)."""
+        losses, gradients, not_finite = self.strategy.run(self._replica_gradients, args=(element,))
         total = self.strategy.reduce("SUM", losses, axis=None)
         healthy = tf.logical_and(
             tf.math.is_finite(total), self.strategy.reduce("SUM", not_finite, axis=None) == 0

@@ -126,7 +126,8 @@ def test_eager_and_compiled_losses_agree(model_class, small_Y, monkeypatch):
 
     trainer = sg.Trainer(model, small_Y, batch_size=BATCH)
     before = values(trainer.variables)
-    compiled = trainer.step(batch).numpy()  # the loss before the update
+    idx, _ = batch
+    compiled = trainer.step(idx).numpy()  # the step gathers these rows; the loss before the update
 
     np.testing.assert_allclose(compiled, eager, rtol=1e-10)
     changed = [not np.array_equal(a, v.numpy()) for a, v in zip(before, trainer.variables)]
@@ -495,3 +496,27 @@ def test_same_seed_gives_identical_elbo_histories(seeded_run, small_Y):
 
     np.testing.assert_array_equal(run(3), reference.elbo)
     assert not np.allclose(run(4), reference.elbo)
+
+
+def test_rows_held_in_a_variable_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y):
+    """Given Y, the Trainer holds it once in a variable and gathers each batch inside the step;
+    fed make_dataset's (idx, Y) pairs of the same seed it takes the very same steps."""
+    reference, _ = seeded_run
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    dataset = sg.training.make_dataset(model, small_Y, BATCH, seed=3)
+    trainer = sg.Trainer(model, dataset, seed=3)
+    assert trainer.rows is None
+    np.testing.assert_array_equal(trainer.train(25, progress=False).elbo, reference.elbo)
+
+
+def test_the_held_rows_are_the_data_and_stay_out_of_the_model_and_checkpoints(small_Y, tmp_path):
+    Y = small_Y.copy()
+    Y[3, 1] = np.nan
+    model = sg.PointGPLVM(Y, Q, M_SMALL)
+    trainer = sg.Trainer(model, Y, batch_size=BATCH, checkpoint_dir=tmp_path)
+    np.testing.assert_array_equal(trainer.rows.numpy(), Y)  # NaN where missing, bit for bit
+    assert not trainer.rows.trainable
+    assert all(v is not trainer.rows for v in model.variables)
+    trainer.save()
+    stored = tf.train.list_variables(str(tmp_path))
+    assert all(tuple(shape) != Y.shape for _, shape in stored), stored
