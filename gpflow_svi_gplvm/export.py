@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import tensorflow as tf
 from gpflow.config import default_float
 
+from .export_folder import check_destination, replace_folder, write_marker
 from .inference import LatentInference
 
 if TYPE_CHECKING:
@@ -82,13 +83,14 @@ def export_saved_model(
     """Save ``model`` as a SavedModel at ``path`` with the signatures listed in this module.
 
     Load it anywhere with ``tf.saved_model.load(path)`` and call e.g.
-    ``loaded.signatures["reconstruct"](Y=tf.constant(Y))``. The export is written to a temporary
-    folder first, so a failure never damages an existing export; an existing ``path`` is replaced
-    only with ``overwrite=True``.
+    ``loaded.signatures["reconstruct"](Y=tf.constant(Y))``. The export is written to a hidden
+    temporary folder beside ``path`` first, so a failure never damages an existing export. With
+    ``overwrite=True`` an earlier export of this package at ``path`` is replaced (swapped in one
+    atomic step on Linux, see :mod:`~gpflow_svi_gplvm.export_folder`); anything else there, a
+    file or a folder of your own, is a ``ValueError`` and is never deleted.
     """
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise ValueError(f"{path} exists: pass overwrite=True to replace it, or choose a new path.")
+    check_destination(path, overwrite)
     module = ServingModule(model, encode_iterations, learning_rate, num_samples, seed, dtype)
     functions = {
         "decode": module.decode,
@@ -101,13 +103,15 @@ def export_saved_model(
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
     try:
         tf.saved_model.save(module, str(staging), signatures=signatures)
-        if path.exists():
-            retired = staging.with_name(staging.name + "-old")
-            path.rename(retired)
-            staging.rename(path)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(path)
+        record = {
+            "latent_dim": model.latent_dim,
+            "data_dim": model.data_dim,
+            "shared_covariance": model.shared_covariance,
+            "dtype": dtype.name,
+            "signatures": list(SIGNATURES),
+        }
+        write_marker(staging, record)
+        replace_folder(staging, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM, fit
 from gpflow_svi_gplvm.export import SIGNATURES, ServingModule, export_saved_model
+from gpflow_svi_gplvm.export_folder import MARKER, check_destination
 from gpflow_svi_gplvm.metrics import rmse
 
 N, D, Q = 80, 5, 2
@@ -107,6 +108,13 @@ def point_export(data, tmp_path_factory):
     model = PointGPLVM(data, Q, num_inducing=5)
     path = tmp_path_factory.mktemp("point") / "m"
     return model, export_saved_model(model, path, encode_iterations=5, num_samples=2)
+
+
+def test_an_export_carries_the_marker_that_lets_overwrite_replace_it(point_export):
+    record = json.loads((point_export[1] / MARKER).read_text())
+    assert record["written_by"] == "gpflow_svi_gplvm"
+    assert (record["latent_dim"], record["data_dim"], record["dtype"]) == (Q, D, "float64")
+    check_destination(point_export[1], overwrite=True)  # its own export: may be replaced
 
 
 def test_saved_model_cli_lists_the_four_signatures(point_export):

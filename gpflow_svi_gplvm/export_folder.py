@@ -1,0 +1,107 @@
+"""The folder of an export: recognised by a marker file, and replaced so that it is never lost.
+
+Only folders that hold :data:`MARKER` (written into every export by this package) are ever
+replaced or deleted; anything else at an export's path is left alone. A replacement swaps the
+new folder and the old one in one atomic step where the system can (Linux' ``renameat2`` with
+``RENAME_EXCHANGE``), so that a process killed at any moment leaves the old or the new export at
+the path, never neither. Elsewhere it takes two renames, and a kill between them leaves the old
+export in a hidden sibling folder, which the next export to that path names in a warning.
+
+Standard library only (the reliability tests run it in processes they kill).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+__all__ = ["MARKER", "is_export", "check_destination", "write_marker", "replace_folder"]
+
+MARKER = "gpflow_svi_gplvm_export.json"
+"""A file in every export written by this package: what marks a folder as safe to replace."""
+
+_RETIRED = "-replaced"
+"""Suffix of the hidden sibling that holds an old export while two renames replace it."""
+
+
+def is_export(path: Path) -> bool:
+    """Whether ``path`` is a folder (not a link) holding an export written by this package."""
+    return not path.is_symlink() and path.is_dir() and (path / MARKER).is_file()
+
+
+def check_destination(path: Path, overwrite: bool) -> None:
+    """A ``ValueError`` unless an export may be written at ``path``: nothing is there, or an
+    export of this package is there and ``overwrite`` is True."""
+    if not (path.exists() or path.is_symlink()):
+        for retired in sorted(path.parent.glob(f".{path.name}-*{_RETIRED}")):
+            if is_export(retired):
+                warnings.warn(
+                    f"An earlier replacement of {path} was interrupted; the export it was "
+                    f"replacing is kept at {retired}. Move it back or delete it yourself.",
+                    stacklevel=3,
+                )
+        return
+    if not overwrite:
+        raise ValueError(f"{path} exists: pass overwrite=True to replace it, or choose a new path.")
+    if not is_export(path):
+        what = (
+            "a symbolic link"
+            if path.is_symlink()
+            else f"a folder that is not an export written by gpflow_svi_gplvm (it has no {MARKER})"
+            if path.is_dir()
+            else "a file"
+        )
+        raise ValueError(
+            f"{path} is {what}. overwrite=True replaces only this package's own exports and never "
+            "deletes anything else: choose another path, or move it away yourself."
+        )
+
+
+def write_marker(folder: Path, record: dict) -> None:
+    """Mark ``folder`` as an export of this package, with ``record`` (what was exported)."""
+    (folder / MARKER).write_text(json.dumps({"written_by": "gpflow_svi_gplvm", **record}))
+
+
+def replace_folder(new: Path, path: Path) -> None:
+    """Move the folder ``new`` to ``path``, replacing the export there if any; ``new`` is gone
+    afterwards. ``path`` holds the old folder or the new one at every moment where the system
+    has an atomic exchange (see the module docstring)."""
+    if not (path.exists() or path.is_symlink()):
+        new.rename(path)
+    elif _exchange(new, path):
+        shutil.rmtree(new)  # the old export, now at new's name
+    else:
+        retired = new.with_name(new.name + _RETIRED)
+        path.rename(retired)
+        new.rename(path)
+        shutil.rmtree(retired)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries at ``a`` and ``b`` in one atomic step; False where the system cannot."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # kernel or file system lacks it
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None

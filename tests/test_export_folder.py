@@ -1,0 +1,142 @@
+"""Exports are never lost and never delete what is not theirs: the marker, the refusals, kills.
+
+The kill tests run the replacement in child processes that load ``export_folder.py`` alone
+(standard library only), so each kill costs milliseconds, not a TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpflow_svi_gplvm import PointGPLVM, export_folder, export_saved_model
+from gpflow_svi_gplvm.export_folder import MARKER, check_destination, replace_folder
+
+FILES_PER_EXPORT = 200  # enough that deleting the old export takes a while to kill inside
+
+CHILD = """
+import importlib.util, sys
+from pathlib import Path
+print("go", flush=True)
+spec = importlib.util.spec_from_file_location("export_folder", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.replace_folder(Path(sys.argv[2]), Path(sys.argv[3]))
+"""
+
+
+def fake_export(path: Path, name: str) -> Path:
+    """A folder shaped like an export, marked with ``name``."""
+    (path / "variables").mkdir(parents=True)
+    (path / "saved_model.pb").write_text(name)
+    for i in range(FILES_PER_EXPORT):
+        (path / "variables" / f"part{i}").write_text(name * 100)
+    (path / MARKER).write_text(json.dumps({"written_by": "gpflow_svi_gplvm", "name": name}))
+    return path
+
+
+def held_export(path: Path) -> str:
+    """The name of the complete export at ``path``; fails if there is none or it is partial."""
+    name = json.loads((path / MARKER).read_text())["name"]
+    assert (path / "saved_model.pb").read_text() == name
+    parts = sorted((path / "variables").iterdir())
+    assert len(parts) == FILES_PER_EXPORT and all(p.read_text() == name * 100 for p in parts)
+    return name
+
+
+@pytest.fixture(scope="module")
+def model():
+    return PointGPLVM(np.random.default_rng(0).standard_normal((20, 3)), 1, num_inducing=3)
+
+
+@pytest.mark.parametrize("kind", ["file", "folder", "link", "unmarked export"])
+def test_overwrite_never_deletes_what_is_not_an_export_of_this_package(model, tmp_path, kind):
+    path = tmp_path / "target"
+    if kind == "file":
+        path.write_text("a user's file")
+    elif kind == "folder":
+        path.mkdir()
+        (path / "notes.txt").write_text("a user's notes")
+    elif kind == "link":
+        path.symlink_to(fake_export(tmp_path / "elsewhere", "theirs"), target_is_directory=True)
+    else:  # a SavedModel of someone else's, or of a release before the marker
+        fake_export(path, "old")
+        (path / MARKER).unlink()
+    before = sorted((p.relative_to(tmp_path), p.read_bytes()) for p in tmp_path.rglob("*.*"))
+    with pytest.raises(ValueError, match="never deletes anything else"):
+        export_saved_model(model, path, overwrite=True)
+    after = sorted((p.relative_to(tmp_path), p.read_bytes()) for p in tmp_path.rglob("*.*"))
+    assert after == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["target", "elsewhere"] if kind == "link" else ["target"]
+    )
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the atomic exchange is Linux' renameat2")
+def test_a_replacement_killed_at_any_moment_leaves_the_old_or_the_new_export(tmp_path):
+    rng = np.random.default_rng(0)
+    module_file = export_folder.__file__
+
+    def start(root: Path) -> subprocess.Popen:
+        path, new = fake_export(root / "model", "old"), fake_export(root / ".model-x", "new")
+        (root / "mine.txt").write_text("a user's file beside the export")
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, module_file, str(new), str(path)], stdout=subprocess.PIPE
+        )
+        assert child.stdout.readline() == b"go\n"
+        return child
+
+    whole = start(tmp_path / "whole")  # one uninterrupted replacement sets the time scale
+    begin = time.perf_counter()
+    assert whole.wait() == 0
+    duration = time.perf_counter() - begin
+    assert held_export(tmp_path / "whole" / "model") == "new"
+    assert not (tmp_path / "whole" / ".model-x").exists()
+
+    outcomes, interrupted = [], 0
+    for kill in range(30):
+        root = tmp_path / f"kill{kill}"
+        child = start(root)
+        time.sleep(0.0 if kill % 5 == 0 else rng.uniform(0, duration))
+        child.kill()
+        interrupted += child.wait() != 0  # killed before it finished
+        outcomes.append(held_export(root / "model"))
+        assert (root / "mine.txt").read_text() == "a user's file beside the export"
+    print(f"{interrupted} of 30 kills inside a replacement; held after: {outcomes}")
+    assert interrupted >= 10, f"only {interrupted} of 30 kills landed inside a replacement"
+    assert "new" in outcomes  # kills before the exchange leave "old"; both are complete
+
+
+def test_without_an_atomic_exchange_an_interruption_is_named_on_the_next_call(
+    tmp_path, monkeypatch
+):
+    path, new = fake_export(tmp_path / "model", "old"), fake_export(tmp_path / ".model-x", "new")
+    monkeypatch.setattr(export_folder, "_exchange", lambda a, b: False)
+    renames = []
+    original = Path.rename
+
+    def rename_then_die(self, target):
+        if renames:  # the second rename: the process dies before it
+            raise KeyboardInterrupt
+        renames.append(target)
+        return original(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        replace_folder(new, path)
+    monkeypatch.setattr(Path, "rename", original)
+    assert not path.exists()
+    retired = renames[0]
+    assert held_export(retired) == "old"
+    with pytest.warns(UserWarning, match=f"kept at {retired}"):
+        check_destination(path, overwrite=True)
+    replace_folder(new, path)
+    assert held_export(path) == "new" and held_export(retired) == "old"  # nothing deleted
+    assert os.path.basename(retired).startswith(".model-")
