@@ -266,8 +266,9 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def __getstate__(self) -> dict:
         # The inference object holds compiled graphs, which neither pickle nor deep-copy; the
-        # model does both, and __setstate__ rebuilds the inference around it.
-        state = super().__getstate__()
+        # model does both, and __setstate__ rebuilds the inference around it. A copy of the
+        # state: object.__getstate__ returns the live __dict__, which must keep its inference.
+        state = dict(super().__getstate__())
         state.pop("_inference", None)
         return state
 

@@ -1,5 +1,6 @@
 """The scikit-learn wrapper: estimator conventions, pipelines, reconstruction, missing data."""
 
+import copy
 import pickle
 
 import numpy as np
@@ -178,13 +179,21 @@ def test_wrong_widths_are_value_errors(fitted, data):
         estimator.inverse_transform(np.zeros((3, Q + 1)))
 
 
-def test_pickle_round_trip(fitted, data):
+@pytest.mark.parametrize("duplicate", ["pickle", "deepcopy"])
+def test_pickle_and_deepcopy_round_trip_and_the_original_keeps_working(fitted, data, duplicate):
     estimator, _ = fitted
     Y_test = data[1][:5]
     expected = estimator.transform(Y_test)  # compiles the inference graph
-    restored = pickle.loads(pickle.dumps(estimator))
+    expected_score = estimator.score(Y_test)
+    if duplicate == "pickle":
+        restored = pickle.loads(pickle.dumps(estimator))
+    else:
+        restored = copy.deepcopy(estimator)
     assert restored.get_params() == estimator.get_params()
     np.testing.assert_allclose(restored.transform(Y_test), expected, rtol=1e-8, atol=1e-10)
+    # The original is untouched by being copied (joblib and parallel grid searches pickle it).
+    np.testing.assert_allclose(estimator.transform(Y_test), expected, rtol=1e-8, atol=1e-10)
+    assert estimator.score(Y_test) == pytest.approx(expected_score, rel=1e-10)
 
 
 def test_pipeline_with_standard_scaler(data):
