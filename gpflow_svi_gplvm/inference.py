@@ -19,7 +19,7 @@ from gpflow.config import default_float
 
 from .latents import LatentBatch, RowLatentVariables
 from .likelihoods import MaskedLikelihood
-from .validation import check_observations
+from .validation import check_integer, check_learning_rate, check_observations
 
 if TYPE_CHECKING:
     from .models import SVIGPLVM
@@ -55,16 +55,11 @@ class LatentInference(tf.Module):
         chunk_size: int | None = None,
     ):
         super().__init__()
-        if iterations < 0 or learning_rate <= 0 or num_samples < 1:
-            raise ValueError(
-                "iterations must be >= 0, learning_rate > 0 and num_samples >= 1; got "
-                f"{iterations}, {learning_rate}, {num_samples}."
-            )
         self.model = model
-        self.iterations = int(iterations)
-        self.learning_rate = float(learning_rate)
-        self.num_samples = int(num_samples)
-        self.seed = int(seed)
+        self.iterations = check_integer(iterations, "iterations", minimum=0)
+        self.learning_rate = check_learning_rate(learning_rate)
+        self.num_samples = check_integer(num_samples, "num_samples")
+        self.seed = check_integer(seed, "seed", minimum=0)
         self.chunk_size = chunk_size
         likelihood = model.likelihood
         self.likelihood = (
@@ -269,9 +264,7 @@ def _chunk_size(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> in
         D, M = model.data_dim, int(model.inducing_variable.num_inducing)
         per_draw = D + M if model.shared_covariance else D * M
         return max(1, int(5e7 // (per_draw * max(num_samples, 1))))
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}.")
-    return int(chunk_size)
+    return check_integer(chunk_size, "chunk_size", hint="or None for a memory-bounded default")
 
 
 def _checked_training_rows(model: SVIGPLVM, rows, num_rows: int) -> np.ndarray:

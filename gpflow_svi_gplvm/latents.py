@@ -24,6 +24,7 @@ from gpflow.config import default_float
 from gpflow.utilities import positive
 
 from .networks import MLP, SetPooling
+from .validation import check_integer
 
 __all__ = [
     "LatentBatch",
@@ -293,8 +294,8 @@ class EncoderLatent(LatentVariables):
         name: str | None = None,
     ):
         super().__init__(latent_dim, name=name)
-        if set_size is not None and (int(set_size) != set_size or set_size < 1):
-            raise ValueError(f"set_size must be a positive integer or None, got {set_size!r}.")
+        if set_size is not None:
+            set_size = check_integer(set_size, "set_size", hint="or None for the MLP encoder")
         # The set holds only observed pairs: a set encoder always knows the gaps.
         missing_aware = missing_aware or set_size is not None
         if covariance not in ("triangular", "dense"):

@@ -13,7 +13,6 @@ S shared by all outputs (``shared_covariance``, see :mod:`gpflow_svi_gplvm.share
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -40,7 +39,7 @@ from .initialisation import (
 from .latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
 from .shared_covariance import shared_conditional, shared_prior_kl
-from .validation import check_observations
+from .validation import check_integer, check_observations
 
 __all__ = [
     "SVIGPLVM",
@@ -104,9 +103,11 @@ class SVIGPLVM(SVGP):
                 f"(one per output) or None (shared when D >= {SHARED_COVARIANCE_MIN_OUTPUTS}), "
                 f"got {shared_covariance!r}."
             )
-        latent_dim = _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical")
-        num_inducing = _check_int(num_inducing, "num_inducing", "25 to 100 is typical")
-        num_samples = _check_int(num_samples, "num_samples", "1 usually suffices")
+        latent_dim = check_integer(
+            latent_dim, "latent_dim", hint="a latent_dim of 2 to 10 is typical"
+        )
+        num_inducing = check_integer(num_inducing, "num_inducing", hint="25 to 100 is typical")
+        num_samples = check_integer(num_samples, "num_samples", hint="1 usually suffices")
         if num_inducing > num_data:
             raise ValueError(
                 f"num_inducing ({num_inducing}) exceeds the number of rows N ({num_data}): "
@@ -413,7 +414,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
             hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
         encoder = EncoderLatent(
             Y.shape[1],
-            _check_int(latent_dim, "latent_dim", "a latent_dim of 2 to 10 is typical"),
+            check_integer(latent_dim, "latent_dim", hint="a latent_dim of 2 to 10 is typical"),
             hidden_sizes=hidden_sizes,
             activation=activation,
             covariance=covariance,
@@ -458,9 +459,3 @@ def _warn_unobserved(Y: np.ndarray) -> None:
             "fitted to nothing and predict from the prior.",
             stacklevel=4,
         )
-
-
-def _check_int(value, name: str, hint: str) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r} ({hint}).")
-    return int(value)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from tqdm.auto import tqdm
 from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM, covariance_layout
 from .optimizers import RowSparseAdam
-from .validation import ROWS_PER_BLOCK, check_observations
+from .validation import ROWS_PER_BLOCK, check_integer, check_learning_rate, check_observations
 
 __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "minibatch_indices"]
 
@@ -51,9 +50,7 @@ def minibatch_indices(num_data: int, batch_size: int, seed: int = 0) -> tf.data.
     pipeline costs a few operations per batch, not per row, its checkpointed state is an epoch
     number and a position, and batches have a fixed size, so a step taking them traces once.
     """
-    if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
-    batch_size = min(int(batch_size), num_data)
+    batch_size = min(check_integer(batch_size, "batch_size"), num_data)
     num_batches = num_data // batch_size
 
     def epoch(number: tf.Tensor) -> tf.data.Dataset:
@@ -161,7 +158,7 @@ class Trainer:
             if optimizer is None:
                 # Moves only the batch's rows of per-row tables, so a step's cost does not grow
                 # with N, and costs fewer operations per variable than tf_keras' Adam.
-                self.optimizer = RowSparseAdam(self.variables, learning_rate)
+                self.optimizer = RowSparseAdam(self.variables, check_learning_rate(learning_rate))
             else:
                 self.optimizer = optimizer
                 # Slots must exist before tracing, or their creation forces a second trace.
@@ -175,8 +172,8 @@ class Trainer:
         self.manager = None
         self.saved_at = None
         if checkpoint_dir is not None:
-            if checkpoint_every < 1:
-                raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
+            checkpoint_every = check_integer(checkpoint_every, "checkpoint_every")
+            max_to_keep = check_integer(max_to_keep, "max_to_keep")
             checkpoint = tf.train.Checkpoint(
                 model=model,
                 optimizer=self.optimizer,
@@ -295,11 +292,9 @@ class Trainer:
         A ``gpflow.monitor.Monitor`` is a valid callback (e.g. for TensorBoard). Returns the
         history of every step taken so far (restored ones included).
         """
-        if iterations < 0 or steps_per_call < 1 or callback_every < 1:
-            raise ValueError(
-                "iterations must be >= 0 and steps_per_call, callback_every >= 1; got "
-                f"{iterations}, {steps_per_call}, {callback_every}."
-            )
+        iterations = check_integer(iterations, "iterations", minimum=0)
+        steps_per_call = check_integer(steps_per_call, "steps_per_call")
+        callback_every = check_integer(callback_every, "callback_every")
         start = time.perf_counter()
         target = self.num_steps + iterations
         with tqdm(total=iterations, disable=not progress, desc="fit", unit="step") as bar:
@@ -413,8 +408,7 @@ def fit(
     ``iterations`` steps in all, exactly as if never interrupted. ``strategy``: train under a
     ``tf.distribute.Strategy`` (see :class:`Trainer`).
     """
-    if iterations < 0:
-        raise ValueError(f"iterations must be >= 0, got {iterations}.")
+    iterations = check_integer(iterations, "iterations", minimum=0)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs the checkpoint_dir of the run to resume.")
     trainer = Trainer(

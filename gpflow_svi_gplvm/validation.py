@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 from gpflow.config import default_float
 
-__all__ = ["check_observations", "row_blocks"]
+__all__ = ["check_observations", "check_integer", "check_learning_rate", "row_blocks"]
 
 ROWS_PER_BLOCK = 4096
 """Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
@@ -62,3 +65,28 @@ def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=
     if np.isnan(Y).all():
         raise ValueError(f"Every entry of {name} is missing (NaN): there is nothing to learn from.")
     return Y
+
+
+def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
+    """``value`` as an ``int`` of at least ``minimum`` (floats, strings and bools refused), or a
+    ``ValueError`` naming ``name`` with ``hint`` (what is typical)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        advice = f" ({hint})" if hint else ""
+        raise ValueError(f"{name} must be {wanted}, got {value!r}{advice}.")
+    return int(value)
+
+
+def check_learning_rate(value, name: str = "learning_rate") -> float:
+    """``value`` as a positive, finite ``float``, or a ``ValueError``: a negative rate climbs the
+    loss, zero trains nothing, and NaN or infinity turn every parameter into NaN."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(
+            f"{name} must be a positive, finite number (0.001 to 0.05 is typical), got {value!r}."
+        )
+    return float(value)

@@ -203,11 +203,22 @@ def test_fit_rejects_bad_data_values(point_model, Y):
     "kwargs, message",
     [
         (dict(batch_size=0), r"batch_size must be a positive integer, got 0"),
-        (dict(iterations=-1), r"iterations must be >= 0"),
-        (dict(steps_per_call=0), r"steps_per_call, callback_every >= 1"),
-        (dict(callback_every=0), r"steps_per_call, callback_every >= 1"),
+        (dict(batch_size=2.5), r"batch_size must be a positive integer, got 2.5"),
+        (dict(iterations=-1), r"iterations must be an integer >= 0, got -1"),
+        (dict(iterations=10.5), r"iterations must be an integer >= 0, got 10.5"),
+        (dict(iterations=None), r"iterations must be an integer >= 0, got None"),
+        (dict(iterations="100"), r"iterations must be an integer >= 0, got '100'"),
+        (dict(steps_per_call=0), r"steps_per_call must be a positive integer, got 0"),
+        (dict(callback_every=0), r"callback_every must be a positive integer, got 0"),
+        (dict(learning_rate=-1.0), r"learning_rate must be a positive, finite number.*got -1.0"),
+        (dict(learning_rate=0), r"learning_rate must be a positive, finite number.*got 0"),
+        (dict(learning_rate=np.nan), r"learning_rate must be a positive, finite number.*got nan"),
+        (dict(learning_rate=np.inf), r"learning_rate must be a positive, finite number.*got inf"),
+        (dict(learning_rate="0.01"), r"learning_rate must be a positive, finite number.*'0.01'"),
+        (dict(learning_rate=True), r"learning_rate must be a positive, finite number.*True"),
+        (dict(checkpoint_dir="ckpt", checkpoint_every=0), r"checkpoint_every must be a positive"),
     ],
-    ids=["batch_size", "iterations", "steps_per_call", "callback_every"],
+    ids=lambda value: str(value) if isinstance(value, dict) else "",
 )
 def test_fit_rejects_bad_settings(point_model, Y, kwargs, message):
     settings = dict(iterations=1, batch_size=10, progress=False) | kwargs
@@ -217,8 +228,25 @@ def test_fit_rejects_bad_settings(point_model, Y, kwargs, message):
 
 def test_trainer_rejects_a_negative_iteration_count(point_model, Y):
     trainer = sg.Trainer(point_model, Y, batch_size=10)  # builds, but traces nothing yet
-    with pytest.raises(ValueError, match=r"iterations must be >= 0"):
+    with pytest.raises(ValueError, match=r"iterations must be an integer >= 0, got -1"):
         trainer.train(-1, progress=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(iterations=1.5), r"iterations must be an integer >= 0, got 1.5"),
+        (dict(learning_rate=0.0), r"learning_rate must be a positive, finite number"),
+        (dict(learning_rate=np.nan), r"learning_rate must be a positive, finite number"),
+        (dict(num_samples=0), r"num_samples must be a positive integer"),
+        (dict(seed=-1), r"seed must be an integer >= 0"),
+        (dict(chunk_size=0), r"chunk_size must be a positive integer, got 0 \(or None"),
+    ],
+    ids=lambda value: str(value) if isinstance(value, dict) else "",
+)
+def test_new_row_inference_rejects_bad_settings(point_model, Y, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        sg.LatentInference(point_model, **kwargs).infer(Y[:2])
 
 
 # --------------------------------------------------------------------------------------------
