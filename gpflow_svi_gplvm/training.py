@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +20,13 @@ from tqdm.auto import tqdm
 from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM, covariance_layout
 from .optimizers import RowSparseAdam
-from .validation import ROWS_PER_BLOCK, check_integer, check_learning_rate, check_observations
+from .validation import (
+    ROWS_PER_BLOCK,
+    check_integer,
+    check_learning_rate,
+    check_observations,
+    row_blocks,
+)
 
 __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "minibatch_indices"]
 
@@ -106,6 +115,67 @@ def _data_variable(Y: np.ndarray) -> tf.Variable:
     return rows
 
 
+class TrainingData(tf.train.experimental.PythonState):
+    """What a run trains on, kept in its checkpoints: N, D, the batch size and a hash of the
+    values and the gaps of Y, so that resuming on other data is noticed, not trained on."""
+
+    def __init__(self, current: dict):
+        self.current = current
+        self.record = current
+
+    @classmethod
+    def of(cls, Y: np.ndarray, batch_size: int) -> TrainingData:
+        digest = hashlib.blake2b(digest_size=16)
+        for block in row_blocks(Y):
+            missing = np.isnan(block)
+            digest.update(np.packbits(missing).tobytes())
+            digest.update(np.where(missing, 0.0, block).tobytes())
+        num_rows, num_columns = Y.shape
+        return cls(
+            {
+                "rows": num_rows,
+                "columns": num_columns,
+                "batch_size": check_integer(batch_size, "batch_size"),
+                "values and gaps": digest.hexdigest(),
+            }
+        )
+
+    def serialize(self) -> str:
+        return json.dumps(self.record)
+
+    def deserialize(self, string: str) -> None:
+        self.record = json.loads(string)
+
+    @staticmethod
+    def stored_in(reader: tf.train.CheckpointReader) -> dict:
+        """The record a checkpoint holds; empty for one written before they held records."""
+        key = "data/.ATTRIBUTES/py_state"
+        return json.loads(reader.get_tensor(key)) if reader.has_tensor(key) else {}
+
+    def check_against(self, stored: dict, path: str) -> None:
+        """A ``ValueError`` naming what differs when the checkpoint (its record ``stored``) was
+        written on other data."""
+        if "batch_size" in stored and "batch_size" in self.current:
+            if stored["batch_size"] != self.current["batch_size"]:
+                raise ValueError(
+                    f"The checkpoint {path} was written with batch_size={stored['batch_size']}, "
+                    f"this run has batch_size={self.current['batch_size']}: resume with "
+                    f"batch_size={stored['batch_size']}, or use another checkpoint_dir."
+                )
+        differ = [
+            f"{name} {stored[name]} there, {value} here"
+            for name, value in self.current.items()
+            if name != "batch_size" and name in stored and stored[name] != value
+        ]
+        if differ:
+            raise ValueError(
+                f"The checkpoint {path} was written while training on other data "
+                f"({'; '.join(differ)}). Resume with the data it was trained on (the same rows "
+                "in the same order), pass allow_new_data=True to continue from it on this data "
+                "on purpose, or use another checkpoint_dir."
+            )
+
+
 class Trainer:
     """Holds a model, its optimiser and a data iterator, and runs compiled training steps.
 
@@ -136,12 +206,14 @@ class Trainer:
         checkpoint_every: int = 1000,
         max_to_keep: int = 3,
         strategy: tf.distribute.Strategy | None = None,
+        allow_new_data: bool = False,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
         if strategy is not None:
             _check_distributed(model, strategy, jit_compile)
         model.latent.generator.reset_from_seed(seed)
         self.model = model
+        self.provenance = TrainingData({"data": "a tf.data.Dataset of the user's"})
         if isinstance(data, tf.data.Dataset):
             self.rows = None
             dataset = data
@@ -150,6 +222,9 @@ class Trainer:
             with self.strategy.scope():
                 self.rows = _data_variable(Y)
             dataset = minibatch_indices(Y.shape[0], batch_size, seed)
+            if checkpoint_dir is not None:
+                self.provenance = TrainingData.of(Y, batch_size)
+        self.allow_new_data = allow_new_data
         if strategy is not None:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
@@ -180,6 +255,7 @@ class Trainer:
                 iterator=self.iterator,
                 generator=model.latent.generator,
                 step_count=self.step_count,
+                data=self.provenance,
             )
             self.manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep)
         self.checkpoint_every = checkpoint_every
@@ -247,27 +323,70 @@ class Trainer:
         return self.step.experimental_get_tracing_count()
 
     def restore(self) -> bool:
-        """Load the latest checkpoint, if any; True when one was restored.
+        """Load the latest readable checkpoint, if any; True when one was restored.
 
-        A checkpoint of a model with other shapes is a ``ValueError`` naming both shapes; the
-        checkpoint files are left as they are.
+        A checkpoint of a model with other shapes or another q(u) covariance layout, or written
+        while training on other data or with another batch size (unless ``allow_new_data``), is
+        a ``ValueError`` that names the difference; the checkpoint files are left as they are. A
+        checkpoint that cannot be read (truncated, missing or damaged files) is passed over for
+        the newest older one, with a warning naming both.
         """
-        if self.manager is None or self.manager.latest_checkpoint is None:
+        if self.manager is None or not self.manager.checkpoints:
             return False
-        path = self.manager.latest_checkpoint
-        _check_covariance_layout(self.model, path)
-        try:
-            self.manager.checkpoint.restore(path).assert_existing_objects_matched()
-        except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
-            raise ValueError(
-                f"The checkpoint {path} does not fit this model ({error}). Resume with a model "
-                "built exactly like the one that wrote it, or use another checkpoint_dir."
-            ) from error
+        unreadable = []
+        for path in reversed(self.manager.checkpoints):
+            try:
+                reader = tf.train.load_checkpoint(path)
+                shapes = reader.get_variable_to_shape_map()
+                stored = TrainingData.stored_in(reader)
+            except (tf.errors.OpError, OSError, IndexError, ValueError) as error:
+                unreadable.append(f"{path} ({_first_line(error)})")
+                continue
+            _check_covariance_layout(self.model, path, shapes)
+            if not self.allow_new_data:
+                self.provenance.check_against(stored, path)
+            try:
+                self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+            except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
+                raise ValueError(
+                    f"The checkpoint {path} does not fit this model ({error}). Resume with a "
+                    "model built exactly like the one that wrote it, or use another "
+                    "checkpoint_dir."
+                ) from error
+            except tf.errors.OpError as error:  # values that cannot be read back
+                unreadable.append(f"{path} ({_first_line(error)})")
+                continue
+            if unreadable:
+                warnings.warn(
+                    f"Could not read the newer checkpoint(s) {'; '.join(unreadable)}; resumed "
+                    f"from {path}, step {self.num_steps}.",
+                    stacklevel=2,
+                )
+            self.provenance.record = self.provenance.current
+            self.elbo = [self._restored_history()]
+            self.saved_at = self.num_steps
+            return True
+        raise ValueError(
+            f"No checkpoint in {self.manager.directory} can be read: {'; '.join(unreadable)}. "
+            "Delete the folder to start afresh, or use another checkpoint_dir."
+        )
+
+    def _restored_history(self) -> np.ndarray:
+        """The ELBO of the restored steps from the history file, NaN where it has none."""
+        elbo = np.full(self.num_steps, np.nan)
         history = Path(self.manager.directory) / _HISTORY
-        if history.exists():
-            self.elbo = [np.load(history)[: self.num_steps]]
-        self.saved_at = self.num_steps
-        return True
+        try:
+            stored = np.load(history, allow_pickle=False) if history.exists() else elbo[:0]
+        except (OSError, ValueError) as error:
+            warnings.warn(
+                f"The ELBO history {history} cannot be read ({_first_line(error)}); the history "
+                "of the restored steps is NaN.",
+                stacklevel=3,
+            )
+            stored = elbo[:0]
+        stored = np.asarray(stored, dtype=float).ravel()[: self.num_steps]
+        elbo[: len(stored)] = stored
+        return elbo
 
     def save(self) -> None:
         """Write a checkpoint now (history first, so it always covers the checkpoint's steps)."""
@@ -338,6 +457,10 @@ class Trainer:
 _HISTORY = "elbo_history.npy"
 
 
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def _sum_over_replicas(strategy: tf.distribute.Strategy, gradient):
     """The replicas' gradients of one table as one gradient; row slices are concatenated
     (repeated rows are summed by the optimiser)."""
@@ -355,9 +478,9 @@ def _sum_over_replicas(strategy: tf.distribute.Strategy, gradient):
     return tf.add_n(list(local))
 
 
-def _check_covariance_layout(model: SVIGPLVM, path: str) -> None:
-    """A checkpoint of the other q(u) covariance layout is a ValueError naming both."""
-    shapes = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+def _check_covariance_layout(model: SVIGPLVM, path: str, shapes: dict) -> None:
+    """A checkpoint (its variables' ``shapes``) of the other q(u) covariance layout is a
+    ValueError naming both."""
     stored = shapes.get("model/q_sqrt/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
     if stored is None or stored[0] == model.q_sqrt.shape[0]:
         return
@@ -398,6 +521,7 @@ def fit(
     checkpoint_every: int = 1000,
     resume: bool = False,
     strategy: tf.distribute.Strategy | None = None,
+    allow_new_data: bool = False,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
@@ -405,8 +529,10 @@ def fit(
     a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``seed`` fixes the batch order and
     the latent samples. With ``checkpoint_dir`` the run is checkpointed every
     ``checkpoint_every`` steps; ``resume=True`` continues from the latest checkpoint there up to
-    ``iterations`` steps in all, exactly as if never interrupted. ``strategy``: train under a
-    ``tf.distribute.Strategy`` (see :class:`Trainer`).
+    ``iterations`` steps in all, exactly as if never interrupted; a checkpoint written on other
+    data (other values, gaps or row order) or with another ``batch_size`` is a ``ValueError``,
+    unless ``allow_new_data=True`` continues from it on this data on purpose. ``strategy``:
+    train under a ``tf.distribute.Strategy`` (see :class:`Trainer`).
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
     if resume and checkpoint_dir is None:
@@ -423,6 +549,7 @@ def fit(
         checkpoint_dir,
         checkpoint_every,
         strategy=strategy,
+        allow_new_data=allow_new_data,
     )
     if resume:
         trainer.restore()

@@ -1,11 +1,20 @@
 """Checkpoints: an interrupted run resumes exactly; bad checkpoints are clear errors."""
 
+import shutil
+import warnings
 from functools import partial
 
+import gpflow
 import numpy as np
 import pytest
 
-from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, NonFiniteLossError, fit
+from gpflow_svi_gplvm import (
+    AmortisedBayesianGPLVM,
+    BayesianSVIGPLVM,
+    MaskedLikelihood,
+    NonFiniteLossError,
+    fit,
+)
 from gpflow_svi_gplvm.training import Trainer
 
 N, D, Q, M = 40, 4, 2, 6
@@ -80,3 +89,110 @@ def test_trainer_restore_reports_whether_it_found_a_checkpoint(data, tmp_path):
     trainer.train(30, progress=False)
     again = Trainer(BayesianSVIGPLVM(data, Q, num_inducing=M), data, checkpoint_dir=tmp_path)
     assert again.restore() and again.num_steps == 30
+
+
+# --------------------------------------------------------------------------------------------
+# Resuming on other data, and damaged checkpoints (restore() traces nothing: cheap to repeat)
+
+
+@pytest.fixture(scope="module")
+def checkpointed(data, tmp_path_factory):
+    """A B-SVI run checkpointed at steps 10, 20 and 30 (batch 16)."""
+    directory = tmp_path_factory.mktemp("run")
+    model = BayesianSVIGPLVM(data, Q, num_inducing=M)
+    fit(model, data, iterations=30, checkpoint_dir=directory, checkpoint_every=10, **SETTINGS)
+    return directory
+
+
+def restored(directory, data, batch_size=SETTINGS["batch_size"], **kwargs) -> Trainer:
+    model = BayesianSVIGPLVM(data, Q, num_inducing=M)
+    trainer = Trainer(model, data, batch_size=batch_size, checkpoint_dir=directory, **kwargs)
+    assert trainer.restore()
+    return trainer
+
+
+def copy_of(directory, tmp_path):
+    return shutil.copytree(directory, tmp_path / "run")
+
+
+def test_resume_on_the_same_data_restores_the_latest_checkpoint(checkpointed, data, tmp_path):
+    directory = copy_of(checkpointed, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer = restored(directory, data)
+    assert trainer.num_steps == 30 and len(trainer.elbo[0]) == 30
+
+
+@pytest.mark.parametrize("change", ["values", "a gap", "row order"])
+def test_resume_on_other_data_names_the_difference_unless_allowed(
+    checkpointed, data, tmp_path, change
+):
+    directory = copy_of(checkpointed, tmp_path)
+    files = {p.name: p.read_bytes() for p in directory.iterdir()}
+    other = data.copy()
+    if change == "values":
+        other[5, 1] += 1e-9
+    elif change == "a gap":
+        other[5, 1] = np.nan
+    else:
+        other = other[::-1].copy()
+    # Built like the model that wrote it; a model for data with gaps wraps its likelihood.
+    masked = {"likelihood": MaskedLikelihood(gpflow.likelihoods.Gaussian())}
+    model = BayesianSVIGPLVM(data, Q, num_inducing=M, **(masked if change == "a gap" else {}))
+    with pytest.raises(ValueError, match=r"other data \(values and gaps .*allow_new_data=True"):
+        fit(model, other, iterations=40, checkpoint_dir=directory, resume=True, **SETTINGS)
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
+    if change != "a gap":  # the model that wrote it does not take gaps
+        assert restored(directory, other, allow_new_data=True).num_steps == 30
+
+
+def test_resume_with_another_batch_size_names_both(checkpointed, data, tmp_path):
+    directory = copy_of(checkpointed, tmp_path)
+    with pytest.raises(ValueError, match=r"batch_size=16, this run has batch_size=10"):
+        restored(directory, data, batch_size=10)
+
+
+def damage(directory, how: str) -> None:
+    """Damage the latest checkpoint (ckpt-30) or the ELBO history the way a crash or disk might."""
+    data_file = directory / "ckpt-30.data-00000-of-00001"
+    if how == "truncated data":
+        data_file.write_bytes(data_file.read_bytes()[:100])
+    elif how == "flipped bytes":
+        raw = bytearray(data_file.read_bytes())
+        raw[len(raw) // 2 : len(raw) // 2 + 64] = bytes(64)
+        data_file.write_bytes(bytes(raw))
+    elif how == "missing index":
+        (directory / "ckpt-30.index").unlink()
+    elif how == "garbage index":
+        (directory / "ckpt-30.index").write_bytes(b"not an index")
+
+
+@pytest.mark.parametrize(
+    "how", ["truncated data", "flipped bytes", "missing index", "garbage index"]
+)
+def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_intact_one(
+    checkpointed, data, tmp_path, how
+):
+    directory = copy_of(checkpointed, tmp_path)
+    damage(directory, how)
+    with pytest.warns(UserWarning, match=r"ckpt-30 .*resumed from .*ckpt-20, step 20"):
+        trainer = restored(directory, data)
+    assert trainer.num_steps == 20
+    intact = restored(copy_of(checkpointed, tmp_path / "again"), data)
+    np.testing.assert_array_equal(trainer.elbo[0], intact.elbo[0][:20])
+
+
+def test_a_garbage_history_file_is_a_warning_and_nan_history(checkpointed, data, tmp_path):
+    directory = copy_of(checkpointed, tmp_path)
+    (directory / "elbo_history.npy").write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match=r"elbo_history.npy cannot be read"):
+        trainer = restored(directory, data)
+    assert trainer.num_steps == 30 and np.isnan(trainer.elbo[0]).all()
+
+
+def test_no_readable_checkpoint_is_one_clear_error(checkpointed, data, tmp_path):
+    directory = copy_of(checkpointed, tmp_path)
+    for index in directory.glob("ckpt-*.index"):
+        index.unlink()
+    with pytest.raises(ValueError, match=r"No checkpoint in .* can be read.*start afresh"):
+        restored(directory, data)
