@@ -53,11 +53,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; a mistake in the data or the options is one line on stderr
+    (``error: ...``) and exit status 2, with the traceback only under ``--debug``."""
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (ValueError, OSError) as error:
+        if args.debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.output.exists() and not args.output.is_dir():
+        raise ValueError(f"--output {args.output} is a file: name a folder for the results.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import matplotlib
 
@@ -68,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import datasets, plotting
     from .metrics import rmse
+    from .validation import check_observations
 
     if args.data is None:
         data = datasets.load_digits()
     else:
         data = datasets.load_array_file(args.data)
+        # Checked before standardising, which would turn an infinity into a column of NaN.
+        data.Y = check_observations(data.Y, f"the data in {args.data}")
         if not args.no_standardise:
             data.Y = (data.Y - np.nanmean(data.Y, 0)) / np.maximum(np.nanstd(data.Y, 0), 1e-12)
     Y = data.Y
@@ -133,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"model: {metrics['model']}  Q={args.latent_dim}  M={args.num_inducing}")
     print(f"trained {args.iterations} steps in {seconds:.1f} s")
-    print(f"ELBO (mean of last {len(tail)} steps): {metrics['elbo_final']:.2f}")
+    if len(tail):
+        print(f"ELBO (mean of last {len(tail)} steps): {metrics['elbo_final']:.2f}")
     print(f"reconstruction RMSE at the latent means: {metrics['reconstruction_rmse']:.4f}")
     print(
         f"latent dims kept by ARD (latent means spread >= {RELEVANCE_KEPT:.0%} of the widest, "

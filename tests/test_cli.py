@@ -44,8 +44,78 @@ def test_main_job_on_a_csv_with_missing_entries(tmp_path, model):
     assert np.isfinite(metrics["reconstruction_rmse"])
 
 
-def test_unknown_data_file_type_is_a_clear_error(tmp_path):
-    path = tmp_path / "data.parquet"
-    path.write_text("")
+def small_csv(path, cells=None):
+    """A 30 x 4 CSV of smooth data; ``cells`` {(row, column): text} overrides entries."""
+    rng = np.random.default_rng(1)
+    Y = np.tanh(rng.standard_normal((30, 2)) @ rng.standard_normal((2, 4)))
+    rows = [[f"{v:.6f}" for v in row] for row in Y]
+    for (i, j), text in (cells or {}).items():
+        rows[i][j] = text
+    path.write_text("\n".join(",".join(row) for row in rows) + "\n")
+    return path
+
+
+def bad_input(tmp_path, case):
+    """(command-line arguments, what the one-line error must say) for one user mistake."""
+    csv = small_csv(tmp_path / "ok.csv")
+    if case == "missing file":
+        return ["--data", str(tmp_path / "nope.csv")], "does not exist"
+    if case == "a directory":
+        (tmp_path / "folder.csv").mkdir()
+        return ["--data", str(tmp_path / "folder.csv")], "folder.csv"
+    if case == "unknown suffix":
+        (tmp_path / "data.parquet").write_text("")
+        return ["--data", str(tmp_path / "data.parquet")], "Unsupported data file type"
+    if case == "3-D array":
+        np.save(tmp_path / "cube.npy", np.zeros((4, 3, 2)))
+        return ["--data", str(tmp_path / "cube.npy")], "must be 2-D"
+    if case == "strings":
+        np.save(tmp_path / "words.npy", np.array([["a", "b"], ["c", "d"]]))
+        return ["--data", str(tmp_path / "words.npy")], "numeric"
+    if case == "an infinite cell":
+        path = small_csv(tmp_path / "inf.csv", {(3, 2): "inf"})
+        return ["--data", str(path)], "infinite entries"
+    if case == "negative learning rate":
+        return ["--data", str(csv), "--learning-rate", "-1"], "learning_rate must be a positive"
+    if case == "output is a file":
+        (tmp_path / "taken").write_text("a user's file")
+        return ["--data", str(csv), "--output", str(tmp_path / "taken")], "is a file"
+    raise AssertionError(case)
+
+
+CASES = [
+    "missing file",
+    "a directory",
+    "unknown suffix",
+    "3-D array",
+    "strings",
+    "an infinite cell",
+    "negative learning rate",
+    "output is a file",
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_user_mistake_is_one_line_on_stderr_and_exit_status_2(tmp_path, capsys, case):
+    args, message = bad_input(tmp_path, case)
+    if "--output" not in args:
+        args += ["--output", str(tmp_path / "out")]
+    quick = ["--iterations", "5", "--num-inducing", "4", "--latent-dim", "2", "--no-progress"]
+    assert main([*args, *quick]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not (tmp_path / "out").exists()  # nothing trained, nothing written
+    if case == "output is a file":
+        assert (tmp_path / "taken").read_text() == "a user's file"
+
+
+def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(ValueError, match="Unsupported data file type"):
-        main(["--data", str(path), "--output", str(tmp_path)])
+        main([*bad_input(tmp_path, "unknown suffix")[0], "--debug"])
+
+
+def test_zero_iterations_writes_its_outputs_and_exits_0(tmp_path, capsys):
+    args = ["--data", str(small_csv(tmp_path / "ok.csv")), "--iterations", "0", "--no-progress"]
+    assert main([*args, "--latent-dim", "2", "--num-inducing", "4", "--output", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["elbo_final"] is None
+    assert "trained 0 steps" in capsys.readouterr().out
