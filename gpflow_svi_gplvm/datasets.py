@@ -119,10 +119,76 @@ def load_digits() -> DataSet:
     )
 
 
-def load_array_file(path: str | Path) -> DataSet:
-    """Y from a .npy, .npz (key ``Y``, optional ``labels``) or numeric .csv file (empty = NaN).
+_MISSING_CELLS = {"", "na", "nan", "n/a", "null"}
 
-    A CSV header row (non-numeric first line) is skipped.
+
+def _number(cell: str) -> float | None:
+    """A cell as a float (NaN when empty or NA), or None when it is text."""
+    cell = cell.strip()
+    if cell.lower() in _MISSING_CELLS:
+        return np.nan
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _read_table(path: Path) -> DataSet:
+    """A delimited text table as a DataSet (see :func:`load_array_file`)."""
+    text = path.read_text(encoding="utf-8-sig")
+    try:
+        dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t| ")
+    except csv.Error:  # one column, or nothing to tell: commas
+        dialect = csv.excel
+    rows = [row for row in csv.reader(text.splitlines(), dialect) if any(c.strip() for c in row)]
+    if not rows:
+        raise ValueError(f"{path} holds no rows of data.")
+    width = len(rows[0])
+    for number, row in enumerate(rows, start=1):
+        if len(row) != width:
+            raise ValueError(
+                f"{path}: row {number} has {len(row)} fields but the first row has {width}. "
+                "Every row needs one field per column (leave a field empty for a missing value)."
+            )
+    cells = [[_number(cell) for cell in row] for row in rows]
+    numbering = [float(i) for i in range(width)], [float(i) for i in range(1, width + 1)]
+    header = None in cells[0] or (cells[0] in numbering and width > 1 and len(rows) > 1)
+    names = [cell.strip() for cell in rows[0]] if header else [str(j) for j in range(width)]
+    body = cells[1:] if header else cells
+    if not body:
+        raise ValueError(f"{path} has a header row but no rows of data.")
+    keep, dropped = [], []
+    for j, name in enumerate(names):
+        column = [row[j] for row in body]
+        if all(value is None or np.isnan(value) for value in column):
+            if any(value is None for value in column):
+                dropped.append(name)
+                continue
+        elif None in column:
+            line = column.index(None) + 1 + header
+            raise ValueError(
+                f"{path}: column {name!r} mixes numbers and text (row {line}: "
+                f"{rows[line - 1][j]!r}). Fix the cell, or leave it empty for a missing value."
+            )
+        keep.append(j)
+    if not keep:
+        raise ValueError(f"{path} has no numeric column (columns: {', '.join(names)}).")
+    Y = np.array([[row[j] for j in keep] for row in body], dtype=float)
+    description = path.name + (
+        f" (dropped non-numeric columns: {', '.join(dropped)})" if dropped else ""
+    )
+    metadata = {"columns": [names[j] for j in keep], "dropped": dropped, "header": header}
+    return DataSet(Y, description=description, metadata=metadata)
+
+
+def load_array_file(path: str | Path) -> DataSet:
+    """Y from a .npy, .npz (key ``Y``, optional ``labels``) or .csv / .txt table of numbers.
+
+    Tables: the delimiter (comma, semicolon, tab, bar or spaces) is sniffed; numbers may be
+    quoted; an empty cell or NA / NaN is missing. A first row with a non-numeric cell, or that
+    numbers the columns (0..D-1 or 1..D), is a header: its names go to ``metadata["columns"]``.
+    Columns with no number in them (text) are dropped and named in ``metadata["dropped"]`` and
+    in the description; a column mixing numbers and text, or a ragged row, is a ``ValueError``.
     """
     path = Path(path)
     if not path.exists():
@@ -140,11 +206,7 @@ def load_array_file(path: str | Path) -> DataSet:
             labels = arrays["labels"] if "labels" in arrays else None
             return DataSet(arrays["Y"], labels, description=path.name)
     if suffix in (".csv", ".txt"):
-        Y = np.genfromtxt(path, delimiter="," if suffix == ".csv" else None, dtype=float)
-        Y = np.atleast_2d(Y)
-        if np.isnan(Y[0]).all():
-            Y = Y[1:]
-        return DataSet(Y, description=path.name)
+        return _read_table(path)
     raise ValueError(f"Unsupported data file type {suffix!r}: use .npy, .npz or .csv.")
 
 

@@ -23,6 +23,7 @@ from gpflow_svi_gplvm.datasets import (
     blank_bones,
     bone_columns,
     fetch,
+    load_array_file,
     random_missing,
     sha256sum,
     train_test_split,
@@ -414,3 +415,58 @@ def test_blank_bones_errors():
         blank_bones(Y, CHANNELS, "lhipjoint")
     with pytest.raises(ValueError, match="columns"):
         blank_bones(Y[:, :3], CHANNELS, "head")
+
+
+# --------------------------------------------------------------------------------------------
+# Your own tables
+
+
+@pytest.mark.parametrize(
+    "text, expected, columns",
+    [
+        ("a;b;c\n1,5;2;3\n4;NA;6\n", None, None),  # see below: decimal commas are not numbers
+        ('"x","y"\n"1.5","2"\n"3",""\n', [[1.5, 2.0], [3.0, np.nan]], ["x", "y"]),
+        ("1;2;3\n0.5;0.25;7\n1.5;NaN;8\n", [[0.5, 0.25, 7.0], [1.5, np.nan, 8.0]], ["1", "2", "3"]),
+        ("0.5\t0.25\n1.5\t\n", [[0.5, 0.25], [1.5, np.nan]], ["0", "1"]),
+        ("p, q\n1, 2\n3, 4\n", [[1.0, 2.0], [3.0, 4.0]], ["p", "q"]),
+    ],
+    ids=["decimal commas", "quoted", "numbered header", "tabs", "spaces after commas"],
+)
+def test_tables_are_read_with_their_delimiter_quotes_header_and_gaps(
+    tmp_path, text, expected, columns
+):
+    path = tmp_path / "table.csv"
+    path.write_text(text)
+    if expected is None:
+        with pytest.raises(ValueError, match=r"column 'a' mixes numbers and text \(row 2: '1,5'\)"):
+            load_array_file(path)
+        return
+    data = load_array_file(path)
+    np.testing.assert_array_equal(data.Y, np.array(expected))
+    assert data.metadata["columns"] == columns
+
+
+def test_text_columns_are_dropped_and_named(tmp_path):
+    path = tmp_path / "table.csv"
+    path.write_text("name,x,kind,y\nann,1,a,2\nbob,3,b,\n")
+    data = load_array_file(path)
+    np.testing.assert_array_equal(data.Y, [[1.0, 2.0], [3.0, np.nan]])
+    assert data.metadata["dropped"] == ["name", "kind"]
+    assert "dropped non-numeric columns: name, kind" in data.description
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("1,2,3\n4,5\n", r"row 2 has 2 fields but the first row has 3"),
+        ("a,b\nx,y\n", r"no numeric column \(columns: a, b\)"),
+        ("a,b\n", r"header row but no rows of data"),
+        ("\n\n", r"holds no rows of data"),
+    ],
+    ids=["ragged", "all text", "header only", "empty"],
+)
+def test_tables_that_cannot_be_read_are_clear_errors(tmp_path, text, message):
+    path = tmp_path / "table.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        load_array_file(path)
