@@ -61,13 +61,22 @@ class ServingModule(tf.Module):
         return {"mean": tf.cast(mean, self.dtype), "variance": tf.cast(variance, self.dtype)}
 
     def _decode(self, X: tf.Tensor) -> dict[str, tf.Tensor]:
+        X = tf.debugging.assert_all_finite(X, "decode: X [None, Q] must be finite")
         return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._moments(*self.inference.latents(tf.cast(Y, default_float())))
+        return self._moments(*self.inference.latents(self._observations(Y)))
 
     def _reconstruct(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._moments(*self.inference.predict(tf.cast(Y, default_float())))
+        return self._moments(*self.inference.predict(self._observations(Y)))
+
+    def _observations(self, Y: tf.Tensor) -> tf.Tensor:
+        """Y [None, D] in the model's precision; an infinite entry is an error, as in the
+        package (infinity is not "missing": NaN is)."""
+        finite = tf.reduce_all(tf.logical_not(tf.math.is_inf(Y)))
+        message = "Y has infinite entries; mark missing entries with NaN, not infinity"
+        with tf.control_dependencies([tf.debugging.Assert(finite, [message])]):
+            return tf.cast(Y, default_float())
 
 
 def export_saved_model(

@@ -156,6 +156,13 @@ def test_bad_inputs_to_the_export_are_clear_errors(data, point_export):
         reconstruct(Y=tf.constant(data[:2], tf.float32))
     with pytest.raises(errors, match="shape|incompatible|Dimension"):
         reconstruct(Y=tf.constant(data[:2, :3]))
+    rows = data[:2].copy()
+    rows[1, 0] = np.inf
+    with pytest.raises(errors, match="Y has infinite entries; mark missing entries with NaN"):
+        reconstruct(Y=tf.constant(rows))
+    X = np.full((1, Q), np.inf)
+    with pytest.raises(errors, match=r"decode: X \[None, Q\] must be finite"):
+        tf.saved_model.load(str(point_export[1])).signatures["decode"](X=tf.constant(X))
 
 
 def test_an_existing_export_is_never_overwritten_silently(point_export, tmp_path):
