@@ -9,7 +9,11 @@ Signatures (inputs by name; every output a dict of ``mean`` and ``variance``):
 - ``serving_default``: ``reconstruct``.
 
 Inputs and outputs are float64 unless the export was made with ``dtype=tf.float32``, which casts
-at the boundary (the computation stays in float64).
+at the boundary (the computation stays in float64). ``encode`` and ``reconstruct`` take a request
+in chunks of ``chunk_size`` rows, one after another inside the graph, so that a request's peak
+memory does not grow with its number of rows (default: rows such that the GP's intermediates stay
+near 5e7 numbers, as in :class:`~gpflow_svi_gplvm.LatentInference`). An infinite entry is an
+error (NaN marks a missing one).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import tensorflow as tf
 from gpflow.config import default_float
 
 from .export_folder import check_destination, replace_folder, write_marker
-from .inference import LatentInference
+from .inference import LatentInference, chunk_rows
 
 if TYPE_CHECKING:
     from .models import SVIGPLVM
@@ -44,12 +48,17 @@ class ServingModule(tf.Module):
         num_samples: int = 64,
         seed: int = 0,
         dtype: tf.DType = tf.float64,
+        chunk_size: int | None = None,
     ):
         super().__init__()
         if dtype not in (tf.float64, tf.float32):
             raise ValueError(f"dtype must be tf.float64 or tf.float32, got {dtype}.")
         self.model = model
         self.inference = LatentInference(model, encode_iterations, learning_rate, num_samples, seed)
+        # Rows per graph call of encode / reconstruct, so a request's peak memory does not grow
+        # with its number of rows (the default keeps the GP's intermediates near 5e7 numbers).
+        self.encode_rows = chunk_rows(model, chunk_size, model.num_samples)
+        self.reconstruct_rows = chunk_rows(model, chunk_size, num_samples)
         self.dtype = dtype
         latent_spec = tf.TensorSpec([None, model.latent_dim], dtype, name="X")
         data_spec = tf.TensorSpec([None, model.data_dim], dtype, name="Y")
@@ -65,10 +74,26 @@ class ServingModule(tf.Module):
         return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._moments(*self.inference.latents(self._observations(Y)))
+        return self._in_chunks(self.inference.latents, Y, self.encode_rows, self.model.latent_dim)
 
     def _reconstruct(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
-        return self._moments(*self.inference.predict(self._observations(Y)))
+        return self._in_chunks(
+            self.inference.predict, Y, self.reconstruct_rows, self.model.data_dim
+        )
+
+    def _in_chunks(self, function, Y: tf.Tensor, rows: int, width: int) -> dict[str, tf.Tensor]:
+        """``function`` of Y [None, D] (moments [None, width]) in consecutive chunks of ``rows``
+        rows, one at a time (rows are independent: chunked equals one pass), concatenated."""
+        Y = self._observations(Y)
+        count = (tf.shape(Y)[0] + rows - 1) // rows
+        parts = dict(size=count, infer_shape=False, element_shape=tf.TensorShape([None, width]))
+        means = tf.TensorArray(Y.dtype, **parts)
+        variances = tf.TensorArray(Y.dtype, **parts)
+        for i in tf.range(count):
+            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
+            mean, variance = function(Y[i * rows : (i + 1) * rows])
+            means, variances = means.write(i, mean), variances.write(i, variance)
+        return self._moments(means.concat(), variances.concat())
 
     def _observations(self, Y: tf.Tensor) -> tf.Tensor:
         """Y [None, D] in the model's precision; an infinite entry is an error, as in the
@@ -88,6 +113,7 @@ def export_saved_model(
     seed: int = 0,
     dtype: tf.DType = tf.float64,
     overwrite: bool = False,
+    chunk_size: int | None = None,
 ) -> Path:
     """Save ``model`` as a SavedModel at ``path`` with the signatures listed in this module.
 
@@ -100,7 +126,9 @@ def export_saved_model(
     """
     path = Path(path)
     check_destination(path, overwrite)
-    module = ServingModule(model, encode_iterations, learning_rate, num_samples, seed, dtype)
+    module = ServingModule(
+        model, encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size
+    )
     functions = {
         "decode": module.decode,
         "encode": module.encode,

@@ -89,7 +89,7 @@ class LatentInference(tf.Module):
         return self._in_chunks(self.predict, Y, self.num_samples)
 
     def _in_chunks(self, function, Y: np.ndarray, num_draws: int) -> tuple[tf.Tensor, tf.Tensor]:
-        size = _chunk_size(self.model, self.chunk_size, num_draws)
+        size = chunk_rows(self.model, self.chunk_size, num_draws)
         chunks = [function(tf.constant(Y[i : i + size])) for i in range(0, len(Y), size)]
         return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
 
@@ -230,7 +230,7 @@ def reconstruct(
             model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
         )
         return inference.reconstruct(Y)
-    chunk_size = _chunk_size(model, chunk_size, num_samples)
+    chunk_size = chunk_rows(model, chunk_size, num_samples)
     rows = _checked_training_rows(model, rows, len(Y))
     noise = _predictive_noise(num_samples, model.latent_dim, seed)
 
@@ -256,7 +256,7 @@ def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor
     return tf.random.stateless_normal(shape, seed=[seed, 1], dtype=default_float())
 
 
-def _chunk_size(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> int:
+def chunk_rows(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> int:
     """``chunk_size``, checked; by default rows such that the GP's intermediates, D x M x (rows
     x draws) numbers with a covariance per output or (D + M) x (rows x draws) with a shared one,
     stay near 5e7 numbers."""

@@ -177,3 +177,17 @@ def test_an_existing_export_is_never_overwritten_silently(point_export, tmp_path
     assert sorted(p.name for p in path.rglob("*")) == before
     export_saved_model(model, path, overwrite=True, encode_iterations=5, num_samples=2)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".m-")]
+
+
+@pytest.mark.parametrize("model_class", [BayesianSVIGPLVM, AmortisedBayesianGPLVM])
+def test_served_requests_in_chunks_equal_one_pass(data, model_class):
+    model = model_class(data, Q, num_inducing=5)
+    whole = ServingModule(model, encode_iterations=5, num_samples=3)
+    chunked = ServingModule(model, encode_iterations=5, num_samples=3, chunk_size=3)
+    rows = data[:11]  # three chunks of 3 and one of 2
+    for name in ("encode", "reconstruct"):
+        expected, got = getattr(whole, name)(rows), getattr(chunked, name)(rows)
+        for key in ("mean", "variance"):
+            np.testing.assert_allclose(got[key], expected[key], rtol=1e-12, atol=1e-14)
+    empty = chunked.reconstruct(np.zeros((0, D)))
+    assert empty["mean"].shape == (0, D) and empty["variance"].shape == (0, D)
