@@ -108,23 +108,23 @@ def _data_variable(Y: np.ndarray) -> tf.Variable:
     """Y [N, D] in a non-trainable variable, filled in row blocks, so that besides Y itself it
     costs one copy and no temporary as large as Y (``tf.Variable(Y)`` briefly holds two)."""
     rows = tf.Variable(lambda: tf.zeros(Y.shape, Y.dtype), trainable=False, name="training_data")
-    for start in range(0, Y.shape[0], ROWS_PER_BLOCK):
-        block = Y[start : start + ROWS_PER_BLOCK]
-        indices = tf.range(start, start + block.shape[0], dtype=tf.int64)
+    for start, block in zip(range(0, Y.shape[0], ROWS_PER_BLOCK), row_blocks(Y)):
+        indices = tf.range(start, start + len(block), dtype=tf.int64)
         rows.scatter_update(tf.IndexedSlices(tf.constant(block), indices))
     return rows
 
 
 class TrainingData(tf.train.experimental.PythonState):
     """What a run trains on, kept in its checkpoints: N, D, the batch size and a hash of the
-    values and the gaps of Y, so that resuming on other data is noticed, not trained on."""
+    values and the gaps of Y, so that resuming on other data is noticed, not trained on.
+    Empty for a user's dataset or a run without checkpoints (nothing to compare)."""
 
     def __init__(self, current: dict):
         self.current = current
-        self.record = current
 
     @classmethod
     def of(cls, Y: np.ndarray, batch_size: int) -> TrainingData:
+        """The record of training on Y [N, D] with a (checked) ``batch_size``."""
         digest = hashlib.blake2b(digest_size=16)
         for block in row_blocks(Y):
             missing = np.isnan(block)
@@ -135,16 +135,17 @@ class TrainingData(tf.train.experimental.PythonState):
             {
                 "rows": num_rows,
                 "columns": num_columns,
-                "batch_size": check_integer(batch_size, "batch_size"),
+                "batch_size": int(batch_size),
                 "values and gaps": digest.hexdigest(),
             }
         )
 
     def serialize(self) -> str:
-        return json.dumps(self.record)
+        return json.dumps(self.current)
 
     def deserialize(self, string: str) -> None:
-        self.record = json.loads(string)
+        """Nothing to keep: ``restore`` reads the stored record first (:meth:`stored_in`) and
+        this run goes on recording its own data."""
 
     @staticmethod
     def stored_in(reader: tf.train.CheckpointReader) -> dict:
@@ -213,7 +214,7 @@ class Trainer:
             _check_distributed(model, strategy, jit_compile)
         model.latent.generator.reset_from_seed(seed)
         self.model = model
-        self.provenance = TrainingData({"data": "a tf.data.Dataset of the user's"})
+        self.provenance = TrainingData({})
         if isinstance(data, tf.data.Dataset):
             self.rows = None
             dataset = data
@@ -362,7 +363,6 @@ class Trainer:
                     f"from {path}, step {self.num_steps}.",
                     stacklevel=2,
                 )
-            self.provenance.record = self.provenance.current
             self.elbo = [self._restored_history()]
             self.saved_at = self.num_steps
             return True

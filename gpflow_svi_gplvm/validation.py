@@ -77,7 +77,7 @@ def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
     return int(value)
 
 
-def check_learning_rate(value, name: str = "learning_rate") -> float:
+def check_learning_rate(value) -> float:
     """``value`` as a positive, finite ``float``, or a ``ValueError``: a negative rate climbs the
     loss, zero trains nothing, and NaN or infinity turn every parameter into NaN."""
     if (
@@ -87,6 +87,7 @@ def check_learning_rate(value, name: str = "learning_rate") -> float:
         or value <= 0
     ):
         raise ValueError(
-            f"{name} must be a positive, finite number (0.001 to 0.05 is typical), got {value!r}."
+            f"learning_rate must be a positive, finite number (0.001 to 0.05 is typical), got "
+            f"{value!r}."
         )
     return float(value)
