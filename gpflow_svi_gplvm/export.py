@@ -13,7 +13,9 @@ at the boundary (the computation stays in float64). ``encode`` and ``reconstruct
 in chunks of ``chunk_size`` rows, one after another inside the graph, so that a request's peak
 memory does not grow with its number of rows (default: rows such that the GP's intermediates stay
 near 5e7 numbers, as in :class:`~gpflow_svi_gplvm.LatentInference`). An infinite entry is an
-error (NaN marks a missing one).
+error (NaN marks a missing one), and so is a request of another width: the error states the shape
+and dtype the signature expects. A request of another dtype is refused by TensorFlow before the
+signature runs ("expected to be a double tensor but is a float tensor").
 """
 
 from __future__ import annotations
@@ -70,16 +72,31 @@ class ServingModule(tf.Module):
         return {"mean": tf.cast(mean, self.dtype), "variance": tf.cast(variance, self.dtype)}
 
     def _decode(self, X: tf.Tensor) -> dict[str, tf.Tensor]:
+        X = self._checked_width(X, self.model.latent_dim, "decode", "X")
         X = tf.debugging.assert_all_finite(X, "decode: X [None, Q] must be finite")
         return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
+        Y = self._checked_width(Y, self.model.data_dim, "encode", "Y")
         return self._in_chunks(self.inference.latents, Y, self.encode_rows, self.model.latent_dim)
 
     def _reconstruct(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
+        Y = self._checked_width(Y, self.model.data_dim, "reconstruct", "Y")
         return self._in_chunks(
             self.inference.predict, Y, self.reconstruct_rows, self.model.data_dim
         )
+
+    def _checked_width(self, values: tf.Tensor, width: int, signature: str, name: str) -> tf.Tensor:
+        """``values`` after a run-time check that it has ``width`` columns. A signature called by
+        name binds a tensor of any shape, and its static width would let TensorFlow drop a check
+        of ``tf.shape(values)[1]``; the element count cannot be known before the call."""
+        expected = f"[rows, {width}] {self.dtype.name}"
+        if name == "Y":
+            expected += " (NaN marks a missing entry)"
+        message = f"{signature}: {name} must have shape {expected}; got shape"
+        fits = tf.equal(tf.size(values), tf.shape(values)[0] * width)
+        with tf.control_dependencies([tf.debugging.Assert(fits, [message, tf.shape(values)])]):
+            return tf.identity(values)
 
     def _in_chunks(self, function, Y: tf.Tensor, rows: int, width: int) -> dict[str, tf.Tensor]:
         """``function`` of Y [None, D] (moments [None, width]) in consecutive chunks of ``rows``

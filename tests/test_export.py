@@ -150,19 +150,25 @@ def test_float32_export_casts_at_the_boundary(data, tmp_path):
 
 
 def test_bad_inputs_to_the_export_are_clear_errors(data, point_export):
-    reconstruct = tf.saved_model.load(str(point_export[1])).signatures["reconstruct"]
+    signatures = tf.saved_model.load(str(point_export[1])).signatures
     errors = (TypeError, ValueError, tf.errors.InvalidArgumentError)
     with pytest.raises(errors, match="expected to be a double tensor but is a float"):
-        reconstruct(Y=tf.constant(data[:2], tf.float32))
-    with pytest.raises(errors, match="shape|incompatible|Dimension"):
-        reconstruct(Y=tf.constant(data[:2, :3]))
+        signatures["reconstruct"](Y=tf.constant(data[:2], tf.float32))
+    # Another width: the error states the shape and dtype expected and the shape received.
+    wrong_widths = [
+        ("reconstruct", "Y", data[:2, :3], rf"\[rows, {D}\] float64 \(NaN .*\[2 3\]"),
+        ("encode", "Y", np.c_[data[:2], data[:2]], rf"\[rows, {D}\] float64 .*\[2 {2 * D}\]"),
+        ("decode", "X", np.zeros((2, Q + 1)), rf"\[rows, {Q}\] float64; got shape\] \[2 {Q + 1}\]"),
+    ]
+    for name, argument, values, expected in wrong_widths:
+        with pytest.raises(errors, match=f"{name}: {argument} must have shape {expected}"):
+            signatures[name](**{argument: tf.constant(values)})
     rows = data[:2].copy()
     rows[1, 0] = np.inf
     with pytest.raises(errors, match="Y has infinite entries; mark missing entries with NaN"):
-        reconstruct(Y=tf.constant(rows))
-    X = np.full((1, Q), np.inf)
+        signatures["reconstruct"](Y=tf.constant(rows))
     with pytest.raises(errors, match=r"decode: X \[None, Q\] must be finite"):
-        tf.saved_model.load(str(point_export[1])).signatures["decode"](X=tf.constant(X))
+        signatures["decode"](X=tf.constant(np.full((1, Q), np.inf)))
 
 
 def test_an_existing_export_is_never_overwritten_silently(point_export, tmp_path):
