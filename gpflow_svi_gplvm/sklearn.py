@@ -97,7 +97,8 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     Unlike most scikit-learn transformers, ``fit_transform(Y)`` is not ``fit(Y).transform(Y)``
     for the non-amortised models: it returns the latents learnt in training, while ``transform``
     infers q(x*) afresh from the frozen model (close, not equal, after enough training; equal
-    for "aeb"). scikit-learn's ``check_estimator`` flags this in ``check_transformer_general``.
+    for "aeb"). scikit-learn's ``check_estimator`` flags this in ``check_transformer_general`` and
+    ``check_transformer_data_not_an_array``, and passes every other check.
     """
 
     def __init__(
@@ -278,8 +279,16 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             self._inference = self._new_inference()
 
     def _validate(self, Y, reset: bool) -> np.ndarray:
-        """Y as float64 [N, D] with NaN allowed; ``reset`` records D, else checks it."""
-        return validate_data(self, Y, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        """Y as float64 [N, D] with NaN allowed; ``reset`` records D (and needs two rows to
+        learn from: one sample has no spread to embed), else checks it."""
+        return validate_data(
+            self,
+            Y,
+            reset=reset,
+            dtype=np.float64,
+            ensure_all_finite="allow-nan",
+            ensure_min_samples=2 if reset else 1,
+        )
 
     def _new_inference(self) -> LatentInference:
         """Inference of q(x*) for ``model_``; made in ``fit`` so that ``transform`` and

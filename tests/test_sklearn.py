@@ -5,10 +5,12 @@ import pickle
 
 import numpy as np
 import pytest
+from check_shapes import disable_check_shapes
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn.utils.validation import check_is_fitted
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
@@ -56,6 +58,25 @@ def fitted(data):
     estimator = GPLVMEmbedding(**FAST, inference_iterations=100)
     latents = estimator.fit_transform(data[0])
     return estimator, latents
+
+
+# fit_transform returns the latents learnt in training, transform infers them afresh: close, not
+# equal (documented in GPLVMEmbedding's notes). Both checks compare the two at atol 1e-2.
+FIT_TRANSFORM_DIFFERS = "fit_transform returns the trained latents; transform re-infers them"
+
+
+@parametrize_with_checks(
+    [GPLVMEmbedding(num_inducing=5, iterations=5, batch_size=20, inference_iterations=5)],
+    expected_failed_checks=lambda estimator: {
+        "check_transformer_general": FIT_TRANSFORM_DIFFERS,
+        "check_transformer_data_not_an_array": FIT_TRANSFORM_DIFFERS,
+    },
+)
+def test_scikit_learn_estimator_checks(estimator, check):
+    # scikit-learn's conventions are under test, not shapes: GPflow's shape checks would triple
+    # the time of the ~40 fits these checks trace.
+    with disable_check_shapes():
+        check(estimator)
 
 
 def column_mean_rmse(Y_train, Y):
