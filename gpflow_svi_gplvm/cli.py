@@ -84,6 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     import gpflow_svi_gplvm as package
 
     from . import datasets, plotting
+    from .initialisation import column_location_and_scale
     from .metrics import rmse
     from .validation import check_observations
 
@@ -94,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
         # Checked before standardising, which would turn an infinity into a column of NaN.
         data.Y = check_observations(data.Y, f"the data in {args.data}")
         if not args.no_standardise:
-            data.Y = (data.Y - np.nanmean(data.Y, 0)) / np.maximum(np.nanstd(data.Y, 0), 1e-12)
+            location, scale = column_location_and_scale(data.Y)
+            data.Y = (data.Y - location) / scale
     Y = data.Y
     print(f"data: {data.description or args.data} -> Y {Y.shape}, {np.isnan(Y).mean():.1%} missing")
 

@@ -9,21 +9,47 @@ from gpflow.likelihoods import Gaussian, Likelihood, Poisson
 from .likelihoods import MaskedLikelihood
 from .validation import ROWS_PER_BLOCK, row_blocks
 
-__all__ = ["column_moments", "pca_latents", "random_latents", "inducing_inputs", "initial_offset"]
+__all__ = [
+    "column_moments",
+    "column_location_and_scale",
+    "pca_latents",
+    "random_latents",
+    "inducing_inputs",
+    "initial_offset",
+]
 
 
 def column_moments(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Observed count, mean and variance (ddof 0) [D] of each column of Y [N, D] (NaN =
-    missing), read in row blocks; mean and variance are 0 for a column with nothing observed."""
+    missing), read in row blocks; mean and variance are 0 for a column with nothing observed.
+
+    A mean or variance beyond float64's range (entries near 1e154 and above) is a ``ValueError``:
+    no model can be fitted on that scale, and standardising would turn the data into zeros.
+    """
     count, total, squares = (np.zeros(Y.shape[1]) for _ in range(3))
-    for block in row_blocks(Y):
-        observed = ~np.isnan(block)
-        count += observed.sum(axis=0)
-        total += np.where(observed, block, 0.0).sum(axis=0)
-    mean = total / np.maximum(count, 1)
-    for block in row_blocks(Y):
-        squares += np.square(np.where(np.isnan(block), 0.0, block - mean)).sum(axis=0)
-    return count, mean, squares / np.maximum(count, 1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for block in row_blocks(Y):
+            observed = ~np.isnan(block)
+            count += observed.sum(axis=0)
+            total += np.where(observed, block, 0.0).sum(axis=0)
+        mean = total / np.maximum(count, 1)
+        for block in row_blocks(Y):
+            squares += np.square(np.where(np.isnan(block), 0.0, block - mean)).sum(axis=0)
+    variance = squares / np.maximum(count, 1)
+    if not (np.isfinite(mean).all() and np.isfinite(variance).all()):
+        raise ValueError(
+            f"The column variances of Y overflow float64 (its largest magnitude is "
+            f"{np.nanmax(np.abs(Y)):.3g}). Rescale Y before training: standardise each column, "
+            "or divide by a power of ten."
+        )
+    return count, mean, variance
+
+
+def column_location_and_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Means and standard deviations [D] of the observed entries of each column of Y [N, D]; an
+    empty column gets (0, 1) and a constant one the scale 1, so (Y - mean) / scale is defined."""
+    _, mean, variance = column_moments(Y)
+    return mean, np.where(variance > 0, np.sqrt(variance), 1.0)
 
 
 def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:

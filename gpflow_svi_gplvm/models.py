@@ -30,6 +30,7 @@ from gpflow.utilities import triangular
 
 from . import inference
 from .initialisation import (
+    column_location_and_scale,
     column_moments,
     inducing_inputs,
     initial_offset,
@@ -408,7 +409,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         **kwargs,
     ):
         Y = check_observations(data, "data", mask=kwargs.get("mask"))
-        location, scale = _column_location_and_scale(Y)
+        location, scale = column_location_and_scale(Y)
         if hide_fraction is None:
             sees_mask = missing_aware or set_size is not None
             hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
@@ -433,13 +434,6 @@ def covariance_layout(shared: bool, num_outputs: int) -> str:
     if shared:
         return "one q(u) covariance shared by all outputs (shared_covariance=True)"
     return f"one q(u) covariance per output, {num_outputs} in all (shared_covariance=False)"
-
-
-def _column_location_and_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Means and standard deviations [D] of the observed entries of each column; an empty
-    column gets (0, 1) and a constant one the scale 1."""
-    _, mean, variance = column_moments(Y)
-    return mean, np.where(variance > 0, np.sqrt(variance), 1.0)
 
 
 def _warn_unobserved(Y: np.ndarray) -> None:

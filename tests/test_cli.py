@@ -75,6 +75,9 @@ def bad_input(tmp_path, case):
     if case == "an infinite cell":
         path = small_csv(tmp_path / "inf.csv", {(3, 2): "inf"})
         return ["--data", str(path)], "infinite entries"
+    if case == "an overflowing scale":
+        path = small_csv(tmp_path / "huge.csv", {(3, 2): "1e200"})
+        return ["--data", str(path)], "overflow float64 (its largest magnitude is 1e+200)"
     if case == "negative learning rate":
         return ["--data", str(csv), "--learning-rate", "-1"], "learning_rate must be a positive"
     if case == "output is a file":
@@ -90,6 +93,7 @@ CASES = [
     "3-D array",
     "strings",
     "an infinite cell",
+    "an overflowing scale",
     "negative learning rate",
     "output is a file",
 ]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
 from gpflow_svi_gplvm.initialisation import column_moments, pca_latents
 from gpflow_svi_gplvm.validation import ROWS_PER_BLOCK, check_observations
 
@@ -76,6 +78,18 @@ def test_column_moments_equal_numpys_nan_aware_moments(Y):
         expected_variance = np.nan_to_num(np.nanvar(Y, axis=0))
     np.testing.assert_allclose(mean, expected_mean, rtol=1e-10, atol=1e-9)
     np.testing.assert_allclose(variance, expected_variance, rtol=1e-8, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_class", [BayesianSVIGPLVM, AmortisedBayesianGPLVM])
+def test_data_whose_variance_overflows_is_a_value_error_with_a_hint(model_class):
+    Y = np.random.default_rng(0).standard_normal((20, 3))
+    Y[4, 1] = 1e200  # its square overflows float64
+    with pytest.raises(ValueError, match="overflow float64 .* Rescale Y before training"):
+        model_class(Y, 2, 5)
+    Y[4, 1] = 1e150  # large but representable: the moments are exact
+    _, mean, variance = column_moments(Y)
+    np.testing.assert_allclose(mean[1], 1e150 / 20)
+    np.testing.assert_allclose(variance[1], 1e300 / 20 * (1 - 1 / 20))
 
 
 def test_observations_are_not_copied_unless_a_mask_rewrites_them():
