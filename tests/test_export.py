@@ -154,10 +154,10 @@ def test_bad_inputs_to_the_export_are_clear_errors(data, point_export):
     errors = (TypeError, ValueError, tf.errors.InvalidArgumentError)
     with pytest.raises(errors, match="expected to be a double tensor but is a float"):
         signatures["reconstruct"](Y=tf.constant(data[:2], tf.float32))
-    # Another width: the error states the shape and dtype expected and the shape received.
+    # Another width: the error states the shape and dtype expected and the shape received (encode
+    # runs the same check as reconstruct; its first call costs a minute of graph optimisation).
     wrong_widths = [
         ("reconstruct", "Y", data[:2, :3], rf"\[rows, {D}\] float64 \(NaN .*\[2 3\]"),
-        ("encode", "Y", np.c_[data[:2], data[:2]], rf"\[rows, {D}\] float64 .*\[2 {2 * D}\]"),
         ("decode", "X", np.zeros((2, Q + 1)), rf"\[rows, {Q}\] float64; got shape\] \[2 {Q + 1}\]"),
     ]
     for name, argument, values, expected in wrong_widths:

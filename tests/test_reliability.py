@@ -17,7 +17,7 @@ import numpy as np
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
 
 N, D, Q, M = 40, 4, 2, 6
-ITERATIONS, KILLS = 1500, 3
+ITERATIONS, KILLS = 1500, 2
 SETTINGS = dict(batch_size=16, progress=False, steps_per_call=25, seed=3, checkpoint_every=50)
 
 # A training process as a user would run it: resume from the folder's latest checkpoint, if
