@@ -39,7 +39,10 @@ class LatentInference(tf.Module):
     stays bounded however many rows there are.
     Non-amortised models: rows start at the candidate latent (inducing inputs and up to
     ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
-    then take ``iterations`` Adam steps with ``learning_rate``. The draws of the standard noise
+    then take ``iterations`` Adam steps with ``learning_rate``; q(x*) is the average of the
+    iterates of the final ``averaging`` fraction of the steps (Polyak-Ruppert averaging: each
+    step's gradient comes from the model's few draws of x*, so the last iterate alone jitters
+    around the optimum; 0 returns the last iterate). The draws of the standard noise
     behind x* are common to all rows (stateless, from ``seed``), in the optimisation and in the
     predictive, so processing rows together, one by one or in chunks agrees.
     """
@@ -53,10 +56,18 @@ class LatentInference(tf.Module):
         seed: int = 0,
         max_candidates: int = 2000,
         chunk_size: int | None = None,
+        averaging: float = 0.5,
     ):
         super().__init__()
         self.model = model
         self.iterations = check_integer(iterations, "iterations", minimum=0)
+        if not (isinstance(averaging, (int, float)) and 0.0 <= averaging <= 1.0):
+            raise ValueError(
+                f"averaging must be a fraction of the steps in [0, 1] (0: the last iterate), got "
+                f"{averaging!r}."
+            )
+        # Steps from this one on are averaged; at least the last one.
+        self.averaging_start = min(int(self.iterations * (1.0 - averaging)), self.iterations - 1)
         self.learning_rate = check_learning_rate(learning_rate)
         self.num_samples = check_integer(num_samples, "num_samples")
         self.seed = check_integer(seed, "seed", minimum=0)
@@ -128,6 +139,7 @@ class LatentInference(tf.Module):
         raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, initial)]
         first = [tf.zeros_like(r) for r in raw]
         second = [tf.zeros_like(r) for r in raw]
+        average = list(raw)
         noise_shape = [model.num_samples, 1, model.latent_dim]
         for step in tf.range(self.iterations, dtype=tf.int64):
             seed = tf.stack([tf.constant(self.seed, tf.int64), step])
@@ -147,7 +159,11 @@ class LatentInference(tf.Module):
                 / (tf.sqrt(v / (1 - _BETA_2**t)) + _EPSILON)
                 for r, m, v in zip(raw, first, second)
             ]
-        return constrain(raw)
+            # The running mean of the iterates from averaging_start on (weight 1 at that step).
+            weight = 1.0 / tf.cast(tf.maximum(step - self.averaging_start + 1, 1), Y.dtype)
+            weight *= tf.cast(step >= self.averaging_start, Y.dtype)
+            average = [a + weight * (r - a) for a, r in zip(average, raw)]
+        return constrain(average)
 
     def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
         return self.model.data_term(batch.samples, Y, self.likelihood) + batch.row_term

@@ -66,6 +66,20 @@ def test_inference_leaves_the_model_unchanged(bsvi, data):
         np.testing.assert_array_equal(old, new)
 
 
+def test_q_of_new_rows_averages_the_final_iterates(bsvi, data):
+    """averaging=0.5 of 6 steps: the mean of the iterates after steps 4, 5 and 6, each of which
+    is the last iterate of a run that stops there (same start, same draws)."""
+    Y = data[1][:10]
+    mean, variance = LatentInference(bsvi, iterations=6, averaging=0.5).infer(Y)
+    last = [LatentInference(bsvi, iterations=j, averaging=0.0).infer(Y) for j in (4, 5, 6)]
+    # The mean is unconstrained: averaged as it is.
+    np.testing.assert_allclose(mean, np.mean([m for m, _ in last], axis=0), rtol=1e-12)
+    # The variance is averaged in its unconstrained form, so it lies within the iterates' range.
+    variances = np.array([v for _, v in last])
+    assert np.all(variances.min(0) - 1e-15 <= variance) and np.all(variance <= variances.max(0))
+    assert not np.allclose(variance, variances[-1])
+
+
 @pytest.mark.parametrize("model_class", [BayesianSVIGPLVM, MAPGPLVM])
 def test_batched_inference_equals_row_by_row(model_class, data):
     Y_train, Y_test, hidden = data

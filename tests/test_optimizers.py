@@ -1,6 +1,8 @@
-"""RowSparseAdam: Adam on dense variables, and on only the batch's rows of tables."""
+"""RowSparseAdam: Adam on dense variables, and on only the batch's rows of tables (bias-corrected
+with the step count, or with each row's own update count)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
@@ -89,3 +91,34 @@ def test_dense_gradients_get_the_ordinary_update_in_float64():
     expected = _numpy_adam(start, rows, target, 30, 0.05)
     np.testing.assert_allclose(matrix.numpy(), expected, rtol=1e-12)
     np.testing.assert_allclose(scalar.numpy(), x, rtol=1e-12)
+
+
+def test_row_bias_correction_uses_each_rows_own_update_count():
+    """bias_correction="row", rows visited on different schedules: each follows Adam over its
+    own visits (a row visited k times at step t takes the k-th Adam step, not the t-th)."""
+    rng = np.random.default_rng(3)
+    start, target = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+    batches = [rng.choice(6, size=rng.integers(1, 4), replace=True) for _ in range(40)]
+    table = tf.Variable(start)
+    optimizer = RowSparseAdam([table], 0.05, bias_correction="row")
+    for rows in batches:
+        optimizer.apply_gradients(_gradient(table, rows, target[rows]))
+
+    x, m, v, k = start.copy(), np.zeros_like(start), np.zeros_like(start), np.zeros(6)
+    for rows in batches:
+        g = np.zeros_like(x)
+        np.add.at(g, rows, 2.0 * (x[rows] - target[rows]) * WEIGHTS)
+        for row in np.unique(rows):
+            k[row] += 1
+            m[row] = 0.9 * m[row] + 0.1 * g[row]
+            v[row] = 0.999 * v[row] + 0.001 * g[row] ** 2
+            size = 0.05 * np.sqrt(1 - 0.999 ** k[row]) / (1 - 0.9 ** k[row])
+            x[row] -= size * m[row] / (np.sqrt(v[row]) + 1e-7)
+    np.testing.assert_allclose(table.numpy(), x, rtol=1e-12)
+    np.testing.assert_array_equal(optimizer.row_updates[0].numpy(), k)
+    assert optimizer.iterations.numpy() == len(batches)
+
+
+def test_an_unknown_bias_correction_is_a_value_error():
+    with pytest.raises(ValueError, match="bias_correction must be 'global' .* or 'row'"):
+        RowSparseAdam([tf.Variable(np.zeros(3))], bias_correction="per-row")

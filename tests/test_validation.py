@@ -241,6 +241,8 @@ def test_trainer_rejects_a_negative_iteration_count(point_model, Y):
         (dict(num_samples=0), r"num_samples must be a positive integer"),
         (dict(seed=-1), r"seed must be an integer >= 0"),
         (dict(chunk_size=0), r"chunk_size must be a positive integer, got 0 \(or None"),
+        (dict(averaging=1.5), r"averaging must be a fraction of the steps in \[0, 1\]"),
+        (dict(averaging="half"), r"averaging must be a fraction of the steps in \[0, 1\]"),
     ],
     ids=lambda value: str(value) if isinstance(value, dict) else "",
 )
