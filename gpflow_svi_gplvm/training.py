@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
@@ -19,6 +20,7 @@ from tqdm.auto import tqdm
 
 from .likelihoods import MaskedLikelihood
 from .models import SVIGPLVM, covariance_layout
+from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .validation import (
     ROWS_PER_BLOCK,
@@ -187,6 +189,12 @@ class Trainer:
     run ``k`` times inside one compiled loop per Python call to keep dispatch cost off each step.
     A step whose loss is not finite applies no update, so the model keeps its last good state.
 
+    ``q_u_optimizer="natgrad"`` trains q(u) by natural-gradient steps of size ``natgrad_gamma``
+    (:class:`~gpflow_svi_gplvm.natural_gradients.InducingNaturalGradient`) and everything else
+    with Adam, from one gradient pass in the same compiled step; ``"adam"`` trains q(u) with the
+    rest. The default (None) is "natgrad" for a Gaussian likelihood, where it converges in fewer
+    steps (``benchmarks/convergence.py``), and "adam" otherwise.
+
     With ``checkpoint_dir``, a ``tf.train.CheckpointManager`` saves the model, the optimiser, the
     data iterator (with its shuffling state), the latent module's random generator and the step
     count every ``checkpoint_every`` steps and at the end of each :meth:`train`, beside the ELBO
@@ -208,6 +216,8 @@ class Trainer:
         max_to_keep: int = 3,
         strategy: tf.distribute.Strategy | None = None,
         allow_new_data: bool = False,
+        q_u_optimizer: str | None = None,
+        natgrad_gamma: float = 0.1,
     ):
         self.strategy = strategy or tf.distribute.get_strategy()
         if strategy is not None:
@@ -229,16 +239,28 @@ class Trainer:
         if strategy is not None:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
+        self.q_u_optimizer = _check_q_u_optimizer(model, q_u_optimizer)
+        self.natural_gradient = None
         self.variables = list(model.trainable_variables)
+        if self.q_u_optimizer == "natgrad":
+            gamma = check_learning_rate(natgrad_gamma, "natgrad_gamma", "0.01 to 0.5", maximum=1.0)
+            self.natural_gradient = InducingNaturalGradient(model.q_mu, model.q_sqrt, gamma)
+            q_u = {v.ref() for v in self.natural_gradient.variables_to_train}
+            # Adam's variables first, q(u)'s last: the tape differentiates all in one pass.
+            self.variables = [v for v in self.variables if v.ref() not in q_u]
+            self.variables += list(self.natural_gradient.variables_to_train)
+        self.optimizer_variables = self.variables[: len(self.variables) - self._num_natural]
         with self.strategy.scope():
             if optimizer is None:
                 # Moves only the batch's rows of per-row tables, so a step's cost does not grow
                 # with N, and costs fewer operations per variable than tf_keras' Adam.
-                self.optimizer = RowSparseAdam(self.variables, check_learning_rate(learning_rate))
+                self.optimizer = RowSparseAdam(
+                    self.optimizer_variables, check_learning_rate(learning_rate)
+                )
             else:
                 self.optimizer = optimizer
                 # Slots must exist before tracing, or their creation forces a second trace.
-                self.optimizer.build(self.variables)
+                self.optimizer.build(self.optimizer_variables)
         self.step = tf.function(
             self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
         )
@@ -250,9 +272,12 @@ class Trainer:
         if checkpoint_dir is not None:
             checkpoint_every = check_integer(checkpoint_every, "checkpoint_every")
             max_to_keep = check_integer(max_to_keep, "max_to_keep")
+            # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
+            # so a checkpoint of the other choice is refused, not restored into the wrong slots.
+            optimizer_key = "optimizer" if self.natural_gradient is None else "optimizer_natgrad"
             checkpoint = tf.train.Checkpoint(
                 model=model,
-                optimizer=self.optimizer,
+                **{optimizer_key: self.optimizer},
                 iterator=self.iterator,
                 generator=model.latent.generator,
                 step_count=self.step_count,
@@ -260,6 +285,11 @@ class Trainer:
             )
             self.manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep)
         self.checkpoint_every = checkpoint_every
+
+    @property
+    def _num_natural(self) -> int:
+        """How many of :attr:`variables` (the last ones) take natural-gradient steps."""
+        return 0 if self.natural_gradient is None else 2
 
     @property
     def num_steps(self) -> int:
@@ -284,7 +314,7 @@ class Trainer:
         return loss, gradients, not_finite
 
     def _replica_apply(self, gradients) -> None:
-        self.optimizer.apply_gradients(zip(gradients, self.variables))
+        self.optimizer.apply_gradients(zip(gradients, self.optimizer_variables))
 
     def _step(self, element) -> tf.Tensor:
         """One update from one element of the iterator (row indices, or a user's ``(idx, Y)``);
@@ -297,13 +327,19 @@ class Trainer:
         )
 
         def apply() -> tf.Tensor:
+            split = len(self.optimizer_variables)
+            adam_gradients, natural_gradients = gradients[:split], gradients[split:]
             if isinstance(self.optimizer, RowSparseAdam):
                 # Every replica's gradients in one update, applied to all copies of the variables.
                 self.optimizer.apply_gradients(
-                    [_sum_over_replicas(self.strategy, g) for g in gradients]
+                    [_sum_over_replicas(self.strategy, g) for g in adam_gradients]
                 )
             else:
-                self.strategy.run(self._replica_apply, args=(gradients,))
+                self.strategy.run(self._replica_apply, args=(adam_gradients,))
+            if self.natural_gradient is not None:
+                self.natural_gradient.apply_gradients(
+                    [_sum_over_replicas(self.strategy, g) for g in natural_gradients]
+                )
             return total
 
         # The condition sits outside the replicas, where synchronisation may be conditional.
@@ -346,13 +382,17 @@ class Trainer:
             _check_covariance_layout(self.model, path, shapes)
             if not self.allow_new_data:
                 self.provenance.check_against(stored, path)
+            status = None
             try:
-                self.manager.checkpoint.restore(path).assert_existing_objects_matched()
+                status = self.manager.checkpoint.restore(path)
+                status.assert_existing_objects_matched()
             except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
+                if status is not None:
+                    status.expect_partial()  # refused as a whole: no warning per value
                 raise ValueError(
                     f"The checkpoint {path} does not fit this model ({error}). Resume with a "
-                    "model built exactly like the one that wrote it, or use another "
-                    "checkpoint_dir."
+                    "model built exactly like the one that wrote it and the same q_u_optimizer "
+                    f"(this run has {self.q_u_optimizer!r}), or use another checkpoint_dir."
                 ) from error
             except tf.errors.OpError as error:  # values that cannot be read back
                 unreadable.append(f"{path} ({_first_line(error)})")
@@ -493,6 +533,20 @@ def _check_covariance_layout(model: SVIGPLVM, path: str, shapes: dict) -> None:
     )
 
 
+def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
+    """ "natgrad" or "adam"; None chooses natural gradients for a Gaussian likelihood."""
+    if choice is None:
+        base = getattr(model.likelihood, "base", model.likelihood)
+        return "natgrad" if isinstance(base, gpflow.likelihoods.Gaussian) else "adam"
+    if choice not in ("natgrad", "adam"):
+        raise ValueError(
+            f"q_u_optimizer must be 'natgrad' (natural-gradient steps on q(u)), 'adam' (q(u) "
+            f"trained with the other parameters) or None (natgrad for a Gaussian likelihood), "
+            f"got {choice!r}."
+        )
+    return choice
+
+
 def _check_distributed(model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool):
     if jit_compile:
         raise ValueError("jit_compile=True is not supported with a strategy: leave it False.")
@@ -522,6 +576,8 @@ def fit(
     resume: bool = False,
     strategy: tf.distribute.Strategy | None = None,
     allow_new_data: bool = False,
+    q_u_optimizer: str | None = None,
+    natgrad_gamma: float = 0.1,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
@@ -532,7 +588,8 @@ def fit(
     ``iterations`` steps in all, exactly as if never interrupted; a checkpoint written on other
     data (other values, gaps or row order) or with another ``batch_size`` is a ``ValueError``,
     unless ``allow_new_data=True`` continues from it on this data on purpose. ``strategy``:
-    train under a ``tf.distribute.Strategy`` (see :class:`Trainer`).
+    train under a ``tf.distribute.Strategy``. ``q_u_optimizer`` / ``natgrad_gamma``: how q(u)
+    is trained (see :class:`Trainer`).
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
     if resume and checkpoint_dir is None:
@@ -550,6 +607,8 @@ def fit(
         checkpoint_every,
         strategy=strategy,
         allow_new_data=allow_new_data,
+        q_u_optimizer=q_u_optimizer,
+        natgrad_gamma=natgrad_gamma,
     )
     if resume:
         trainer.restore()

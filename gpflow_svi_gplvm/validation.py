@@ -77,17 +77,21 @@ def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
     return int(value)
 
 
-def check_learning_rate(value) -> float:
-    """``value`` as a positive, finite ``float``, or a ``ValueError``: a negative rate climbs the
-    loss, zero trains nothing, and NaN or infinity turn every parameter into NaN."""
+def check_learning_rate(
+    value, name: str = "learning_rate", typical: str = "0.001 to 0.05", maximum: float = math.inf
+) -> float:
+    """``value`` as a positive, finite ``float`` (at most ``maximum``), or a ``ValueError``: a
+    negative rate climbs the loss, zero trains nothing, and NaN or infinity turn every parameter
+    into NaN."""
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not math.isfinite(value)
-        or value <= 0
+        or not 0 < value <= maximum
     ):
+        bound = "" if maximum == math.inf else f" at most {maximum:g}"
         raise ValueError(
-            f"learning_rate must be a positive, finite number (0.001 to 0.05 is typical), got "
+            f"{name} must be a positive, finite number{bound} ({typical} is typical), got "
             f"{value!r}."
         )
     return float(value)

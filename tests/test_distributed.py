@@ -80,13 +80,14 @@ def test_point_estimates_train_identically_on_two_replicas(runs, name):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, after_warm_up, at_the_end",
-    [("BayesianSVIGPLVM", 0.02, 0.01), ("AmortisedBayesianGPLVM", 0.15, 0.08)],
+    [("BayesianSVIGPLVM", 0.05, 0.04), ("AmortisedBayesianGPLVM", 0.15, 0.08)],
 )
 def test_sampled_models_follow_the_same_elbo_trajectory(runs, name, after_warm_up, at_the_end):
     # The replicas draw their own latent samples, so the runs differ by Monte Carlo noise, as two
-    # single-device runs with different seeds do. Measured there (5 seeds, all 10 pairs): window
-    # means of 100 steps up to 0.5% (B-SVI) and 11% (AEB-SVI) of the ELBO's rise apart after the
-    # first 200 steps, and up to 0.4% and 6% over the last 300 steps.
+    # single-device runs with different seeds do. Measured there (5 seeds, all 10 pairs, q(u) by
+    # natural gradients, the default here): window means of 100 steps up to 2.9% (B-SVI) and
+    # 4.4% (AEB-SVI) of the ELBO's rise apart after the first 200 steps, and up to 2.5% and 4.0%
+    # over the last 300 steps. (The point models above check the distributed update exactly.)
     run = runs[name]
     mirrored, single = _windows(run["mirrored"]), _windows(run["single"])
     rise = single[-1] - single[0]
