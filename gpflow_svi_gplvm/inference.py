@@ -166,7 +166,7 @@ class LatentInference(tf.Module):
         return constrain(average)
 
     def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
-        return self.model.data_term(batch.samples, Y, self.likelihood) + batch.row_term
+        return self.model.expected_data_term(batch, Y, self.likelihood) + batch.row_term
 
     def _batch(self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor) -> LatentBatch:
         latent = self.model.latent

@@ -49,6 +49,9 @@ class LatentBatch(NamedTuple):
     """[B, Q] mean of q(x_n)."""
     variance: tf.Tensor
     """[B, Q] marginal variances of q(x_n) (zeros for a point estimate)."""
+    scale: tf.Tensor | None = None
+    """[B, Q, Q] lower Cholesky factor of a full covariance of q(x_n); None when q(x_n) is
+    diagonal (or a point)."""
 
 
 def gather_rows(parameter: Parameter, idx: tf.Tensor) -> tf.Tensor:
@@ -65,6 +68,9 @@ class LatentVariables(Module, abc.ABC):
 
     amortised: bool = False
     """True when q(x_n) is computed from y_n (no per-row parameters)."""
+    gaussian: bool = False
+    """True when q(x_n) is a Gaussian with the batch's moments, so that expectations over it
+    may be taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`)."""
 
     def __init__(self, latent_dim: int, name: str | None = None):
         super().__init__(name=name)
@@ -217,6 +223,8 @@ class GaussianLatent(RowLatentVariables):
     KL = 1/2 sum_q (s_nq + mu_nq^2 - 1 - log s_nq).
     """
 
+    gaussian = True
+
     def __init__(
         self,
         initial_mean: np.ndarray,
@@ -276,6 +284,7 @@ class EncoderLatent(LatentVariables):
     """
 
     amortised = True
+    gaussian = True
 
     def __init__(
         self,
@@ -391,4 +400,4 @@ class EncoderLatent(LatentVariables):
         trace = tf.reduce_sum(variance, axis=-1)
         log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale)), axis=-1)
         kl = 0.5 * (trace + tf.reduce_sum(tf.square(mean), -1) - self.latent_dim - log_det)
-        return LatentBatch(samples, -kl, mean, variance)
+        return LatentBatch(samples, -kl, mean, variance, scale)

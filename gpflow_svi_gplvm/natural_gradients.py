@@ -28,13 +28,15 @@ class InducingNaturalGradient(tf.Module):
     """Natural-gradient steps with step size ``gamma`` on a model's ``q_mu`` [M, D] and
     ``q_sqrt`` ([D, M, M] per output or [1, M, M] shared), from the loss's gradients with respect
     to their unconstrained variables (:attr:`variables_to_train`), as the Trainer's tape gives
-    them."""
+    them. A step whose new covariance is not positive definite leaves q(u) as it is and counts
+    itself in :attr:`rejected_steps`."""
 
     def __init__(self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.1):
         super().__init__()
         self.q_mu, self.q_sqrt = q_mu, q_sqrt
         self.gamma = gamma
         self.variables_to_train = (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
+        self.rejected_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="rejected")
 
     def apply_gradients(self, gradients: tuple[tf.Tensor, tf.Tensor]) -> None:
         """One step from the loss's gradients with respect to :attr:`variables_to_train`."""
@@ -68,8 +70,14 @@ class InducingNaturalGradient(tf.Module):
         precision += 2.0 * self.gamma * eta_2_gradient  # theta_2 = -precision / 2
         new_L = _inverse_cholesky(precision)
         new_m = tf.linalg.matmul(new_L, tf.linalg.matmul(new_L, theta_1, transpose_a=True))
-        self.q_mu.assign(_output_means(new_m, shared))
-        self.q_sqrt.assign(new_L)
+        # Rounding can leave the new precision indefinite when Kuu is badly conditioned (data on
+        # a scale of thousands, say): its factor is then NaN, and q(u) keeps its value.
+        accepted = tf.logical_and(
+            tf.reduce_all(tf.math.is_finite(new_L)), tf.reduce_all(tf.math.is_finite(new_m))
+        )
+        self.rejected_steps.assign_add(tf.cast(tf.logical_not(accepted), tf.int64))
+        self.q_mu.assign(tf.where(accepted, _output_means(new_m, shared), self.q_mu))
+        self.q_sqrt.assign(tf.where(accepted, new_L, L))
 
 
 def _inverse_cholesky(precision: tf.Tensor) -> tf.Tensor:

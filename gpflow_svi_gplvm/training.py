@@ -456,6 +456,7 @@ class Trainer:
         callback_every = check_integer(callback_every, "callback_every")
         start = time.perf_counter()
         target = self.num_steps + iterations
+        rejected = self._rejected_natural_steps()
         with tqdm(total=iterations, disable=not progress, desc="fit", unit="step") as bar:
             while self.num_steps < target:
                 chunk = min(steps_per_call, target - self.num_steps)
@@ -485,7 +486,21 @@ class Trainer:
                     callback(self.num_steps)
         if self.manager is not None and self.saved_at != self.num_steps:
             self.save()
+        rejected = self._rejected_natural_steps() - rejected
+        if rejected:
+            warnings.warn(
+                f"{rejected} of {iterations} natural-gradient steps on q(u) were rejected (the new "
+                "q(u) covariance was not positive definite, usually from a badly conditioned "
+                "Kuu with data on a large scale), so q(u) did not move in them. Standardise the "
+                "data, lower natgrad_gamma, or pass q_u_optimizer='adam'.",
+                stacklevel=2,
+            )
         return self._history(start)
+
+    def _rejected_natural_steps(self) -> int:
+        if self.natural_gradient is None:
+            return 0
+        return int(self.natural_gradient.rejected_steps.numpy())
 
     def _elbo_array(self) -> np.ndarray:
         return np.concatenate(self.elbo) if self.elbo else np.zeros(0)

@@ -354,6 +354,16 @@ def gaussian_kl_rows(mu, s) -> float:
     return float(0.5 * np.sum(s + mu**2 - 1.0 - np.log(s)))
 
 
+def gaussian_psi_case(num_data: int, whiten: bool, latent_expectation: str):
+    """Data, a B-SVI model with a Gaussian likelihood and its randomised parameters."""
+    Y = make_data("gaussian", seed=2, num_data=num_data)
+    likelihood = make_likelihood("gaussian")
+    model = BayesianSVIGPLVM(
+        Y, Q, M, likelihood=likelihood, whiten=whiten, latent_expectation=latent_expectation
+    )
+    return Y, model, randomise(model, seed=8)
+
+
 @pytest.mark.parametrize("whiten", [True, False])
 def test_monte_carlo_expected_log_likelihood_matches_psi_statistics(whiten):
     """MC data term -> psi-statistics closed form, error ~ 1/sqrt(J).
@@ -369,9 +379,7 @@ def test_monte_carlo_expected_log_likelihood_matches_psi_statistics(whiten):
       * the MC noise is not negligible (so the check is not vacuous): sd_J > 1e-3.
     """
     num_data = 10
-    Y = make_data("gaussian", seed=2, num_data=num_data)
-    model = BayesianSVIGPLVM(Y, Q, M, likelihood=make_likelihood("gaussian"), whiten=whiten)
-    v = randomise(model, seed=8)
+    Y, model, v = gaussian_psi_case(num_data, whiten, "monte-carlo")
     mu, s = v["X"], v["S"]
     analytic = psi_expected_log_likelihood(model, Y, mu, s)
     row_kl = gaussian_kl_rows(mu, s)
@@ -402,6 +410,18 @@ def test_monte_carlo_expected_log_likelihood_matches_psi_statistics(whiten):
     # 4-standard-error band: the check above resolves the expectation over q(x).
     plug_in = psi_expected_log_likelihood(model, Y, mu, np.full_like(s, 1e-12))
     assert abs(plug_in - analytic) > 4 * sd_large / math.sqrt(repeats)
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_the_closed_form_bound_is_the_psi_statistics_reference(whiten):
+    """latent_expectation="closed-form": ELBO + sum_n KL(q(x_n)) + KL(q(u)) is the numpy psi
+    statistics' expected log likelihood above, with no Monte Carlo error."""
+    num_data = 10
+    Y, model, v = gaussian_psi_case(num_data, whiten, "closed-form")
+    data_term = elbo(model, np.arange(num_data), Y) + gaussian_kl_rows(v["X"], v["S"])
+    data_term += float(model.prior_kl().numpy())
+    reference = psi_expected_log_likelihood(model, Y, v["X"], v["S"])
+    np.testing.assert_allclose(data_term, reference, rtol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -207,3 +207,17 @@ def test_a_checkpoint_of_the_other_q_u_optimizer_is_refused(gaussian_Y, tmp_path
     resumed = sg.Trainer(model, gaussian_Y, q_u_optimizer="natgrad", checkpoint_dir=tmp_path)
     with pytest.raises(ValueError, match="same q_u_optimizer"):
         resumed.restore()
+
+
+def test_a_step_to_an_indefinite_covariance_leaves_q_u_and_is_counted(gaussian_Y):
+    """d loss / dS = -c I with c large pushes the precision below zero: the step is refused."""
+    model = sg.PointGPLVM(gaussian_Y, Q, M, shared_covariance=False)
+    perturb(model)
+    q_mu, q_sqrt = model.q_mu.numpy().copy(), model.q_sqrt.numpy().copy()
+    L_gradient = -2.0 * 1e6 * q_sqrt  # d loss / dL = 2 (d loss / dS) L
+    unconstrained_gradient = tfp.math.fill_triangular_inverse(tf.constant(L_gradient))
+    step = InducingNaturalGradient(model.q_mu, model.q_sqrt, gamma=0.5)
+    step.apply_gradients((tf.zeros_like(model.q_mu), unconstrained_gradient))
+    np.testing.assert_array_equal(model.q_mu.numpy(), q_mu)
+    np.testing.assert_allclose(model.q_sqrt.numpy(), q_sqrt, rtol=1e-14)
+    assert step.rejected_steps.numpy() == 1

@@ -1,0 +1,124 @@
+"""The data term's expectation over q(x) in closed form, against Monte Carlo with many draws (a
+z-score per row from the draws' own standard error), against the plain data term as q(x)
+shrinks to a point, and the choice that ``latent_expectation`` makes."""
+
+from __future__ import annotations
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gpflow_svi_gplvm as sg
+from gpflow_svi_gplvm.likelihoods import MaskedLikelihood
+
+N, D, Q, M = 20, 4, 2, 6
+DRAWS = 20000
+
+
+@pytest.fixture(scope="module")
+def complete() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((N, D))
+
+
+@pytest.fixture(scope="module")
+def with_gaps(complete) -> np.ndarray:
+    Y = complete.copy()
+    Y[np.random.default_rng(1).random(Y.shape) < 0.3] = np.nan
+    return Y
+
+
+CASES = {
+    "B-SVI, per-output, complete": (sg.BayesianSVIGPLVM, False, False, True),
+    "B-SVI, shared, gaps": (sg.BayesianSVIGPLVM, True, True, True),
+    "B-SVI, per-output, gaps, not whitened": (sg.BayesianSVIGPLVM, True, False, False),
+    "AEB-SVI (full covariance), per-output, gaps": (sg.AmortisedBayesianGPLVM, True, False, True),
+}
+
+
+def build(case: str, complete: np.ndarray, with_gaps: np.ndarray) -> tuple[sg.SVIGPLVM, tf.Tensor]:
+    model_class, gaps, shared, whiten = CASES[case]
+    Y = with_gaps if gaps else complete
+    model = model_class(
+        Y, Q, M, shared_covariance=shared, whiten=whiten, latent_expectation="closed-form"
+    )
+    rng = np.random.default_rng(2)
+    model.q_mu.assign(0.5 * rng.standard_normal(model.q_mu.shape))
+    factors = 0.2 * np.tril(rng.standard_normal(model.q_sqrt.shape), -1) + 0.7 * np.eye(M)
+    model.q_sqrt.assign(factors)
+    return model, tf.constant(Y)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_closed_form_is_the_monte_carlo_limit(case, complete, with_gaps):
+    model, Y = build(case, complete, with_gaps)
+    idx = tf.range(N, dtype=tf.int64)
+    closed = model.expected_data_term(model.latent(idx, Y, 1), Y).numpy()
+
+    samples = tf.reshape(model.latent(idx, Y, DRAWS).samples, [-1, Q])  # draw-major
+    f_mean, f_var = model.predict_f(samples)
+    per_draw = model.likelihood.variational_expectations(
+        samples, f_mean, f_var, tf.tile(Y, [DRAWS, 1])
+    )
+    per_draw = per_draw.numpy().reshape(DRAWS, N)
+    standard_error = per_draw.std(axis=0) / np.sqrt(DRAWS)
+    z = (closed - per_draw.mean(axis=0)) / standard_error
+    assert np.abs(z).max() < 4.5, z  # 20 rows: |z| of 4.5 has odds of about 1 in 7000
+
+
+@pytest.mark.parametrize("case", list(CASES)[:3])
+def test_as_q_x_shrinks_to_a_point_the_closed_form_is_the_data_term_there(
+    case, complete, with_gaps
+):
+    model, Y = build(case, complete, with_gaps)
+    idx = tf.range(N, dtype=tf.int64)
+    batch = model.latent(idx, Y, 1)
+    point = batch._replace(variance=tf.zeros_like(batch.variance) + 1e-14)
+    closed = model.expected_data_term(point, Y).numpy()
+    at_the_mean = model.data_term(batch.mean[None], Y).numpy()
+    np.testing.assert_allclose(closed, at_the_mean, rtol=1e-9)
+
+
+def test_auto_takes_the_closed_form_where_it_applies_and_pays(complete, with_gaps):
+    assert sg.BayesianSVIGPLVM(complete, Q, M).closed_form
+    assert sg.AmortisedBayesianGPLVM(with_gaps, Q, M, shared_covariance=False).closed_form
+    # Gaps under a shared covariance: O(B M^2 D) against Monte Carlo's O(B M D).
+    assert not sg.BayesianSVIGPLVM(with_gaps, Q, M, shared_covariance=True).closed_form
+    assert not sg.PointGPLVM(complete, Q, M).closed_form  # nothing to integrate
+    counts = np.abs(np.round(3 * complete))
+    poisson = sg.BayesianSVIGPLVM(counts, Q, M, likelihood=gpflow.likelihoods.Poisson())
+    assert not poisson.closed_form
+    matern = sg.BayesianSVIGPLVM(complete, Q, M, kernel=gpflow.kernels.Matern32())
+    assert not matern.closed_form
+    forced = sg.BayesianSVIGPLVM(complete, Q, M, latent_expectation="monte-carlo")
+    assert not forced.closed_form
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(latent_expectation="exact"), "latent_expectation must be one of"),
+        (
+            dict(latent_expectation="closed-form", likelihood=gpflow.likelihoods.Poisson()),
+            "the likelihood is Poisson",
+        ),
+        (
+            dict(latent_expectation="closed-form", kernel=gpflow.kernels.Matern52()),
+            "the kernel is Matern52",
+        ),
+    ],
+)
+def test_an_unsupported_closed_form_is_a_value_error(options, message, complete):
+    counts = np.abs(np.round(3 * complete))
+    with pytest.raises(ValueError, match=message):
+        sg.BayesianSVIGPLVM(counts, Q, M, **options)
+
+
+def test_a_closed_form_model_trains_and_infers_new_rows(with_gaps):
+    model = sg.BayesianSVIGPLVM(with_gaps, Q, M, shared_covariance=False)
+    assert model.closed_form and isinstance(model.likelihood, MaskedLikelihood)
+    history = sg.fit(model, with_gaps, 100, batch_size=10, progress=False)
+    assert np.all(np.isfinite(history.elbo))
+    assert history.elbo[-10:].mean() > history.elbo[:10].mean()
+    mean, variance = model.infer_latents(with_gaps[:5], iterations=20)
+    assert np.all(np.isfinite(mean.numpy())) and np.all(variance.numpy() > 0)
