@@ -31,11 +31,16 @@ import numpy as np
 import tensorflow as tf
 from gpflow.covariances import Kuu
 from gpflow.expectations import expectation
-from gpflow.probability_distributions import DiagonalGaussian, Gaussian
+from gpflow.probability_distributions import Gaussian
 
 from .likelihoods import MaskedLikelihood
 
-__all__ = ["LATENT_EXPECTATIONS", "closed_form_applies", "closed_form_data_term"]
+__all__ = [
+    "LATENT_EXPECTATIONS",
+    "closed_form_applies",
+    "closed_form_data_term",
+    "diagonal_psi_statistics",
+]
 
 LATENT_EXPECTATIONS = ("auto", "closed-form", "monte-carlo")
 """The values of ``latent_expectation``."""
@@ -64,14 +69,14 @@ def closed_form_data_term(
     """sum_{d observed} E_q(x_n) E_q(f_d(x_n)) log p(y_nd | f_d) per row [B] under ``model``'s
     q(u), kernel and mean function and the Gaussian ``likelihood`` (masked or not), for q(x_n)
     with ``mean`` [B, Q] and ``covariance``: marginal variances [B, Q] or full [B, Q, Q]."""
+    kernel, inducing = model.kernel, model.inducing_variable
     if covariance.shape.rank == 2:
-        distribution = DiagonalGaussian(mean, covariance)
+        psi_0, psi_1, psi_2 = diagonal_psi_statistics(kernel, inducing.Z, mean, covariance)
     else:
         distribution = Gaussian(mean, covariance)
-    kernel, inducing = model.kernel, model.inducing_variable
-    psi_0 = expectation(distribution, kernel)  # [B]
-    psi_1 = expectation(distribution, (kernel, inducing))  # [B, M]
-    psi_2 = expectation(distribution, (kernel, inducing), (kernel, inducing))  # [B, M, M]
+        psi_0 = expectation(distribution, kernel)  # [B]
+        psi_1 = expectation(distribution, (kernel, inducing))  # [B, M]
+        psi_2 = expectation(distribution, (kernel, inducing), (kernel, inducing))  # [B, M, M]
 
     Kmm = Kuu(inducing, kernel, jitter=gpflow.config.default_jitter())
     Lz = tf.linalg.cholesky(Kmm)
@@ -115,3 +120,51 @@ def closed_form_data_term(
         + posterior
     )
     return -0.5 * counts * tf.math.log(2.0 * np.pi * variance) - 0.5 * expected_square / variance
+
+
+def diagonal_psi_statistics(
+    kernel: gpflow.kernels.SquaredExponential, Z: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """psi_0 [B], psi_1 [B, M] and Psi_2 [B, M, M] of a squared-exponential (ARD) kernel under
+    q(x_n) = N(mean_n, diag variance_n), with Z [M, Q]:
+
+    .. math::
+
+        \\psi_1 = \\sigma^2 \\prod_q \\sqrt{l_q^2 / c_{nq}}\\,
+        e^{-\\sum_q (\\mu_{nq} - z_{mq})^2 / 2 c_{nq}},\\quad c = l^2 + s,
+
+        \\Psi_2 = \\sigma^4 \\prod_q \\sqrt{l_q^2 / d_{nq}}\\,
+        e^{-\\sum_q (z_{mq} - z_{kq})^2 / 4 l_q^2 - \\sum_q (\\mu_{nq} - \\bar z_q)^2 / d_{nq}},
+        \\quad d = l^2 + 2 s,\\ \\bar z = (z_m + z_k) / 2.
+
+    The squares are expanded so that the sums over q are matrix products ([B, Q] x [Q, M^2])
+    rather than a [B, M, M, Q] tensor; GPflow's general ``expectation`` factorises a full
+    covariance per row instead.
+    """
+    num_inducing = tf.shape(Z)[0]
+    lengthscales = tf.broadcast_to(kernel.lengthscales, tf.shape(mean)[-1:])
+    squared = tf.square(lengthscales)  # [Q]
+    psi_0 = tf.fill(tf.shape(mean)[:1], tf.convert_to_tensor(kernel.variance))
+
+    def gaussian_overlap(points: tf.Tensor, widths: tf.Tensor) -> tf.Tensor:
+        """sum_q (mean_nq - p_q)^2 / widths_nq for points [P, Q]: [B, P]."""
+        return (
+            tf.reduce_sum(tf.square(mean) / widths, axis=-1, keepdims=True)
+            - 2.0 * tf.linalg.matmul(mean / widths, points, transpose_b=True)
+            + tf.linalg.matmul(1.0 / widths, tf.square(points), transpose_b=True)
+        )
+
+    widths_1 = squared + variance  # [B, Q]
+    log_scale_1 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_1), axis=-1, keepdims=True)
+    psi_1 = kernel.variance * tf.exp(log_scale_1 - 0.5 * gaussian_overlap(Z, widths_1))
+
+    widths_2 = squared + 2.0 * variance
+    log_scale_2 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_2), axis=-1, keepdims=True)
+    midpoints = tf.reshape(0.5 * (Z[:, None, :] + Z[None, :, :]), [-1, tf.shape(Z)[1]])
+    separation = tf.reduce_sum(
+        tf.square(Z[:, None, :] - Z[None, :, :]) / (4.0 * squared), axis=-1
+    )  # [M, M]
+    exponent = log_scale_2 - gaussian_overlap(midpoints, widths_2)  # [B, M^2]
+    shape = tf.stack([tf.shape(mean)[0], num_inducing, num_inducing])
+    psi_2 = tf.square(kernel.variance) * tf.exp(tf.reshape(exponent, shape) - separation)
+    return psi_0, psi_1, psi_2

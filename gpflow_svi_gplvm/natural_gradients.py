@@ -31,7 +31,7 @@ class InducingNaturalGradient(tf.Module):
     them. A step whose new covariance is not positive definite leaves q(u) as it is and counts
     itself in :attr:`rejected_steps`."""
 
-    def __init__(self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.1):
+    def __init__(self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.03):
         super().__init__()
         self.q_mu, self.q_sqrt = q_mu, q_sqrt
         self.gamma = gamma

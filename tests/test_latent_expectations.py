@@ -1,6 +1,7 @@
 """The data term's expectation over q(x) in closed form, against Monte Carlo with many draws (a
 z-score per row from the draws' own standard error), against the plain data term as q(x)
-shrinks to a point, and the choice that ``latent_expectation`` makes."""
+shrinks to a point, the diagonal psi statistics against GPflow's ``expectation``, and the choice
+that ``latent_expectation`` makes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from gpflow.expectations import expectation
+from gpflow.probability_distributions import DiagonalGaussian
 
 import gpflow_svi_gplvm as sg
+from gpflow_svi_gplvm.latent_expectations import diagonal_psi_statistics
 from gpflow_svi_gplvm.likelihoods import MaskedLikelihood
 
 N, D, Q, M = 20, 4, 2, 6
@@ -122,3 +126,22 @@ def test_a_closed_form_model_trains_and_infers_new_rows(with_gaps):
     assert history.elbo[-10:].mean() > history.elbo[:10].mean()
     mean, variance = model.infer_latents(with_gaps[:5], iterations=20)
     assert np.all(np.isfinite(mean.numpy())) and np.all(variance.numpy() > 0)
+
+
+def test_diagonal_psi_statistics_are_gpflows_expectations():
+    rng = np.random.default_rng(3)
+    kernel = gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.6, 1.3, 2.1])
+    Z = tf.constant(rng.standard_normal((M, 3)))
+    mean = tf.constant(rng.standard_normal((N, 3)))
+    variance = tf.constant(rng.uniform(0.01, 2.0, (N, 3)))
+    ours = diagonal_psi_statistics(kernel, Z, mean, variance)
+
+    distribution = DiagonalGaussian(mean, variance)
+    inducing = gpflow.inducing_variables.InducingPoints(Z)
+    reference = (
+        expectation(distribution, kernel),
+        expectation(distribution, (kernel, inducing)),
+        expectation(distribution, (kernel, inducing), (kernel, inducing)),
+    )
+    for value, expected in zip(ours, reference):
+        np.testing.assert_allclose(value.numpy(), expected.numpy(), rtol=1e-11, atol=1e-14)
