@@ -27,12 +27,19 @@ def data():
     return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
 
 
+# Monte Carlo steps repeat bit for bit. Closed-form steps repeat only to round-off when TF runs
+# independent ops concurrently (two uninterrupted runs of 1000 steps differ by up to 3e-10
+# relative; bitwise equal with one inter-op thread), so a resume is checked to that level.
 @pytest.mark.parametrize(
-    "model_class",
-    [BayesianSVIGPLVM, AmortisedBayesianGPLVM, partial(BayesianSVIGPLVM, shared_covariance=True)],
-    ids=["bsvi", "aeb", "bsvi-shared-covariance"],
+    "model_class, rtol",
+    [
+        (partial(BayesianSVIGPLVM, latent_expectation="monte-carlo"), 1e-12),
+        (AmortisedBayesianGPLVM, 1e-8),
+        (partial(BayesianSVIGPLVM, shared_covariance=True), 1e-8),
+    ],
+    ids=["bsvi-monte-carlo", "aeb-closed-form", "bsvi-shared-covariance-closed-form"],
 )
-def test_an_interrupted_run_resumes_exactly(model_class, data, tmp_path):
+def test_an_interrupted_run_resumes_exactly(model_class, rtol, data, tmp_path):
     straight = model_class(data, Q, num_inducing=M)
     uninterrupted = fit(straight, data, iterations=2000, **SETTINGS)
 
@@ -50,10 +57,11 @@ def test_an_interrupted_run_resumes_exactly(model_class, data, tmp_path):
         **SETTINGS,
     )
     for expected, actual in zip(straight.trainable_variables, resumed.trainable_variables):
-        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=rtol, atol=rtol)
     # The history is continuous: all 2000 steps, equal to the uninterrupted run's.
     assert len(history.elbo) == 2000
-    np.testing.assert_allclose(history.elbo, uninterrupted.elbo, rtol=1e-12)
+    scale = np.abs(uninterrupted.elbo).max()  # an ELBO near 0 is a difference of large terms
+    np.testing.assert_allclose(history.elbo, uninterrupted.elbo, rtol=rtol, atol=rtol * scale)
 
 
 def test_a_checkpoint_of_another_shape_is_rejected_and_left_intact(data, tmp_path):
