@@ -20,7 +20,7 @@ lr 0.005, batch 100.
 Brendan faces: B-SVI (Q=5) on the 1965 frames with 39% of the pixels hidden; RMSE on the hidden
 pixels from the trained q(x) beside the column mean and the nearest other frame
 (reproduce_paper.py: the paper's M=120, lr 0.01, batch 450).
-Motion capture (CMU subject 35 walk / jog, standing in for the paper's subject 16): each of the
+Motion capture (CMU subject 35 walk / jog, standing in for the paper's unnamed subject): each of the
 four models (Q=9; M=100 by default here, while RESULTS.md's table, made by reproduce_paper.py,
 uses M=50: pass --num-inducing 50 to match it) is trained on the poses with one body part
 blanked in a random 20% of them, and then reconstructs that part, in degrees, for those
@@ -91,9 +91,9 @@ def _train(model, Y, args):
 
 
 def mnist_table(args) -> str:
-    """The paper's Table 4 as markdown: RMSE on hidden test pixels per train/test missingness,
-    beside two baselines trained on the same pixels; with ``args.elbo_plot`` (a path) the three
-    models' ELBO traces are saved there."""
+    """The paper's Table 5 (MNIST) as markdown: RMSE on hidden test pixels per train/test
+    missingness, beside two baselines trained on the same pixels; with ``args.elbo_plot`` (a path)
+    the three models' ELBO traces are saved there."""
     data = load_mnist(num_train=args.num_train, num_test=args.num_test)
     print(f"MNIST: {args.num_train} training and {args.num_test} test images, D=784", flush=True)
     predictors = ["B-SVI", "column mean", "nearest training image"]

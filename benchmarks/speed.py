@@ -29,10 +29,10 @@ in the floor's plain loop (the Trainer's own cost), an SVIGPLVM with the floor's
 inputs (the package's ELBO without latent parameters), loss-and-gradient-only steps (the
 optimiser's share), B-SVI with tf_keras' dense Adam on every variable (what ``optimizer=``
 gives), B-SVI on 10x the rows with the same batch (does a step's cost grow with N?), AEB-SVI with
-the paper's encoder (no mask input, no input hiding), B-SVI fed by the floor's row-by-row
-pipeline instead of the Trainer's whole-batch gathers, B-SVI without the closed-form expectation
-over q(x) and/or without natural gradients on q(u) (its defaults on this Gaussian data), and
-B-SVI with a MaskedLikelihood.
+a values-only encoder (no mask input, no input hiding, as the paper's reads), B-SVI fed by the
+floor's row-by-row pipeline instead of the Trainer's whole-batch gathers, B-SVI without the
+closed-form expectation over q(x) and/or without natural gradients on q(u) (its defaults on this
+Gaussian data), and B-SVI with a MaskedLikelihood.
 
 Machine noise: ``CPU ms/step`` (process CPU time per step, all threads) is less sensitive to other
 work on a shared machine than wall time; the ratios are printed both as ratios of medians and as
@@ -288,7 +288,9 @@ def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[
             "[diag] B-SVI, dense Adam": package(bsvi(), optimizer=tf_keras.optimizers.Adam),
             # Same batch, 10x the rows: does a step's cost grow with N?
             f"[diag] B-SVI, N={10 * NUM_DATA}": package(bsvi(big), data=big),
-            "[diag] AEB-SVI, paper encoder": package(aeb(missing_aware=False, hide_fraction=0.0)),
+            "[diag] AEB-SVI, values-only encoder": package(
+                aeb(missing_aware=False, hide_fraction=0.0)
+            ),
             # The package's Trainer gathers whole batches; this is the floor's row-by-row
             # pipeline of (idx, y) instead, so the gap to B-SVI is the pipeline's share.
             "[diag] B-SVI, the floor's pipeline": package(

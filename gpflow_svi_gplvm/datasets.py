@@ -725,7 +725,9 @@ def load_mocap(
     download: bool = True,
     verify: bool = True,
 ) -> DataSet:
-    """CMU motion capture, subject 35 walk and jog (a SUBSTITUTE for the paper's subject 16).
+    """CMU motion capture, subject 35 walk and jog (a SUBSTITUTE for the paper's data).
+
+    The paper uses jumps, walks and runs of "a single subject" of the CMU database, not named.
 
     ``Y`` [2644, 62]: 31 training trials at 30 Hz (every 4th frame), 62 Acclaim channels (root
     position in ASF length units, rotations in degrees); ``labels`` the trial index 0-30 of each
@@ -758,7 +760,7 @@ def load_mocap(
         "frame_rate_hz": 30.0,
         "zero_root_position": zero_root_position,
         "substitute": "CMU subject 35 walk/jog (Taylor et al. 2007; Titsias & Lawrence 2010) "
-        "stands in for the paper's subject 16 (jumps, walks, runs), which is not available.",
+        "stands in for the paper's (jumps, walks, runs of one subject it does not name).",
         "citation": "CMU Graphics Lab Motion Capture Database, mocap.cs.cmu.edu.",
         "acknowledgement": "The data used in this project was obtained from mocap.cs.cmu.edu. "
         "The database was created with funding from NSF EIA-0196217.",
@@ -773,8 +775,8 @@ def load_mocap(
     return DataSet(
         Y=Y,
         labels=seq,
-        description="CMU MOCAP subject 35 walk/jog (substitute for subject 16): 2644 train + 169 "
-        "test poses x 62 channels at 30 Hz; mocap.cs.cmu.edu, research use, no resale",
+        description="CMU MOCAP subject 35 walk/jog (substitute for the paper's data): 2644 train "
+        "+ 169 test poses x 62 channels at 30 Hz; mocap.cs.cmu.edu, research use, no resale",
         metadata=metadata,
         Y_test=Y_test,
         labels_test=seq_test,

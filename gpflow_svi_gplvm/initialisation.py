@@ -101,7 +101,8 @@ def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:
 
 
 def random_latents(num_data: int, latent_dim: int, seed: int = 0) -> np.ndarray:
-    """Draws [N, Q] from the prior N(0, I), as the paper initialises."""
+    """Draws [N, Q] from the prior N(0, I) (the paper: "all models were initialised randomly",
+    from which distribution it does not say)."""
     return np.random.default_rng(seed).standard_normal((num_data, latent_dim))
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "GaussianLatent",
     "EncoderLatent",
     "gather_rows",
+    "paper_encoder_options",
 ]
 
 
@@ -263,7 +264,10 @@ class GaussianLatent(RowLatentVariables):
 class EncoderLatent(LatentVariables):
     """Amortised q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) with MLPs G and L (AEB-SVI).
 
-    Both MLPs have ``hidden_sizes`` hidden layers (default (10, 5): the paper's oil-flow nets).
+    The mean network G has ``mean_hidden_sizes`` hidden layers and the factor network L
+    ``covariance_hidden_sizes``; ``hidden_sizes`` (default (10, 5)) sets both where they are not
+    given. The paper's networks are wider for the covariance than for the mean:
+    :func:`paper_encoder_options` gives them.
 
     ``covariance="triangular"`` (default): L is lower triangular with a softplus-positive
     diagonal (plus ``jitter``), which trains stably. ``covariance="dense"``: the paper's dense
@@ -300,9 +304,18 @@ class EncoderLatent(LatentVariables):
         input_location: np.ndarray | None = None,
         input_scale: np.ndarray | None = None,
         set_size: int | None = None,
+        mean_hidden_sizes: Sequence[int] | None = None,
+        covariance_hidden_sizes: Sequence[int] | None = None,
         name: str | None = None,
     ):
         super().__init__(latent_dim, name=name)
+        mean_hidden_sizes = _layer_sizes(
+            hidden_sizes if mean_hidden_sizes is None else mean_hidden_sizes, "mean_hidden_sizes"
+        )
+        covariance_hidden_sizes = _layer_sizes(
+            hidden_sizes if covariance_hidden_sizes is None else covariance_hidden_sizes,
+            "covariance_hidden_sizes",
+        )
         if set_size is not None:
             set_size = check_integer(set_size, "set_size", hint="or None for the MLP encoder")
         # The set holds only observed pairs: a set encoder always knows the gaps.
@@ -342,8 +355,10 @@ class EncoderLatent(LatentVariables):
             input_size = self.set_network.output_size
         else:
             input_size = 2 * self.data_dim if self.missing_aware else self.data_dim
-        self.mean_network = MLP(input_size, hidden_sizes, q, activation, seed=seed)
-        self.factor_network = MLP(input_size, hidden_sizes, factor_size, activation, seed=seed + 1)
+        self.mean_network = MLP(input_size, mean_hidden_sizes, q, activation, seed=seed)
+        self.factor_network = MLP(
+            input_size, covariance_hidden_sizes, factor_size, activation, seed=seed + 1
+        )
 
     def encoder_input(self, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
         """[B, D] (or [B, 2D] with the mask, or [B, set_size + 1] pooled by the set encoder):
@@ -401,3 +416,33 @@ class EncoderLatent(LatentVariables):
         log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale)), axis=-1)
         kl = 0.5 * (trace + tf.reduce_sum(tf.square(mean), -1) - self.latent_dim - log_det)
         return LatentBatch(samples, -kl, mean, variance, scale)
+
+
+def _layer_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
+    """``sizes`` as a tuple of positive integers (an empty tuple: no hidden layer)."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise ValueError(
+            f"{name} must be a sequence of layer widths such as (10, 5), got {sizes!r}."
+        )
+    return tuple(check_integer(size, f"each of {name}", hint="a layer width") for size in sizes)
+
+
+def paper_encoder_options(data_dim: int, latent_dim: int) -> dict:
+    """The AEB-SVI encoder of the paper's supplement, as options of :class:`EncoderLatent` (and
+    of :class:`~gpflow_svi_gplvm.models.AmortisedBayesianGPLVM`).
+
+    Two tanh MLPs with two hidden layers each, reading y_n only: the mean network
+    (D, 10, 5, Q) and the covariance network (D, H, H, Q^2) with H = (D + Q^2) / 2 (rounded
+    down), whose Q^2 outputs form the dense factor of the covariance. This is the supplement's
+    rule and its oil-flow and qPCR networks (its taxi mean network is (3, 3, 3, 2); its oil-flow
+    layer sizes are written for Q=12 where its configuration table gives Q=10).
+    """
+    width = (int(data_dim) + int(latent_dim) ** 2) // 2
+    return dict(
+        mean_hidden_sizes=(10, 5),
+        covariance_hidden_sizes=(width, width),
+        covariance="dense",
+        activation="tanh",
+        missing_aware=False,
+        hide_fraction=0.0,
+    )

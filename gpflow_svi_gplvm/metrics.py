@@ -27,9 +27,9 @@ def nlpd(
     """Negative log predictive density under Gaussian predictives N(mean_nd, variance_nd).
 
     Pointwise (default): mean over scored entries of 1/2 log(2 pi v) + (y - m)^2 / (2 v).
-    ``joint=True``: the paper's per-test-point variant, -log p(y_n) = the sum of those terms over
-    a row's scored entries (independent given the predictive), averaged over rows with any
-    scored entry.
+    ``joint=True``: per test row, the sum of those terms over a row's scored entries (the
+    log density of a row under independent Gaussian marginals, not a joint predictive), averaged
+    over rows with any scored entry. (The paper does not define its NLPD.)
     """
     Y_true, scored = _scored(Y_true, mask, mean, variance)
     mean, variance = np.asarray(mean, dtype=float), np.asarray(variance, dtype=float)

@@ -40,7 +40,7 @@ from gpflow_svi_gplvm.protocols import random_missing
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and rows
 ITERATIONS = 200 if FAST else 3000
-NUM_IMAGES = 300 if FAST else 2000  # MNIST training images (the authors use about 5000)
+NUM_IMAGES = 300 if FAST else 2000  # MNIST training images (the paper uses 15,000)
 NUM_FACES = 300 if FAST else 1965  # Brendan faces frames (1965 in all)
 NUM_INDUCING = 20 if FAST else 100
 MISSING_FRACTION = 0.6
@@ -134,6 +134,6 @@ _ = plot_image_grid(
 
 # %% [markdown]
 # `benchmarks/missing_data.py` measures the error on hidden pixels of held-out images for 10 %,
-# 30 % and 60 % missing (the paper's Table 4).
+# 30 % and 60 % missing (the paper's Table 5).
 #
 # Next: [counts with a Poisson likelihood](04_taxi_counts.py).

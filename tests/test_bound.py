@@ -34,6 +34,7 @@ from gpflow_svi_gplvm import (
     MaskedLikelihood,
     PointGPLVM,
 )
+from gpflow_svi_gplvm.latents import paper_encoder_options
 
 N, D, Q, M = 20, 3, 2, 5
 RTOL = 1e-10
@@ -465,7 +466,9 @@ def numpy_mlp(mlp, inputs) -> np.ndarray:
 @pytest.mark.parametrize("covariance", ["triangular", "dense"])
 def test_encoder_latent_kl_matches_tfp(covariance):
     rng = np.random.default_rng(31)
-    encoder = EncoderLatent(D, Q, hidden_sizes=(6, 4), covariance=covariance, seed=3)
+    encoder = EncoderLatent(
+        D, Q, mean_hidden_sizes=(6, 4), covariance_hidden_sizes=(7,), covariance=covariance, seed=3
+    )
     # Non-zero biases so that the whole network matters.
     for b in [*encoder.mean_network.biases, *encoder.factor_network.biases]:
         b.assign(0.3 * rng.standard_normal(b.shape))
@@ -498,6 +501,31 @@ def test_encoder_latent_kl_matches_tfp(covariance):
     np.testing.assert_allclose(
         batch.samples.numpy(), mean + np.einsum("bij,sbj->sbi", scale, eps), rtol=1e-12
     )
+
+
+def layer_widths(mlp) -> list[int]:
+    return [int(weight.shape[1]) for weight in mlp.weights]
+
+
+def test_encoder_networks_take_their_own_widths():
+    encoder = EncoderLatent(D, Q, hidden_sizes=(6, 4), covariance_hidden_sizes=(9,))
+    assert layer_widths(encoder.mean_network) == [6, 4, Q]
+    assert layer_widths(encoder.factor_network) == [9, Q * (Q + 1) // 2]
+    model = AmortisedBayesianGPLVM(make_data("gaussian", seed=5), Q, M, mean_hidden_sizes=(3,))
+    assert layer_widths(model.latent.mean_network) == [3, Q]
+    assert layer_widths(model.latent.factor_network) == [10, 5, Q * (Q + 1) // 2]
+
+
+# The supplement's networks: oil flow "(12 (D), 10, 5, 12 (Q))" and "(12 (D), 78, 78, 144
+# (Q^2))" (its layer sizes read Q=12, its configuration table Q=10); qPCR "(48 (D), 10, 5, 11
+# (Q))" and "(48 (D), 84, 84, 121 (Q^2))".
+@pytest.mark.parametrize("data_dim, latent_dim, width", [(12, 12, 78), (48, 11, 84)])
+def test_paper_encoder_options_build_the_supplements_networks(data_dim, latent_dim, width):
+    encoder = EncoderLatent(data_dim, latent_dim, **paper_encoder_options(data_dim, latent_dim))
+    assert layer_widths(encoder.mean_network) == [10, 5, latent_dim]
+    assert layer_widths(encoder.factor_network) == [width, width, latent_dim**2]
+    assert encoder.mean_network.weights[0].shape[0] == data_dim  # y_n alone, no mask
+    assert encoder.covariance == "dense" and encoder.hide_fraction == 0.0
 
 
 @pytest.mark.parametrize("covariance", ["triangular", "dense"])

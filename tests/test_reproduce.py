@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce_paper.py"
@@ -94,3 +96,32 @@ def test_a_run_of_some_models_replaces_only_their_rows():
     assert module.merge_results(twice, "# h", {"oilflow": block({}, ["_`x`._"])}).endswith(
         "_`x`._\n"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["table1", "--config", "paper", "--learning-rate", "0.01"], ["table4", "--config", "paper"]],
+)
+def test_the_papers_configuration_takes_no_other_settings(argv):
+    with pytest.raises(SystemExit) as stop:
+        _reproduce_module().main(argv)
+    assert stop.value.code == 2
+
+
+def test_the_papers_configuration_reaches_the_model_and_the_optimiser(monkeypatch):
+    module = _reproduce_module()
+    Y = np.random.default_rng(0).standard_normal((30, 4))
+    monkeypatch.setitem(module.DATASETS, "taxi", (lambda: SimpleNamespace(Y=Y), 2, 5, lambda: None))
+    seen = {}
+    monkeypatch.setattr(
+        module, "fit", lambda model, Y, **options: seen.update(options, model=model)
+    )
+    args = SimpleNamespace(config="paper", max_rows=None, iterations=3, inference_iterations=2)
+    module.run_one("taxi", "AEB-SVI", 0, args)
+    # The configuration table's taxi row: lr 5e-3, batch 500 (here all 24 training rows), and
+    # 10 samples of x; the encoder's covariance network (D, (D + Q^2)/2 twice, Q^2), dense.
+    assert (seen["learning_rate"], seen["batch_size"], seen["q_u_optimizer"]) == (5e-3, 24, "adam")
+    model = seen["model"]
+    assert model.num_samples == 10 and model.latent.covariance == "dense"
+    assert [int(w.shape[1]) for w in model.latent.factor_network.weights] == [4, 4, 4]
+    assert [int(w.shape[1]) for w in model.latent.mean_network.weights] == [10, 5, 2]

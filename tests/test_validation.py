@@ -264,6 +264,24 @@ def test_encoder_covariance_name_must_be_known(Y):
         sg.AmortisedBayesianGPLVM(Y, Q, M, covariance="full")
 
 
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (
+            dict(hidden_sizes=(10, 0)),
+            r"each of mean_hidden_sizes must be a positive integer, got 0",
+        ),
+        (dict(covariance_hidden_sizes=(8.5,)), r"each of covariance_hidden_sizes .* got 8.5"),
+        (dict(mean_hidden_sizes=16), r"mean_hidden_sizes must be a sequence of layer widths"),
+    ],
+)
+def test_encoder_layer_widths_are_checked(Y, options, match):
+    with pytest.raises(ValueError, match=match):
+        sg.EncoderLatent(D, Q, **options)
+    with pytest.raises(ValueError, match=match):
+        sg.AmortisedBayesianGPLVM(Y, Q, M, **options)
+
+
 def test_mlp_activation_must_be_known(Y):
     match = r"activation must be one of \['elu', 'relu', 'softplus', 'tanh'\], got 'sigmoid'"
     with pytest.raises(ValueError, match=match):
