@@ -1,10 +1,12 @@
 """The benchmark scripts run end to end in their quick settings (numbers are not checked)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -52,3 +54,26 @@ def test_missing_data_benchmark_quick(experiment, expected):
     # The MNIST and motion-capture tables run in test_reproduce's `all --quick`.
     out = _run(str(BENCHMARKS / "missing_data.py"), experiment, "--quick")
     assert expected in out
+
+
+def _speed_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # speed.py imports its sibling high_dim
+    spec = importlib.util.spec_from_file_location("speed", BENCHMARKS / "speed.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "speed", module)  # its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name, shape", [("oilflow", (1000, 12)), ("mocap", (533, 62))])
+def test_paper_runtime_data_has_the_configuration_tables_shapes(name, shape, monkeypatch, tmp_path):
+    speed = _speed_module(monkeypatch)
+    for folder in (tmp_path, os.environ.get("GPFLOW_SVI_GPLVM_DATA")):
+        if folder is None:
+            continue
+        monkeypatch.setenv("GPFLOW_SVI_GPLVM_DATA", str(folder))  # empty: synthetic data
+        Y, note = speed.paper_runtime_data(name)
+        assert Y.shape == shape
+        missing = np.isnan(Y).mean()
+        expected = 0.445 if name == "mocap" else 0.0
+        assert abs(missing - expected) < 0.01, note
