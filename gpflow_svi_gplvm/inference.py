@@ -137,11 +137,9 @@ class LatentInference(tf.Module):
 
         initial = latent.initial_rows(self._initial_means(Y))
         raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, initial)]
-        first = [tf.zeros_like(r) for r in raw]
-        second = [tf.zeros_like(r) for r in raw]
-        average = list(raw)
         noise_shape = [model.num_samples, 1, model.latent_dim]
-        for step in tf.range(self.iterations, dtype=tf.int64):
+
+        def adam_step(step, raw, first, second, average):
             seed = tf.stack([tf.constant(self.seed, tf.int64), step])
             noise = tf.random.stateless_normal(noise_shape, seed=seed, dtype=Y.dtype)
             with tf.GradientTape() as tape:
@@ -163,6 +161,15 @@ class LatentInference(tf.Module):
             weight = 1.0 / tf.cast(tf.maximum(step - self.averaging_start + 1, 1), Y.dtype)
             weight *= tf.cast(step >= self.averaging_start, Y.dtype)
             average = [a + weight * (r - a) for a, r in zip(average, raw)]
+            return step + 1, raw, first, second, average
+
+        # An explicit while loop: the compiled graph does not depend on AutoGraph converting
+        # this method (a notebook kernel once ran it unconverted).
+        zeros = [tf.zeros_like(r) for r in raw]
+        state = (tf.constant(0, tf.int64), raw, zeros, list(zeros), list(raw))
+        *_, average = tf.while_loop(
+            lambda step, *_: step < self.iterations, adam_step, state, parallel_iterations=1
+        )
         return constrain(average)
 
     def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
