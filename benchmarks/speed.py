@@ -66,6 +66,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from gpflow.config import default_float  # noqa: E402
 from gpflow.keras import tf_keras  # noqa: E402
+from missing_data import MODELS  # noqa: E402
 
 import gpflow_svi_gplvm as svi  # noqa: E402
 from gpflow_svi_gplvm import datasets  # noqa: E402
@@ -577,12 +578,6 @@ PAPER_SHAPES = {
     "qpcr": (450, 11, 40, 100, 0.0),
     "mocap": (533, 6, 30, 200, 0.445),
 }
-PAPER_MODELS = {
-    "Point": svi.PointGPLVM,
-    "MAP": svi.MAPGPLVM,
-    "B-SVI": svi.BayesianSVIGPLVM,
-    "AEB-SVI": svi.AmortisedBayesianGPLVM,
-}
 
 
 def paper_runtime_data(name: str) -> tuple[np.ndarray, str]:
@@ -612,7 +607,7 @@ def paper_runtime(iterations: int, repeats: int, steps_per_call: int) -> None:
     for name, (_, latent_dim, num_inducing, batch_size, _) in PAPER_SHAPES.items():
         Y, note = paper_runtime_data(name)
         print(f"{name}: Y {Y.shape}, Q={latent_dim}, M={num_inducing}, batch {batch_size}; {note}")
-        for model_name, model_class in PAPER_MODELS.items():
+        for model_name, model_class in MODELS.items():
             for config in ("paper's settings", "defaults"):
                 options: dict = dict(num_inducing=num_inducing, seed=SEED)
                 q_u_optimizer = None
@@ -632,7 +627,7 @@ def paper_runtime(iterations: int, repeats: int, steps_per_call: int) -> None:
     print("\n| data set | model | paper it/s | ours, paper's settings | ours, defaults |")
     print("|---|---|---:|---:|---:|")
     for name, paper in PAPER_RUNTIME.items():
-        for model_name, figure in zip(PAPER_MODELS, paper):
+        for model_name, figure in zip(MODELS, paper):
             cells = [
                 f"{columns[f'{name}, {config}'][model_name].median:.0f}"
                 for config in ("paper's settings", "defaults")
