@@ -1,7 +1,7 @@
 """Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
 
 from .export import export_saved_model
-from .inference import LatentInference
+from .inference import LatentInference, log_predictive_density
 from .latents import (
     EncoderLatent,
     GaussianLatent,
@@ -40,6 +40,7 @@ __all__ = [
     "fit",
     "Trainer",
     "LatentInference",
+    "log_predictive_density",
     "export_saved_model",
     "History",
     "NonFiniteLossError",

@@ -18,13 +18,13 @@ import tensorflow as tf
 from gpflow.config import default_float
 
 from .latents import LatentBatch, RowLatentVariables
-from .likelihoods import MaskedLikelihood
+from .likelihoods import MaskedLikelihood, check_likelihood_support
 from .validation import check_integer, check_learning_rate, check_observations
 
 if TYPE_CHECKING:
     from .models import SVIGPLVM
 
-__all__ = ["LatentInference", "infer_latents", "reconstruct"]
+__all__ = ["LatentInference", "infer_latents", "log_predictive_density", "reconstruct"]
 
 _BETA_1, _BETA_2, _EPSILON = 0.9, 0.999, 1e-7
 
@@ -90,6 +90,7 @@ class LatentInference(tf.Module):
         spec = [tf.TensorSpec([None, model.data_dim], default_float())]
         self.latents = tf.function(self._latents, input_signature=spec)
         self.predict = tf.function(self._predict, input_signature=spec)
+        self.log_densities = tf.function(self._log_densities, input_signature=spec * 2)
 
     def infer(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D], in chunks."""
@@ -99,9 +100,20 @@ class LatentInference(tf.Module):
         """Predictive mean and variance [N*, D] of every entry of checked rows Y, in chunks."""
         return self._in_chunks(self.predict, Y, self.num_samples)
 
-    def _in_chunks(self, function, Y: np.ndarray, num_draws: int) -> tuple[tf.Tensor, tf.Tensor]:
+    def log_density(self, Y: np.ndarray, targets: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
+        """log p(targets | q(x*) inferred from Y), per entry [N*, D] (NaN where a target is
+        missing) and per row [N*], for checked rows Y and targets [N*, D], in chunks."""
+        return self._in_chunks(self.log_densities, Y, self.num_samples, targets)
+
+    def _in_chunks(
+        self, function, Y: np.ndarray, num_draws: int, *more: np.ndarray
+    ) -> tuple[tf.Tensor, ...]:
+        """``function`` over chunks of the rows of Y (and of the arrays ``more`` beside it)."""
         size = chunk_rows(self.model, self.chunk_size, num_draws)
-        chunks = [function(tf.constant(Y[i : i + size])) for i in range(0, len(Y), size)]
+        chunks = [
+            function(*(tf.constant(array[i : i + size]) for array in (Y, *more)))
+            for i in range(0, len(Y), size)
+        ]
         return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
 
     def _initial_means(self, Y: tf.Tensor) -> tf.Tensor:
@@ -193,6 +205,24 @@ class LatentInference(tf.Module):
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
         return predictive_moments(self.model, self._batch(Y, self.num_samples, noise).samples)
 
+    def _log_densities(self, Y: tf.Tensor, targets: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """log p(t_nd) [B, D] and log p(t_n) [B] of ``targets`` under the predictive of rows Y:
+        mixtures over the draws x^(s) of q(x*) of the likelihood's predictive given x^(s)."""
+        noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
+        samples = self._batch(Y, self.num_samples, noise).samples  # [S, B, Q]
+        X = tf.reshape(samples, [-1, self.model.latent_dim])  # draw-major
+        f_mean, f_var = self.model.predict_f(X)
+        num_draws = tf.shape(samples)[0]
+        terms = self.likelihood.entry_log_densities(
+            X, f_mean, f_var, tf.tile(targets, [num_draws, 1])
+        )
+        terms = tf.reshape(terms, tf.concat([tf.shape(samples)[:2], [-1]], axis=0))  # [S, B, D]
+        log_draws = tf.math.log(tf.cast(num_draws, terms.dtype))
+        per_entry = tf.reduce_logsumexp(terms, axis=0) - log_draws
+        per_row = tf.reduce_logsumexp(tf.reduce_sum(terms, axis=-1), axis=0) - log_draws
+        missing = tf.math.is_nan(targets)
+        return tf.where(missing, tf.constant(np.nan, terms.dtype), per_entry), per_row
+
 
 def predictive_moments(model: SVIGPLVM, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Moments [B, D] of p(y_nd) = E_q(x_n)[p(y_nd | x_n)] from draws ``samples`` [S, B, Q].
@@ -271,6 +301,47 @@ def reconstruct(
         for start in range(0, len(Y), chunk_size)
     ]
     return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
+
+
+def log_predictive_density(
+    model: SVIGPLVM,
+    Y,
+    targets=None,
+    joint: bool = False,
+    num_samples: int = 64,
+    iterations: int = 300,
+    learning_rate: float = 0.05,
+    seed: int = 0,
+    mask=None,
+    chunk_size: int | None = None,
+) -> tf.Tensor:
+    """log p(t* | Y) of ``targets`` [N, D] (default: Y itself) under the predictive of new rows Y.
+
+    q(x*) is inferred from Y as in :func:`infer_latents`; the predictive of an entry is the
+    mixture over ``num_samples`` draws x^(s) of q(x*) (common to all rows) of the likelihood's
+    predictive given x^(s), p(t_nd) = 1/S sum_s int p(t_nd | f) q(f_d(x^(s))) df. The integral
+    over f is the likelihood's ``predict_log_density``: closed form for a Gaussian, otherwise its
+    Gauss-Hermite quadrature (GPflow's default, 20 points, can be off by a fraction of a percent
+    where q(f) is wide against the likelihood; build the likelihood with
+    ``quadrature=gpflow.quadrature.NDiagGHQuadrature(1, 100)`` for more).
+    Returns per-entry log densities [N, D] (NaN where a target is NaN), or with ``joint=True``
+    the log density of each row's observed targets [N], 1/S sum_s prod_d (...): given x the
+    outputs are independent, so this is the row's joint predictive. Negate and average for an
+    NLPD. ``targets`` may hold entries that Y hides (score a reconstruction on them).
+    """
+    Y = check_observations(Y, "Y_new", model.data_dim, mask)
+    targets = Y if targets is None else check_observations(targets, "targets", model.data_dim)
+    if targets.shape != Y.shape:
+        raise ValueError(
+            f"targets {targets.shape} must have the shape of Y {Y.shape}: one row of targets "
+            "per row of Y."
+        )
+    check_likelihood_support(model.likelihood, targets)
+    inference = LatentInference(
+        model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
+    )
+    per_entry, per_row = inference.log_density(Y, targets)
+    return per_row if joint else per_entry
 
 
 def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor:

@@ -33,15 +33,26 @@ class MaskedLikelihood(Likelihood):
         self.base = base
         self.fill_value = fill_value
 
-    def _masked_sum(self, method, X, F1, F2, Y) -> tf.Tensor:
-        """sum over observed d of method(X, F1_d, F2_d, y_d), per-entry via a trailing axis."""
+    def _masked_terms(self, method, X, F1, F2, Y) -> tf.Tensor:
+        """method(X, F1_d, F2_d, y_d) per entry [..., D] (via a trailing axis), zero where y_d is
+        missing."""
         observed = tf.logical_not(tf.math.is_nan(Y))
         filled = tf.where(observed, Y, tf.cast(self.fill_value, Y.dtype))
         args = [X[..., None, :], F1[..., None]]
         if F2 is not None:
             args.append(F2[..., None])
         terms = method(*args, filled[..., None])  # [..., D]
-        return tf.reduce_sum(tf.where(observed, terms, tf.zeros_like(terms)), axis=-1)
+        return tf.where(observed, terms, tf.zeros_like(terms))
+
+    def _masked_sum(self, method, X, F1, F2, Y) -> tf.Tensor:
+        """sum over observed d of method(X, F1_d, F2_d, y_d)."""
+        return tf.reduce_sum(self._masked_terms(method, X, F1, F2, Y), axis=-1)
+
+    def entry_log_densities(self, X, Fmu, Fvar, Y) -> tf.Tensor:
+        """log int p(y_d | f_d) N(f_d | Fmu_d, Fvar_d) df_d per entry [..., D], zero where y_d
+        is missing: the base likelihood's ``predict_log_density`` (closed form where it has one,
+        Gauss-Hermite quadrature otherwise), one entry at a time."""
+        return self._masked_terms(self.base.predict_log_density, X, Fmu, Fvar, Y)
 
     def _log_prob(self, X, F, Y) -> tf.Tensor:
         return self._masked_sum(self.base.log_prob, X, F, None, Y)
