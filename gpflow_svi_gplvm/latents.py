@@ -265,9 +265,10 @@ class EncoderLatent(LatentVariables):
     """Amortised q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) with MLPs G and L (AEB-SVI).
 
     The mean network G has ``mean_hidden_sizes`` hidden layers and the factor network L
-    ``covariance_hidden_sizes``; ``hidden_sizes`` (default (10, 5)) sets both where they are not
-    given. The paper's networks are wider for the covariance than for the mean:
-    :func:`paper_encoder_options` gives them.
+    ``covariance_hidden_sizes``; ``hidden_sizes`` sets both where they are not given (default
+    :func:`default_encoder_sizes`: two layers whose width grows with D and Q). The paper's
+    networks are wider for the covariance than for the mean: :func:`paper_encoder_options` gives
+    them.
 
     ``covariance="triangular"`` (default): L is lower triangular with a softplus-positive
     diagonal (plus ``jitter``), which trains stably. ``covariance="dense"``: the paper's dense
@@ -294,7 +295,7 @@ class EncoderLatent(LatentVariables):
         self,
         data_dim: int,
         latent_dim: int,
-        hidden_sizes: Sequence[int] = (10, 5),
+        hidden_sizes: Sequence[int] | None = None,
         activation: str = "tanh",
         covariance: str = "triangular",
         missing_aware: bool = False,
@@ -309,6 +310,8 @@ class EncoderLatent(LatentVariables):
         name: str | None = None,
     ):
         super().__init__(latent_dim, name=name)
+        if hidden_sizes is None:
+            hidden_sizes = default_encoder_sizes(data_dim, latent_dim)
         mean_hidden_sizes = _layer_sizes(
             hidden_sizes if mean_hidden_sizes is None else mean_hidden_sizes, "mean_hidden_sizes"
         )
@@ -425,6 +428,19 @@ def _layer_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
             f"{name} must be a sequence of layer widths such as (10, 5), got {sizes!r}."
         )
     return tuple(check_integer(size, f"each of {name}", hint="a layer width") for size in sizes)
+
+
+def default_encoder_sizes(data_dim: int, latent_dim: int) -> tuple[int, int]:
+    """Hidden widths (H, H) of each encoder network, H = D + Q (Q + 1) / 2 (the input width plus
+    the factor's outputs) clipped to [32, 128].
+
+    Chosen by held-out RMSE (``benchmarks/encoder_width.py``, RESULTS.md "Encoder width"):
+    wider than (10, 5) was better on oil flow, qPCR and MNIST, but (404, 404) was worse than
+    (128, 128) on MNIST, so the width stops growing at 128.
+    """
+    width = int(data_dim) + int(latent_dim) * (int(latent_dim) + 1) // 2
+    width = min(128, max(32, width))
+    return width, width
 
 
 def paper_encoder_options(data_dim: int, latent_dim: int) -> dict:

@@ -412,7 +412,8 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
     """Bayesian GPLVM with q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) from an MLP encoder ("AEB-SVI").
 
     Encoder options (``hidden_sizes``, or ``mean_hidden_sizes`` and ``covariance_hidden_sizes``
-    apart, ``activation``, ``covariance``, ``missing_aware``, ``hide_fraction``, ``set_size``) go
+    apart, default :func:`~gpflow_svi_gplvm.latents.default_encoder_sizes`, ``activation``,
+    ``covariance``, ``missing_aware``, ``hide_fraction``, ``set_size``) go
     to :class:`EncoderLatent`. By default the encoder reads
     the observation mask and, when the training data has gaps, hides 20% of the observed inputs
     while training, which keeps q(x) honest for rows with gaps (on held-out rows with 30%
@@ -424,7 +425,8 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
     factor (the package still standardises their inputs);
     ``set_size=64``, say, reads each row as the set of its observed (value, column) pairs instead
     (a permutation-invariant set encoder). The encoder reads each column standardised by the
-    training data's (NaN-aware) mean and standard deviation.
+    training data's (NaN-aware) mean and standard deviation; ``standardise_inputs=False`` feeds
+    it the raw values, as the paper does.
     """
 
     def __init__(
@@ -433,7 +435,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         latent_dim: int,
         num_inducing: int = 25,
         *args,
-        hidden_sizes: Sequence[int] = (10, 5),
+        hidden_sizes: Sequence[int] | None = None,
         activation: str = "tanh",
         covariance: str = "triangular",
         missing_aware: bool = True,
@@ -441,10 +443,11 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         set_size: int | None = None,
         mean_hidden_sizes: Sequence[int] | None = None,
         covariance_hidden_sizes: Sequence[int] | None = None,
+        standardise_inputs: bool = True,
         **kwargs,
     ):
         Y = check_observations(data, "data", mask=kwargs.get("mask"))
-        location, scale = column_location_and_scale(Y)
+        location, scale = column_location_and_scale(Y) if standardise_inputs else (None, None)
         if hide_fraction is None:
             sees_mask = missing_aware or set_size is not None
             hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0

@@ -56,13 +56,37 @@ def test_missing_data_benchmark_quick(experiment, expected):
     assert expected in out
 
 
-def _speed_module(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # speed.py imports its sibling high_dim
-    spec = importlib.util.spec_from_file_location("speed", BENCHMARKS / "speed.py")
+def _benchmark_module(name: str, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their siblings
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "speed", module)  # its dataclasses look themselves up
+    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look themselves up
     spec.loader.exec_module(module)
     return module
+
+
+def _speed_module(monkeypatch):
+    return _benchmark_module("speed", monkeypatch)
+
+
+def test_encoder_width_rules_and_paper_choices_build_their_models(monkeypatch):
+    """Every width rule and every choice set back to the paper's builds its model (no training:
+    the scripts' runs take minutes)."""
+    from gpflow_svi_gplvm import AmortisedBayesianGPLVM
+
+    Y = np.random.default_rng(0).standard_normal((30, 6))
+    widths = _benchmark_module("encoder_width", monkeypatch)
+    for rule in widths.RULES.values():
+        mean_sizes, covariance_sizes = rule(6, 3)
+        model = AmortisedBayesianGPLVM(
+            Y, 3, 5, mean_hidden_sizes=mean_sizes, covariance_hidden_sizes=covariance_sizes
+        )
+        assert [int(w.shape[1]) for w in model.latent.mean_network.weights][:-1] == list(mean_sizes)
+    differences = _benchmark_module("paper_differences", monkeypatch)
+    models = _benchmark_module("missing_data", monkeypatch).MODELS
+    for model_name, options in differences.VARIANTS.values():
+        model = models[model_name](Y, 3, 5, **differences._options(options))
+        assert np.isfinite(model.elbo((np.arange(10), Y[:10])).numpy())
 
 
 @pytest.mark.parametrize("name, shape", [("oilflow", (1000, 12)), ("mocap", (533, 62))])

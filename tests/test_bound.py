@@ -34,7 +34,7 @@ from gpflow_svi_gplvm import (
     MaskedLikelihood,
     PointGPLVM,
 )
-from gpflow_svi_gplvm.latents import paper_encoder_options
+from gpflow_svi_gplvm.latents import default_encoder_sizes, paper_encoder_options
 
 N, D, Q, M = 20, 3, 2, 5
 RTOL = 1e-10
@@ -511,9 +511,24 @@ def test_encoder_networks_take_their_own_widths():
     encoder = EncoderLatent(D, Q, hidden_sizes=(6, 4), covariance_hidden_sizes=(9,))
     assert layer_widths(encoder.mean_network) == [6, 4, Q]
     assert layer_widths(encoder.factor_network) == [9, Q * (Q + 1) // 2]
-    model = AmortisedBayesianGPLVM(make_data("gaussian", seed=5), Q, M, mean_hidden_sizes=(3,))
+    Y = make_data("gaussian", seed=5)
+    model = AmortisedBayesianGPLVM(Y, Q, M, mean_hidden_sizes=(3,))
     assert layer_widths(model.latent.mean_network) == [3, Q]
-    assert layer_widths(model.latent.factor_network) == [10, 5, Q * (Q + 1) // 2]
+    width = default_encoder_sizes(Y.shape[1], Q)[0]
+    assert layer_widths(model.latent.factor_network) == [width, width, Q * (Q + 1) // 2]
+    np.testing.assert_allclose(model.latent.input_location.numpy(), np.nanmean(Y, axis=0))
+    raw = AmortisedBayesianGPLVM(Y, Q, M, standardise_inputs=False).latent  # the paper's inputs
+    assert np.all(raw.input_location.numpy() == 0) and np.all(raw.input_scale.numpy() == 1)
+
+
+@pytest.mark.parametrize(
+    "data_dim, latent_dim, width",
+    [(12, 10, 67), (48, 11, 114), (784, 5, 128), (3, 2, 32)],  # oil, qPCR, MNIST, taxi
+)
+def test_default_encoder_width_grows_with_inputs_and_factor_outputs(data_dim, latent_dim, width):
+    assert default_encoder_sizes(data_dim, latent_dim) == (width, width)
+    encoder = EncoderLatent(data_dim, latent_dim)
+    assert layer_widths(encoder.mean_network) == [width, width, latent_dim]
 
 
 # The supplement's networks: oil flow "(12 (D), 10, 5, 12 (Q))" and "(12 (D), 78, 78, 144
