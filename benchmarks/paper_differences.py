@@ -1,6 +1,7 @@
 """Where the package departs from the paper on purpose, and what each departure is worth.
 
     python benchmarks/paper_differences.py oilflow qpcr [--seeds 3 --iterations 5000]
+    python benchmarks/paper_differences.py taxi --variants "AEB-SVI, raw encoder inputs"
 
 Each row trains one model under the package's defaults except for one choice, set back to the
 paper's, with ``reproduce_paper.py``'s protocol (seeded 80/20 split, test latents inferred with
@@ -54,7 +55,7 @@ def _options(options: dict | str | None) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("datasets", nargs="+", choices=["oilflow", "qpcr"])
+    parser.add_argument("datasets", nargs="+", choices=["oilflow", "qpcr", "taxi"])
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=5000)

@@ -18,8 +18,8 @@ Point / MAP / B-SVI / AEB-SVI is trained with ``fit`` on the training rows. ``--
 ``--config paper`` (``table1`` / ``table3``): the paper's configuration table (learning rate
 1e-3 and batch 100 for oil flow and qPCR, 5e-3 and batch 500 with 10 samples of x for taxi),
 its encoder (:func:`~gpflow_svi_gplvm.latents.paper_encoder_options`), random initial latents,
-Monte Carlo over q(x) and Adam on every parameter as in the paper, 5 seeds; the number of steps
-is not in the paper (``--iterations``). Then the latents of the full test rows (no hidden entries)
+Monte Carlo over q(x) as in the paper, Adam on every parameter (the paper names only "a gradient
+based optimiser"), 5 seeds; the number of steps is not in the paper (``--iterations``). Then the latents of the full test rows (no hidden entries)
 are inferred with the model frozen (``model.reconstruct``: encoder pass for AEB-SVI, 300 Adam
 steps on q(x*) for the others), and the reconstruction mean and variance are scored against the
 test rows: test RMSE, and test NLPD per test row (minus the sum over a row's entries of
@@ -166,7 +166,8 @@ def run_one(name: str, model_name: str, seed: int, args, model_options: dict | N
 PROTOCOL_NOTES = """## Protocol
 
 - Seeded 80/20 split of rows, `protocols.train_test_split(Y, 0.2, seed)` with seed = 0, 1, 2...;
-  the four models are trained on the training rows with `fit` (Adam, minibatch min(100, N_train)).
+  the four models are trained on the training rows with `fit` (under the defaults: natural
+  gradients for q(u) and Adam for the rest, minibatch min(100, N_train)).
 - Test rows are reconstructed in full (no hidden entries): `model.reconstruct(Y_test)` infers
   q(x*) with the model frozen (one encoder pass for AEB-SVI; Adam on q(x*) for the others,
   zero latent variance for Point / MAP) and integrates over it by sampling (64 draws).
@@ -394,7 +395,7 @@ def main(argv=None) -> int:
         results = {m: [run_one(name, m, s, args) for s in range(args.seeds)] for m in args.models}
         rates = f"lr {args.learning_rate}" if args.config == "ours" else "the paper's lr"
         budget = (
-            f"{args.iterations} Adam steps ({rates}), "
+            f"{args.iterations} training steps ({rates}), "
             f"{args.inference_iterations} steps of test-latent inference"
             + (" (an encoder pass for AEB-SVI)" if "AEB-SVI" in args.models else "")
         )
