@@ -15,14 +15,14 @@ its MNIST missing-pixel table is Table 5. The command names below are this scrip
 Protocol: a seeded 80/20 split of rows (``protocols.train_test_split(Y, 0.2, seed)``); each of
 Point / MAP / B-SVI / AEB-SVI is trained with ``fit`` on the training rows. ``--config ours``
 (default): the package's defaults, minibatch min(100, N_train), learning rate 0.01, 3 seeds.
-``--config paper`` (``table1`` / ``table3``): the paper's configuration table (learning rate
-1e-3 and batch 100 for oil flow and qPCR, 5e-3 and batch 500 with 10 samples of x for taxi),
-its encoder (:func:`~gpflow_svi_gplvm.latents.paper_encoder_options`), random initial latents,
-Monte Carlo over q(x) as in the paper, Adam on every parameter (the paper names only "a gradient
-based optimiser"), 5 seeds; the number of steps is not in the paper (``--iterations``). Then the latents of the full test rows (no hidden entries)
-are inferred with the model frozen (``model.reconstruct``: encoder pass for AEB-SVI, 300 Adam
-steps on q(x*) for the others), and the reconstruction mean and variance are scored against the
-test rows: test RMSE, and test NLPD per test row (minus the sum over a row's entries of
+``--config paper`` (``table1`` / ``table3``): the paper's configuration table (learning rate 1e-3
+and batch 100 for oil flow and qPCR, 5e-3 and batch 500 with 10 samples of x for taxi), its encoder
+(:func:`~gpflow_svi_gplvm.latents.paper_encoder_options`), random initial latents, Monte Carlo over
+q(x) as in the paper, Adam on every parameter (the paper names only "a gradient based optimiser"), 5
+seeds; the number of steps is not in the paper (``--iterations``). Then the latents of the full test
+rows (no hidden entries) are inferred with the model frozen (``model.reconstruct``: encoder pass for
+AEB-SVI, 300 Adam steps on q(x*) for the others), and the reconstruction is scored against the test
+rows: test RMSE, and test NLPD per test row (minus the sum over a row's entries of
 ``inference.log_predictive_density``: each entry's exact predictive, the mixture over 64 draws of
 q(x*) of the likelihood integrated over q(f), Gauss-Hermite with 100 points for the Poisson taxi
 data; the paper does not define its NLPD). Mean +- standard error over seeds.
