@@ -11,6 +11,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["gpflow_svi_gplvm", "gpflow_svi_gplvm.*"]),
+    package_data={"gpflow_svi_gplvm": ["py.typed"]},
     install_requires=[
         "gpflow>=2.11",
         "tensorflow>=2.16",
@@ -27,6 +28,7 @@ setup(
             "pytest-xdist",
             "hypothesis",
             "ruff",
+            "mypy",
             "jupytext",
             "nbclient",
             "ipykernel",
