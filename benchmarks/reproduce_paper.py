@@ -68,6 +68,7 @@ from missing_data import (  # noqa: E402
     mocap_table,
     movielens_table,
 )
+from paper_config import PAPER_CONFIGURATION  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # retracing notices: one model per run, expected
 
@@ -80,21 +81,24 @@ PAPER_RMSE = {
 }
 PAPER_NLPD = {"oilflow": (4.104, 8.16, -11.3105, -11.392), "qpcr": (32.916, 30.899, 27.844, 25.422)}
 
+
+def _shape(name: str) -> tuple[int, int]:
+    """Q and M of data set ``name`` in the paper's configuration table."""
+    return PAPER_CONFIGURATION[name].latent_dim, PAPER_CONFIGURATION[name].num_inducing
+
+
 # name: (loader, Q, M, likelihood factory)
 DATASETS = {
-    "oilflow": (load_oilflow, 10, 25, lambda: None),
-    "qpcr": (load_qpcr, 11, 40, lambda: None),
+    "oilflow": (load_oilflow, *_shape("oilflow"), lambda: None),
+    "qpcr": (load_qpcr, *_shape("qpcr"), lambda: None),
     # 100 Gauss-Hermite points: the test NLPD integrates the Poisson over q(f) by quadrature.
     "taxi": (
         load_taxi,
-        2,
-        36,
+        *_shape("taxi"),
         lambda: gpflow.likelihoods.Poisson(quadrature=NDiagGHQuadrature(1, 100)),
     ),
 }
 TABLES = {"table1": ("oilflow",), "table3": ("qpcr", "taxi")}
-# The paper's configuration table (supplement): learning rate, batch size, samples of x.
-PAPER_TRAINING = {"oilflow": (1e-3, 100, 1), "qpcr": (1e-3, 100, 1), "taxi": (5e-3, 500, 10)}
 FIGURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures")
 TABLE4_ELBO_PLOT = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "figures", "table4_elbo.png"
@@ -114,8 +118,6 @@ BLOCK_ORDER = (
 # The protocol's settings under the package's defaults (``--config ours``), shared by the
 # benchmarks that follow it.
 OURS = dict(config="ours", learning_rate=0.01, max_rows=0, inference_iterations=300)
-# The paper's configuration table (supplement): M, Q, learning rate, batch size.
-PAPER_CONFIG = {"brendan": (120, 5, 0.01, 450), "movielens": (34, 15, 0.005, 100)}
 _BLOCK = re.compile(r"^<!-- table: (\w+) -->$", re.MULTILINE)
 # A table's provenance line: _`command`: budget; date._, or _Point, MAP: `command`: ..._
 _PROVENANCE = re.compile(r"^_(?:(?P<models>[\w, -]+): )?`")
@@ -132,13 +134,15 @@ def run_one(name: str, model_name: str, seed: int, args, model_options: dict | N
     Y_train, Y_test = split.Y_train, split.Y_test
     M = min(M, len(Y_train))
     if args.config == "paper":
-        learning_rate, batch_size, num_samples = PAPER_TRAINING[name]
+        paper = PAPER_CONFIGURATION[name]
         options = dict(
-            latent_init="random", latent_expectation="monte-carlo", num_samples=num_samples
+            latent_init="random", latent_expectation="monte-carlo", num_samples=paper.num_samples
         )
         if model_name == "AEB-SVI":
             options.update(paper_encoder_options(Y.shape[1], Q))
-        training = dict(learning_rate=learning_rate, batch_size=batch_size, q_u_optimizer="adam")
+        training = dict(
+            learning_rate=paper.learning_rate, batch_size=paper.batch_size, q_u_optimizer="adam"
+        )
     else:
         options, training = {}, dict(learning_rate=args.learning_rate, batch_size=100)
     options.update(model_options or {})
@@ -196,10 +200,10 @@ def table(name: str, results: dict, config: str = "ours") -> str:
     paper_nlpd = PAPER_NLPD.get(name, (None,) * 4)
     settings = "the package's defaults"
     if config == "paper":
-        learning_rate, batch_size, num_samples = PAPER_TRAINING[name]
+        paper = PAPER_CONFIGURATION[name]
         settings = (
-            f"the paper's configuration: lr {learning_rate:g}, batch {batch_size}, "
-            f"{num_samples} sample(s) of x, the paper's encoder, random initial latents"
+            f"the paper's configuration: lr {paper.learning_rate:g}, batch {paper.batch_size}, "
+            f"{paper.num_samples} sample(s) of x, the paper's encoder, random initial latents"
         )
     lines = [
         f"**{name}** (Q={DATASETS[name][1]}, M={DATASETS[name][2]}"
@@ -253,12 +257,12 @@ def _mocap_settings(args) -> argparse.Namespace:
 
 def _paper_settings(name: str, args) -> argparse.Namespace:
     """Brendan / MovieLens at the paper's configuration (M, Q, learning rate, batch size)."""
-    num_inducing, latent_dim, learning_rate, batch_size = PAPER_CONFIG[name]
+    paper = PAPER_CONFIGURATION[name]
     return argparse.Namespace(
-        num_inducing=10 if args.quick else num_inducing,
-        latent_dim=latent_dim,
-        learning_rate=learning_rate,
-        batch_size=batch_size,
+        num_inducing=10 if args.quick else paper.num_inducing,
+        latent_dim=paper.latent_dim,
+        learning_rate=paper.learning_rate,
+        batch_size=paper.batch_size,
         iterations=args.iterations,
         no_progress=args.quick,
         image_grid=None if args.quick else os.path.join(FIGURES, f"{name}_reconstructions.png"),
