@@ -30,7 +30,7 @@ loader                        download
 
 For the others the error message says where the file comes from and where to put it.
 The protocol helpers (:func:`train_test_split`, :func:`random_missing`, :func:`blank_bones`) live
-in :mod:`gpflow_svi_gplvm.protocols` and are re-exported here.
+in :mod:`gpflow_svi_gplvm.datasets.splits` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .protocols import (
+from .splits import (
     CMU_SKELETON_PARENTS,
     MOCAP_BODY_PARTS,
     Split,
