@@ -69,10 +69,14 @@ import tensorflow as tf  # noqa: E402
 from gpflow.keras import tf_keras  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, LatentInference  # noqa: E402
-from gpflow_svi_gplvm.datasets import load_mnist, load_oilflow  # noqa: E402
+from gpflow_svi_gplvm.datasets import (  # noqa: E402
+    load_mnist,
+    load_oilflow,
+    random_missing,
+    train_test_split,
+)
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
 from gpflow_svi_gplvm.optimizers import RowSparseAdam  # noqa: E402
-from gpflow_svi_gplvm.protocols import random_missing, train_test_split  # noqa: E402
 from gpflow_svi_gplvm.training import Trainer  # noqa: E402
 
 BATCH, LEARNING_RATE = 100, 0.01

@@ -71,9 +71,9 @@ from paper_config import PAPER_CONFIGURATION  # noqa: E402
 
 import gpflow_svi_gplvm as svi  # noqa: E402
 from gpflow_svi_gplvm import datasets  # noqa: E402
+from gpflow_svi_gplvm.datasets import random_missing  # noqa: E402
 from gpflow_svi_gplvm.initialisation import inducing_inputs, pca_latents  # noqa: E402
 from gpflow_svi_gplvm.latents import LatentBatch, LatentVariables, paper_encoder_options  # noqa: E402
-from gpflow_svi_gplvm.protocols import random_missing  # noqa: E402
 from gpflow_svi_gplvm.training import Trainer, make_dataset  # noqa: E402
 
 NUM_DATA, DATA_DIM, LATENT_DIM, NUM_INDUCING, BATCH_SIZE, NUM_SAMPLES = 800, 12, 10, 25, 100, 1

@@ -50,10 +50,9 @@ from gpflow_svi_gplvm import (
     PointGPLVM,
     fit,
 )
-from gpflow_svi_gplvm.datasets import load_oilflow
+from gpflow_svi_gplvm.datasets import load_oilflow, train_test_split
 from gpflow_svi_gplvm.metrics import nlpd, rmse
 from gpflow_svi_gplvm.plotting import plot_ard, plot_latent_space
-from gpflow_svi_gplvm.protocols import train_test_split
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 5000

@@ -37,10 +37,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
-from gpflow_svi_gplvm.datasets import load_taxi
+from gpflow_svi_gplvm.datasets import load_taxi, train_test_split
 from gpflow_svi_gplvm.metrics import rmse
 from gpflow_svi_gplvm.plotting import plot_elbo, plot_latent_space
-from gpflow_svi_gplvm.protocols import train_test_split
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 3000

@@ -33,10 +33,9 @@ import os
 import numpy as np
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
-from gpflow_svi_gplvm.datasets import load_movielens100k
+from gpflow_svi_gplvm.datasets import load_movielens100k, random_missing
 from gpflow_svi_gplvm.metrics import rmse
 from gpflow_svi_gplvm.plotting import plot_elbo, plot_variance_against
-from gpflow_svi_gplvm.protocols import random_missing
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and users
 ITERATIONS = 200 if FAST else 3000

@@ -36,11 +36,10 @@ from gpflow.base import Parameter
 from gpflow.utilities import positive
 
 from gpflow_svi_gplvm import SVIGPLVM, BayesianSVIGPLVM, LatentBatch, fit
-from gpflow_svi_gplvm.datasets import load_digits
+from gpflow_svi_gplvm.datasets import load_digits, random_missing
 from gpflow_svi_gplvm.latents import RowLatentVariables
 from gpflow_svi_gplvm.metrics import rmse
 from gpflow_svi_gplvm.plotting import plot_ard, plot_image_grid, plot_latent_space
-from gpflow_svi_gplvm.protocols import random_missing
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and rows
 ITERATIONS = 200 if FAST else 3000

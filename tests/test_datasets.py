@@ -17,18 +17,23 @@ import pytest
 
 from gpflow_svi_gplvm import datasets
 from gpflow_svi_gplvm.datasets import (
+    CMU_SKELETON_PARENTS,
+    MOCAP_BODY_PARTS,
     REGISTRY,
     DataSet,
     RemoteFile,
     blank_bones,
     bone_columns,
+    bone_per_column,
+    channel_table,
     fetch,
+    fetch_first_available,
     load_array_file,
     random_missing,
+    read_npz,
     sha256sum,
     train_test_split,
 )
-from gpflow_svi_gplvm.protocols import CMU_SKELETON_PARENTS, MOCAP_BODY_PARTS
 
 DATA_ENV = os.environ.get(datasets.DATA_ENV_VAR)
 
@@ -128,6 +133,39 @@ def test_offline_download_names_the_path(tmp_path, monkeypatch):
     assert str(tmp_path / "mine") in message
 
 
+def test_fetch_first_available_prefers_a_file_on_disk(tmp_path, monkeypatch, _isolated_cache):
+    serve(monkeypatch, "taxi/taxi_count_data.csv", b"day_hour,yellow\n1_0,3\n", tmp_path)
+    names = ["taxi/taxi_counts.npz", "taxi/taxi_count_data.csv"]
+    name, path = fetch_first_available(names, tmp_path / "empty", download=True, verify=True)
+    assert (name, path) == (names[1], _isolated_cache / names[1])  # downloaded: no URL for .npz
+    staged_npz = tmp_path / "mine" / names[0]
+    staged_npz.parent.mkdir(parents=True)
+    np.savez(staged_npz, counts=np.ones((2, 3)))
+    found = fetch_first_available(names, tmp_path / "mine", download=False, verify=False)
+    assert found == (names[0], staged_npz)
+    assert read_npz(staged_npz)["counts"].tolist() == [[1.0] * 3] * 2
+
+
+def test_fetch_first_available_without_any_file_says_where_to_put_them(tmp_path):
+    names = ["qpcr/guo_qpcr.npz", "qpcr/guo_qpcr.csv"]
+    with pytest.raises(ValueError, match="download=False.*Alternatively put qpcr/guo_qpcr.npz"):
+        fetch_first_available(names, tmp_path, download=False, verify=True)
+
+
+def test_the_package_exports_every_public_function_and_class_of_its_modules():
+    for module in (
+        datasets.dataset,
+        datasets.files,
+        datasets.paper,
+        datasets.skeleton,
+        datasets.splits,
+    ):
+        for name, value in vars(module).items():
+            if not name.startswith("_") and getattr(value, "__module__", "") == module.__name__:
+                assert name in datasets.__all__ and getattr(datasets, name) is value, name
+    assert all(hasattr(datasets, name) for name in datasets.__all__)
+
+
 def test_missing_without_download_names_the_path(tmp_path):
     with pytest.raises(ValueError, match="download=False") as info:
         datasets.load_taxi(data_home=tmp_path, download=False)
@@ -164,7 +202,7 @@ def test_sha256_is_cached_per_mtime(tmp_path):
     path.write_bytes(b"one")
     first = sha256sum(path)
     assert first == hashlib.sha256(b"one").hexdigest()
-    assert any(key[0] == str(path.resolve()) for key in datasets._VERIFIED)
+    assert any(key[0] == str(path.resolve()) for key in datasets.files._VERIFIED)
     path.write_bytes(b"two")
     os.utime(path, ns=(1, 10**18))  # make sure the mtime differs
     assert sha256sum(path) == hashlib.sha256(b"two").hexdigest()
@@ -405,6 +443,16 @@ def test_blank_bones_by_name_part_and_rows():
     assert np.flatnonzero(hidden.any(0)).tolist() == [2, 3]
     assert bone_columns(CHANNELS)["head"].tolist() == [4, 5]
     assert set(MOCAP_BODY_PARTS["left_arm"]) >= {"lhumerus", "lhand"}
+
+
+def test_channel_table_names_the_bone_and_dof_of_each_column():
+    table = channel_table(CHANNELS)
+    assert table["column"].tolist() == list(range(len(CHANNELS)))
+    assert table["bone"].tolist()[:3] == ["root", "root", "lfemur"]
+    assert table["dof"].tolist()[:3] == ["tx", "ty", "rx"]
+    assert bone_per_column(table).tolist() == bone_per_column(CHANNELS).tolist()
+    with pytest.raises(ValueError, match="'bone' entry"):
+        bone_per_column({"channel": CHANNELS})
 
 
 def test_blank_bones_errors():

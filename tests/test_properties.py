@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from scipy.special import gammaln
 
 from gpflow_svi_gplvm import MaskedLikelihood, PointGPLVM
+from gpflow_svi_gplvm.datasets import random_missing
 from gpflow_svi_gplvm.metrics import nlpd, rmse
-from gpflow_svi_gplvm.protocols import random_missing
 from gpflow_svi_gplvm.training import make_dataset
 from gpflow_svi_gplvm.validation import check_observations
 

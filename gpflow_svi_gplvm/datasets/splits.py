@@ -5,9 +5,11 @@
 * :func:`random_missing`: hide a fraction of the observed entries uniformly at random
   (MNIST, Brendan faces: 10-60 % missing; MovieLens: held-out ratings).
 * :func:`blank_bones`: structured missingness for motion capture, blanking every channel of whole
-  bones (optionally with the bones below them in the skeleton, as the authors' MOCAP script does).
+  bones (optionally with the bones below them in the skeleton, as the authors' MOCAP script does;
+  the skeleton is in :mod:`.skeleton`).
 
-All functions copy their input; missing entries are NaN throughout, as in :class:`DataSet`.
+All functions copy their input; missing entries are NaN throughout, as in
+:class:`~gpflow_svi_gplvm.datasets.dataset.DataSet`.
 """
 
 from __future__ import annotations
@@ -18,22 +20,24 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = [
-    "Split",
-    "train_test_split",
-    "random_missing",
-    "CMU_SKELETON_PARENTS",
-    "MOCAP_BODY_PARTS",
-    "bone_columns",
-    "bone_descendants",
-    "blank_bones",
-]
+from .skeleton import (
+    CMU_SKELETON_PARENTS,
+    MOCAP_BODY_PARTS,
+    ChannelTable,
+    bone_descendants,
+    bone_per_column,
+)
 
 logger = logging.getLogger(__name__)
 
 
 class Split(NamedTuple):
-    """Result of :func:`train_test_split`; indices are sorted, so row order is preserved."""
+    """Result of :func:`train_test_split`; indices are sorted, so row order is preserved.
+
+    ``Y_train`` [N - N_test, ...], ``Y_test`` [N_test, ...], ``labels_train`` /
+    ``labels_test`` the matching labels (None without labels), ``train_index`` [N - N_test] and
+    ``test_index`` [N_test] the rows of the input each part holds.
+    """
 
     Y_train: np.ndarray
     Y_test: np.ndarray
@@ -49,7 +53,7 @@ def train_test_split(
     seed: int | np.random.Generator | None = 0,
     labels: np.ndarray | None = None,
 ) -> Split:
-    """Seeded random split of the rows of ``Y`` (and ``labels``) into train and test sets.
+    """Seeded random split of the rows of ``Y`` [N, ...] (and ``labels`` [N]) into train and test.
 
     ``round(test_fraction * N)`` rows (at least one, at most N - 1) go to the test set, chosen
     uniformly without replacement by ``numpy.random.default_rng(seed)``: the same seed gives the
@@ -85,12 +89,12 @@ def train_test_split(
 def random_missing(
     Y: np.ndarray, fraction: float, seed: int | np.random.Generator | None = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Hide ``fraction`` of the *observed* entries of ``Y`` uniformly at random.
+    """Hide ``fraction`` of the *observed* entries of ``Y`` [N, D] uniformly at random.
 
-    Returns ``(Y_missing, hidden)``: a float64 copy of ``Y`` with the chosen entries set to NaN,
-    and the boolean mask of the entries that were hidden (ground truth is ``Y[hidden]``).
-    Entries that are already NaN are never chosen, so ``hidden`` never overlaps them; exactly
-    ``round(fraction * number_observed)`` entries are hidden. For fully observed data
+    Returns ``(Y_missing, hidden)``, both [N, D]: a float64 copy of ``Y`` with the chosen entries
+    set to NaN, and the boolean mask of the entries that were hidden (ground truth is
+    ``Y[hidden]``). Entries that are already NaN are never chosen, so ``hidden`` never overlaps
+    them; exactly ``round(fraction * number_observed)`` entries are hidden. For fully observed data
     (MNIST, faces) that is the fraction of all entries; for MovieLens it is a fraction of the
     ratings. The counts are logged at INFO level.
     """
@@ -116,116 +120,31 @@ def random_missing(
     return Y_missing, hidden
 
 
-# The CMU Acclaim (ASF) skeleton hierarchy, identical for every CMU subject: bone -> parent.
-# lhipjoint and rhipjoint have no degrees of freedom (no channels) but parent the legs.
-CMU_SKELETON_PARENTS: dict[str, str | None] = {
-    "root": None,
-    "lhipjoint": "root",
-    "lfemur": "lhipjoint",
-    "ltibia": "lfemur",
-    "lfoot": "ltibia",
-    "ltoes": "lfoot",
-    "rhipjoint": "root",
-    "rfemur": "rhipjoint",
-    "rtibia": "rfemur",
-    "rfoot": "rtibia",
-    "rtoes": "rfoot",
-    "lowerback": "root",
-    "upperback": "lowerback",
-    "thorax": "upperback",
-    "lowerneck": "thorax",
-    "upperneck": "lowerneck",
-    "head": "upperneck",
-    "lclavicle": "thorax",
-    "lhumerus": "lclavicle",
-    "lradius": "lhumerus",
-    "lwrist": "lradius",
-    "lhand": "lwrist",
-    "lfingers": "lhand",
-    "lthumb": "lwrist",
-    "rclavicle": "thorax",
-    "rhumerus": "rclavicle",
-    "rradius": "rhumerus",
-    "rwrist": "rradius",
-    "rhand": "rwrist",
-    "rfingers": "rhand",
-    "rthumb": "rwrist",
-}
-
-
-def bone_descendants(bone: str, parents: Mapping[str, str | None] = CMU_SKELETON_PARENTS) -> list:
-    """``bone`` followed by every bone below it in the skeleton (depth first)."""
-    children: dict[str, list[str]] = {}
-    for child, parent in parents.items():
-        if parent is not None:
-            children.setdefault(parent, []).append(child)
-    result, stack = [], [bone]
-    while stack:
-        current = stack.pop()
-        result.append(current)
-        stack.extend(reversed(children.get(current, [])))
-    return result
-
-
-# Named body parts as bone subtrees. They match the vertex sets the authors' MOCAP script blanks:
-# {lhipjoint} = left leg, {lowerneck} = neck and head, {lhumerus} = left arm,
-# {upperback} = upper body, {lhipjoint, rhipjoint} = both legs.
-MOCAP_BODY_PARTS: dict[str, list[str]] = {
-    "left_leg": bone_descendants("lhipjoint"),
-    "right_leg": bone_descendants("rhipjoint"),
-    "legs": bone_descendants("lhipjoint") + bone_descendants("rhipjoint"),
-    "left_arm": bone_descendants("lhumerus"),
-    "right_arm": bone_descendants("rhumerus"),
-    "arms": bone_descendants("lhumerus") + bone_descendants("rhumerus"),
-    "neck_and_head": bone_descendants("lowerneck"),
-    "upper_body": bone_descendants("upperback"),
-}
-
-
-def _bone_per_column(channel_table) -> np.ndarray:
-    if isinstance(channel_table, Mapping):
-        if "bone" not in channel_table:
-            raise ValueError(
-                "channel_table mapping needs a 'bone' entry (one bone name per column)."
-            )
-        return np.asarray(channel_table["bone"]).astype(str)
-    names = np.asarray(list(channel_table)).astype(str)
-    return np.array([name.split(".", 1)[0] for name in names])
-
-
-def bone_columns(channel_table) -> dict[str, np.ndarray]:
-    """Map each bone to the indices of its columns.
-
-    ``channel_table`` is the mapping ``load_mocap().metadata["channel_table"]`` (needs a
-    ``"bone"`` entry with one bone name per column) or a sequence of ``"bone.dof"`` channel names.
-    """
-    bones = _bone_per_column(channel_table)
-    return {bone: np.flatnonzero(bones == bone) for bone in dict.fromkeys(bones.tolist())}
-
-
 def blank_bones(
     Y: np.ndarray,
-    channel_table,
+    channel_table: ChannelTable,
     bones: str | Iterable[str],
     *,
     descendants: bool = False,
     rows: np.ndarray | Sequence[int] | slice | None = None,
     parents: Mapping[str, str | None] = CMU_SKELETON_PARENTS,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Structured missingness: set every channel of the named bones to NaN.
+    """Structured missingness: set every channel of the named bones in ``Y`` [N, D] to NaN.
 
-    ``bones`` holds bone names (``"head"``, ``"lfemur"``, ...) and/or body parts from
-    :data:`MOCAP_BODY_PARTS` (``"left_leg"``, ``"neck_and_head"``, ...). With
-    ``descendants=True`` each named bone takes its whole subtree with it (``"lhumerus"`` then
-    blanks the left forearm, hand and fingers as well), as the authors' script does. ``rows``
-    restricts the blanking to some rows (index array, boolean mask or slice; default all rows).
+    ``channel_table`` names the bone of each of the D columns (see
+    :func:`~gpflow_svi_gplvm.datasets.skeleton.bone_per_column`). ``bones`` holds bone names
+    (``"head"``, ``"lfemur"``, ...) and/or body parts from :data:`MOCAP_BODY_PARTS`
+    (``"left_leg"``, ``"neck_and_head"``, ...). With ``descendants=True`` each named bone takes
+    its whole subtree with it (``"lhumerus"`` then blanks the left forearm, hand and fingers as
+    well), as the authors' script does. ``rows`` restricts the blanking to some rows (index
+    array, boolean mask or slice; default all rows).
 
-    Returns ``(Y_missing, hidden)`` like :func:`random_missing`: a float64 copy and the mask of
-    the entries this call hid (entries already NaN are not counted). Raises ``ValueError`` for an
-    unknown name, listing the valid ones.
+    Returns ``(Y_missing, hidden)``, both [N, D], like :func:`random_missing`: a float64 copy and
+    the mask of the entries this call hid (entries already NaN are not counted). Raises
+    ``ValueError`` for an unknown name, listing the valid ones.
     """
     Y_missing = np.array(Y, dtype=np.float64, copy=True)
-    column_bones = _bone_per_column(channel_table)
+    column_bones = bone_per_column(channel_table)
     if Y_missing.ndim != 2 or Y_missing.shape[1] != column_bones.size:
         raise ValueError(
             f"Y has shape {Y_missing.shape} but the channel table describes "

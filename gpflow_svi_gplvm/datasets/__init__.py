@@ -1,0 +1,88 @@
+"""Data sets: scikit-learn's digits, a user's own array files, the paper's data sets and the
+experimental protocols (train/test splits, artificial missingness).
+
+* :mod:`.dataset`: the :class:`DataSet` every loader returns, :func:`load_digits` and
+  :func:`load_array_file` (.npy, .npz, .csv).
+* :mod:`.files`: the data folder (``data_home``, ``$GPFLOW_SVI_GPLVM_DATA``, the per-user
+  cache), the :data:`REGISTRY` of files with their checksums, and :func:`fetch`, which downloads.
+* :mod:`.paper`: the loaders of the paper's data sets (oil flow, qPCR, taxi, MNIST, Brendan
+  faces, motion capture, MovieLens 100K); the data are not shipped with the package.
+* :mod:`.skeleton`: the CMU motion-capture skeleton and the bone of each pose column.
+* :mod:`.splits`: the seeded train/test split, random missingness and blanked bones.
+
+Every public name of the submodules is importable from here.
+"""
+
+from .dataset import (
+    DataSet,
+    load_array_file,
+    load_digits,
+)
+from .files import (
+    DATA_ENV_VAR,
+    REGISTRY,
+    RemoteFile,
+    cache_dir,
+    default_data_home,
+    fetch,
+    fetch_first_available,
+    read_npz,
+    sha256sum,
+)
+from .paper import (
+    load_brendan_faces,
+    load_mnist,
+    load_mocap,
+    load_movielens100k,
+    load_oilflow,
+    load_qpcr,
+    load_taxi,
+)
+from .skeleton import (
+    CMU_SKELETON_PARENTS,
+    MOCAP_BODY_PARTS,
+    ChannelTable,
+    bone_columns,
+    bone_descendants,
+    bone_per_column,
+    channel_table,
+)
+from .splits import (
+    Split,
+    blank_bones,
+    random_missing,
+    train_test_split,
+)
+
+__all__ = [
+    "DataSet",
+    "load_digits",
+    "load_array_file",
+    "load_oilflow",
+    "load_qpcr",
+    "load_taxi",
+    "load_mnist",
+    "load_brendan_faces",
+    "load_mocap",
+    "load_movielens100k",
+    "RemoteFile",
+    "REGISTRY",
+    "DATA_ENV_VAR",
+    "cache_dir",
+    "default_data_home",
+    "fetch",
+    "fetch_first_available",
+    "read_npz",
+    "sha256sum",
+    "Split",
+    "train_test_split",
+    "random_missing",
+    "blank_bones",
+    "bone_columns",
+    "bone_descendants",
+    "bone_per_column",
+    "channel_table",
+    "ChannelTable",
+    "CMU_SKELETON_PARENTS",
+    "MOCAP_BODY_PARTS",
+]

@@ -1,0 +1,142 @@
+"""The data-set type and the generic loaders: scikit-learn's digits and a user's own array files.
+
+A :class:`DataSet` is what every loader returns, here and in :mod:`.paper`: the observations
+``Y`` [N, D] with NaN where an entry is missing, optional labels, a held-out test set where the
+data set defines one, a one-line description and a free-form ``metadata`` dict.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class DataSet:
+    """Observations ``Y`` [N, D] (NaN = missing), optional ``labels`` [N] and a description.
+
+    ``Y_test`` [N_test, D] / ``labels_test`` [N_test] hold a held-out test set where the data set
+    defines one that the experiments use (MNIST's official test set, the MOCAP test trials);
+    everything else the loader knows (label names, column names, image shape, unused splits,
+    citation, licence, the files read) is in ``metadata``.
+    """
+
+    Y: np.ndarray
+    labels: np.ndarray | None = None
+    description: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    Y_test: np.ndarray | None = None
+    labels_test: np.ndarray | None = None
+
+
+def load_digits() -> DataSet:
+    """scikit-learn's bundled 8 x 8 digits, scaled to [0, 1]; no download needed.
+
+    ``Y`` [1797, 64] holds the grey levels divided by 16, ``labels`` [1797] the digits 0-9; rows
+    reshape to ``metadata["image_shape"]`` (8, 8).
+    """
+    from sklearn.datasets import load_digits as sklearn_digits
+
+    digits = sklearn_digits()
+    return DataSet(
+        Y=digits.data / 16.0,
+        labels=digits.target,
+        description="scikit-learn digits: 1797 images of 8x8 pixels, grey levels scaled to [0, 1]",
+        metadata={"image_shape": (8, 8)},
+    )
+
+
+_MISSING_CELLS = {"", "na", "nan", "n/a", "null"}
+
+
+def _number(cell: str) -> float | None:
+    """A cell as a float (NaN when empty or NA), or None when it is text."""
+    cell = cell.strip()
+    if cell.lower() in _MISSING_CELLS:
+        return np.nan
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _read_table(path: Path) -> DataSet:
+    """A delimited text table as a DataSet, ``Y`` [rows, numeric columns] (see
+    :func:`load_array_file`)."""
+    text = path.read_text(encoding="utf-8-sig")
+    try:
+        dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t| ")
+    except csv.Error:  # one column, or nothing to tell: commas
+        dialect = csv.excel
+    rows = [row for row in csv.reader(text.splitlines(), dialect) if any(c.strip() for c in row)]
+    if not rows:
+        raise ValueError(f"{path} holds no rows of data.")
+    width = len(rows[0])
+    for number, row in enumerate(rows, start=1):
+        if len(row) != width:
+            raise ValueError(
+                f"{path}: row {number} has {len(row)} fields but the first row has {width}. "
+                "Every row needs one field per column (leave a field empty for a missing value)."
+            )
+    cells = [[_number(cell) for cell in row] for row in rows]
+    numbering = [float(i) for i in range(width)], [float(i) for i in range(1, width + 1)]
+    header = None in cells[0] or (cells[0] in numbering and width > 1 and len(rows) > 1)
+    names = [cell.strip() for cell in rows[0]] if header else [str(j) for j in range(width)]
+    body = cells[1:] if header else cells
+    if not body:
+        raise ValueError(f"{path} has a header row but no rows of data.")
+    keep, dropped = [], []
+    for j, name in enumerate(names):
+        column = [row[j] for row in body]
+        if all(value is None or np.isnan(value) for value in column):
+            if any(value is None for value in column):
+                dropped.append(name)
+                continue
+        elif None in column:
+            line = column.index(None) + 1 + header
+            raise ValueError(
+                f"{path}: column {name!r} mixes numbers and text (row {line}: "
+                f"{rows[line - 1][j]!r}). Fix the cell, or leave it empty for a missing value."
+            )
+        keep.append(j)
+    if not keep:
+        raise ValueError(f"{path} has no numeric column (columns: {', '.join(names)}).")
+    Y = np.array([[row[j] for j in keep] for row in body], dtype=float)
+    description = path.name + (
+        f" (dropped non-numeric columns: {', '.join(dropped)})" if dropped else ""
+    )
+    metadata = {"columns": [names[j] for j in keep], "dropped": dropped, "header": header}
+    return DataSet(Y, description=description, metadata=metadata)
+
+
+def load_array_file(path: str | Path) -> DataSet:
+    """``Y`` [N, D] from a .npy, .npz (key ``Y``, optional ``labels`` [N]) or .csv / .txt table.
+
+    Tables: the delimiter (comma, semicolon, tab, bar or spaces) is sniffed; numbers may be
+    quoted; an empty cell or NA / NaN is missing. A first row with a non-numeric cell, or that
+    numbers the columns (0..D-1 or 1..D), is a header: its names go to ``metadata["columns"]``.
+    Columns with no number in them (text) are dropped and named in ``metadata["dropped"]`` and
+    in the description; a column mixing numbers and text, or a ragged row, is a ``ValueError``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"Data file {path} does not exist.")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return DataSet(np.load(path), description=path.name)
+    if suffix == ".npz":
+        with np.load(path) as arrays:
+            if "Y" not in arrays:
+                raise ValueError(
+                    f"{path} has arrays {sorted(arrays)} but no 'Y': save the data as "
+                    "np.savez(path, Y=Y, labels=labels)."
+                )
+            labels = arrays["labels"] if "labels" in arrays else None
+            return DataSet(arrays["Y"], labels, description=path.name)
+    if suffix in (".csv", ".txt"):
+        return _read_table(path)
+    raise ValueError(f"Unsupported data file type {suffix!r}: use .npy, .npz or .csv.")
