@@ -26,10 +26,12 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, fit  # noqa: E402
-from gpflow_svi_gplvm.datasets import load_mnist  # noqa: E402
+from gpflow_svi_gplvm.datasets import (
+    load_mnist,  # noqa: E402
+    random_missing,  # noqa: E402
+)
 from gpflow_svi_gplvm.latents import default_encoder_sizes, paper_encoder_options  # noqa: E402
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
-from gpflow_svi_gplvm.protocols import random_missing  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reproduce_paper import OURS, _fmt, run_one  # noqa: E402

@@ -54,14 +54,15 @@ from gpflow_svi_gplvm import (  # noqa: E402
     PointGPLVM,
     fit,
 )
-from gpflow_svi_gplvm.datasets import (  # noqa: E402
+from gpflow_svi_gplvm.datasets import (  # noqa: E402  # noqa: E402
+    blank_bones,
     load_brendan_faces,
     load_mnist,
     load_mocap,
     load_movielens100k,
+    random_missing,
 )
 from gpflow_svi_gplvm.metrics import nlpd, rmse  # noqa: E402
-from gpflow_svi_gplvm.protocols import blank_bones, random_missing  # noqa: E402
 from gpflow_svi_gplvm.training import Trainer  # noqa: E402
 
 FRACTIONS = (0.1, 0.3, 0.6)

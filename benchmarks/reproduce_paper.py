@@ -12,7 +12,7 @@ its MNIST missing-pixel table is Table 5. The command names below are this scrip
     python benchmarks/reproduce_paper.py all [--seeds 3 --iterations 2000 --quick --output F]
     python benchmarks/reproduce_paper.py table1 table3 --config paper  # the paper's settings
 
-Protocol: a seeded 80/20 split of rows (``protocols.train_test_split(Y, 0.2, seed)``); each of
+Protocol: a seeded 80/20 split of rows (``datasets.train_test_split(Y, 0.2, seed)``); each of
 Point / MAP / B-SVI / AEB-SVI is trained with ``fit`` on the training rows. ``--config ours``
 (default): the package's defaults, minibatch min(100, N_train), learning rate 0.01, 3 seeds.
 ``--config paper`` (``table1`` / ``table3``): the paper's configuration table (learning rate 1e-3
@@ -54,10 +54,14 @@ from gpflow.quadrature import NDiagGHQuadrature  # noqa: E402
 
 import gpflow_svi_gplvm  # noqa: E402
 from gpflow_svi_gplvm import LatentInference, fit  # noqa: E402
-from gpflow_svi_gplvm.datasets import load_oilflow, load_qpcr, load_taxi  # noqa: E402
+from gpflow_svi_gplvm.datasets import (  # noqa: E402
+    load_oilflow,
+    load_qpcr,
+    load_taxi,
+    train_test_split,  # noqa: E402
+)
 from gpflow_svi_gplvm.latents import paper_encoder_options  # noqa: E402
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
-from gpflow_svi_gplvm.protocols import train_test_split  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from missing_data import (  # noqa: E402
@@ -172,7 +176,7 @@ def run_one(name: str, model_name: str, seed: int, args, model_options: dict | N
 
 PROTOCOL_NOTES = """## Protocol
 
-- Seeded 80/20 split of rows, `protocols.train_test_split(Y, 0.2, seed)` with seed = 0, 1, 2...;
+- Seeded 80/20 split of rows, `datasets.train_test_split(Y, 0.2, seed)` with seed = 0, 1, 2...;
   the four models are trained on the training rows with `fit` (under the defaults: natural
   gradients for q(u) and Adam for the rest, minibatch min(100, N_train)).
 - Test rows are reconstructed in full (no hidden entries): `model.reconstruct(Y_test)` infers

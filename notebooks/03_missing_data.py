@@ -48,7 +48,7 @@ SHOWN = 8  # images per row of the figures
 # %% [markdown]
 # ## One recipe for both data sets
 #
-# Hide a fraction of the pixels with `protocols.random_missing` (it returns the data with NaNs
+# Hide a fraction of the pixels with `datasets.random_missing` (it returns the data with NaNs
 # and the mask of what it hid), build the model on the incomplete data (it wraps its likelihood
 # in `MaskedLikelihood` and says so), train, and reconstruct the training images from their
 # trained q(x_n): `rows=` names the training rows, so no latent has to be inferred again.
