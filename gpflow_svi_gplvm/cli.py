@@ -16,12 +16,18 @@ import sys
 import time
 from pathlib import Path
 
-MODELS = {
-    "point": "PointGPLVM",
-    "map": "MAPGPLVM",
-    "bsvi": "BayesianSVIGPLVM",
-    "aeb": "AmortisedBayesianGPLVM",
-}
+import matplotlib
+import numpy as np
+
+from . import datasets, plotting
+from .initialisation import column_location_and_scale
+from .metrics import rmse
+from .models import MODELS, SVIGPLVM, lookup_model
+from .training import History, fit
+from .validation import check_observations
+
+__all__ = ["RELEVANCE_KEPT", "build_parser", "main"]
+
 RELEVANCE_KEPT = 0.1
 """A latent dimension is reported as kept when its latent relevance (the spread of the latent
 means in lengthscales, ``SVIGPLVM.latent_relevance``) is >= 10% of the largest."""
@@ -76,32 +82,38 @@ def _run(args: argparse.Namespace) -> int:
     if args.output.exists() and not args.output.is_dir():
         raise ValueError(f"--output {args.output} is a file: name a folder for the results.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import matplotlib
-
     matplotlib.use("Agg")
-    import numpy as np
-
-    import gpflow_svi_gplvm as package
-
-    from . import datasets, plotting
-    from .initialisation import column_location_and_scale
-    from .metrics import rmse
-    from .validation import check_observations
-
-    if args.data is None:
-        data = datasets.load_digits()
-    else:
-        data = datasets.load_array_file(args.data)
-        # Checked before standardising, which would turn an infinity into a column of NaN.
-        data.Y = check_observations(data.Y, f"the data in {args.data}")
-        if not args.no_standardise:
-            location, scale = column_location_and_scale(data.Y)
-            data.Y = (data.Y - location) / scale
+    data = _load_data(args.data, standardise=not args.no_standardise)
     Y = data.Y
     print(f"data: {data.description or args.data} -> Y {Y.shape}, {np.isnan(Y).mean():.1%} missing")
+    model, history, seconds = _train(args, Y)
+    amortised_rows = Y if model.latent.amortised else None
+    metrics = _metrics(args, data, model, history, seconds)
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    figures = _save_figures(args.output, model, history, amortised_rows, data.labels)
+    _print_summary(args, metrics, seconds, len(history.elbo))
+    print(f"wrote {', '.join(['metrics.json', *figures])} to {args.output}/")
+    return 0
 
-    model_class = getattr(package, MODELS[args.model])
-    model = model_class(
+
+def _load_data(path: Path | None, standardise: bool) -> datasets.DataSet:
+    """The digits (``path`` None) or the data file at ``path``, checked and, with
+    ``standardise``, each column centred and scaled; ``Y`` [N, D], NaN = missing."""
+    if path is None:
+        return datasets.load_digits()
+    data = datasets.load_array_file(path)
+    # Checked before standardising, which would turn an infinity into a column of NaN.
+    data.Y = check_observations(data.Y, f"the data in {path}")
+    if standardise:
+        location, scale = column_location_and_scale(data.Y)
+        data.Y = (data.Y - location) / scale
+    return data
+
+
+def _train(args: argparse.Namespace, Y: np.ndarray) -> tuple[SVIGPLVM, History, float]:
+    """The model that ``--model`` names, built on Y [N, D] and trained; with the seconds taken."""
+    model = lookup_model(args.model)(
         Y,
         args.latent_dim,
         num_inducing=args.num_inducing,
@@ -109,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
         shared_covariance=args.shared_covariance,
     )
     start = time.perf_counter()
-    history = package.fit(
+    history = fit(
         model,
         Y,
         iterations=args.iterations,
@@ -118,16 +130,26 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         progress=not args.no_progress,
     )
-    seconds = time.perf_counter() - start
+    return model, history, time.perf_counter() - start
 
+
+def _metrics(
+    args: argparse.Namespace,
+    data: datasets.DataSet,
+    model: SVIGPLVM,
+    history: History,
+    seconds: float,
+) -> dict:
+    """What ``metrics.json`` holds: the run's settings, its final ELBO (the mean of the last 100
+    steps), the reconstruction RMSE at the latent means and the relevances of the latents."""
+    Y = data.Y
     amortised_rows = Y if model.latent.amortised else None
-    latent_mean = model.latent_mean(amortised_rows)
-    reconstruction, _ = model.predict_y(latent_mean)
+    reconstruction, _ = model.predict_y(model.latent_mean(amortised_rows))
     relevance = model.latent_relevance(amortised_rows)
     kept = [int(q) for q in np.flatnonzero(relevance >= RELEVANCE_KEPT * relevance.max())]
     tail = history.elbo[-min(100, len(history.elbo)) :]
-    metrics = {
-        "model": MODELS[args.model],
+    return {
+        "model": type(model).__name__,
         "data": data.description or str(args.data),
         "N": int(Y.shape[0]),
         "D": int(Y.shape[1]),
@@ -143,27 +165,37 @@ def _run(args: argparse.Namespace) -> int:
         "kept_latent_dims": kept,
     }
 
-    args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+
+def _save_figures(
+    folder: Path,
+    model: SVIGPLVM,
+    history: History,
+    amortised_rows: np.ndarray | None,
+    labels: np.ndarray | None,
+) -> list[str]:
+    """Write the latent space, ARD and ELBO figures to ``folder``; returns their file names.
+    ``amortised_rows`` [N, D] are the training rows for an amortised model, else None."""
     figures = {
-        "latent_space.png": plotting.plot_latent_space(model, amortised_rows, data.labels),
+        "latent_space.png": plotting.plot_latent_space(model, amortised_rows, labels),
         "ard.png": plotting.plot_ard(model),
         "elbo.png": plotting.plot_elbo(history),
     }
     for name, figure in figures.items():
-        figure.savefig(args.output / name, dpi=120, bbox_inches="tight")
+        figure.savefig(folder / name, dpi=120, bbox_inches="tight")
+    return list(figures)
 
+
+def _print_summary(args: argparse.Namespace, metrics: dict, seconds: float, steps: int) -> None:
+    """The run in a few lines; ``steps`` is the length of the ELBO trace."""
     print(f"model: {metrics['model']}  Q={args.latent_dim}  M={args.num_inducing}")
     print(f"trained {args.iterations} steps in {seconds:.1f} s")
-    if len(tail):
-        print(f"ELBO (mean of last {len(tail)} steps): {metrics['elbo_final']:.2f}")
+    if steps:
+        print(f"ELBO (mean of last {min(100, steps)} steps): {metrics['elbo_final']:.2f}")
     print(f"reconstruction RMSE at the latent means: {metrics['reconstruction_rmse']:.4f}")
     print(
         f"latent dims kept by ARD (latent means spread >= {RELEVANCE_KEPT:.0%} of the widest, "
-        f"in lengthscales): {kept} of {args.latent_dim}"
+        f"in lengthscales): {metrics['kept_latent_dims']} of {args.latent_dim}"
     )
-    print(f"wrote {', '.join(['metrics.json', *figures])} to {args.output}/")
-    return 0
 
 
 if __name__ == "__main__":

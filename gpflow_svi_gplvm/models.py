@@ -518,3 +518,31 @@ def _warn_unobserved(Y: np.ndarray) -> None:
             "fitted to nothing and predict from the prior.",
             stacklevel=4,
         )
+
+
+MODELS: dict[str, type[SVIGPLVM]] = {
+    "point": PointGPLVM,
+    "map": MAPGPLVM,
+    "bsvi": BayesianSVIGPLVM,
+    "aeb": AmortisedBayesianGPLVM,
+}
+"""The model names that the command line (``--model``) and ``GPLVMEmbedding(model=...)`` accept,
+and the classes they build."""
+
+PAPER_NAMES: dict[str, str] = {
+    "point": "Point",
+    "map": "MAP",
+    "bsvi": "B-SVI",
+    "aeb": "AEB-SVI",
+}
+"""Each name of :data:`MODELS` as the paper (Lalchand et al., 2022) writes it, for tables."""
+
+
+def lookup_model(name: object) -> Callable[..., SVIGPLVM]:
+    """The model class that ``name`` (a key of :data:`MODELS`) names, to be called as
+    ``model_class(Y, latent_dim, num_inducing, **options)``; a ValueError listing the valid names
+    for anything else (another string, a class, None)."""
+    found = MODELS.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"Unknown model {name!r}: choose one of {', '.join(map(repr, MODELS))}.")
+    return found

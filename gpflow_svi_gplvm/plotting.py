@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
     from .models import SVIGPLVM
@@ -23,13 +24,16 @@ __all__ = [
 ]
 
 
-def _axes(ax, figsize):
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    """The figure of ``ax``, or a new figure of ``figsize`` inches with one axis."""
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    if ax is not None:
-        return ax.figure, ax
-    figure, ax = plt.subplots(figsize=figsize)
-    return figure, ax
+    if ax is None:
+        return plt.subplots(figsize=figsize)
+    figure = ax.figure
+    # An axis on a SubFigure: the root figure is the one that saves and shows.
+    return (figure if isinstance(figure, Figure) else figure.figure), ax
 
 
 _MAX_CLASSES = 20
@@ -41,62 +45,29 @@ def plot_latent_space(
     Y: np.ndarray | None = None,
     labels: np.ndarray | None = None,
     dims: tuple[int, int] | None = None,
-    ax=None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Scatter of the latent means of the training rows on two dimensions, coloured by ``labels``.
 
     ``dims`` defaults to the two most relevant dimensions (largest spread of the latent means in
     lengthscales, :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`).
-    Up to 20 distinct labels are classes (one colour each, with a legend); more numeric labels
+    Up to 20 distinct labels [N] are classes (one colour each, with a legend); more numeric labels
     (a covariate) are drawn on a continuous colour scale.
     For a Gaussian q(x), each point carries an ellipse of +/- 1 standard deviation.
-    ``Y`` (the training rows) is needed for amortised models only.
+    ``Y`` [N, D] (the training rows) is needed for amortised models only.
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.collections import EllipseCollection
-
     mean = model.latent_mean(Y).numpy()
     variance = model.latent_variance(Y).numpy()
     if dims is None:
-        order = np.argsort(-model.latent_relevance(Y))
-        dims = (int(order[0]), int(order[min(1, len(order) - 1)]))
+        dims = _most_relevant_pair(model.latent_relevance(Y))
     figure, ax = _axes(ax, (6, 5))
     x, y = mean[:, dims[0]], mean[:, dims[1]]
-    colours = None if labels is None else np.asarray(labels)
     if np.any(variance > 0):
-        sd = np.sqrt(variance[:, list(dims)])
-        ellipses = EllipseCollection(
-            2 * sd[:, 0],
-            2 * sd[:, 1],
-            np.zeros(len(sd)),
-            units="xy",
-            offsets=np.column_stack([x, y]),
-            offset_transform=ax.transData,
-            facecolors="none",
-            edgecolors="grey",
-            linewidths=0.5,
-            alpha=0.3,
-        )
-        ax.add_collection(ellipses)
-    classes = None if colours is None else np.unique(colours)
-    if classes is None:
+        _draw_ellipses(ax, x, y, np.sqrt(variance[:, list(dims)]))
+    if labels is None:
         ax.scatter(x, y, s=8)
-    elif len(classes) <= _MAX_CLASSES:
-        # A qualitative palette with one colour per class: a colour map over the label values
-        # would give classes that merely have close numbers close colours.
-        palette = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20").colors
-        for value, colour in zip(classes, palette):
-            chosen = colours == value
-            ax.scatter(x[chosen], y[chosen], s=8, color=colour, label=str(value))
-        ax.legend(markerscale=2, fontsize="small", ncol=1 + len(classes) // 11)
-    elif np.issubdtype(colours.dtype, np.number):
-        points = ax.scatter(x, y, c=colours, cmap="viridis", s=8)
-        figure.colorbar(points, ax=ax, label="label")
     else:
-        raise ValueError(
-            f"labels has {len(classes)} distinct non-numeric values; at most {_MAX_CLASSES} "
-            "classes can be told apart by colour: pass numeric labels for a colour scale."
-        )
+        _scatter_labelled(figure, ax, x, y, np.asarray(labels))
     ax.set_xlabel(f"latent dim {dims[0]}")
     ax.set_ylabel(f"latent dim {dims[1]}")
     ax.set_title(
@@ -106,7 +77,59 @@ def plot_latent_space(
     return figure
 
 
-def plot_ard(model: SVIGPLVM, ax=None) -> Figure:
+def _most_relevant_pair(relevance: np.ndarray) -> tuple[int, int]:
+    """The two dimensions of largest ``relevance`` [Q], most relevant first (twice the only one
+    when Q = 1)."""
+    order = np.argsort(-relevance)
+    return int(order[0]), int(order[min(1, len(order) - 1)])
+
+
+def _draw_ellipses(ax: Axes, x: np.ndarray, y: np.ndarray, sd: np.ndarray) -> None:
+    """One grey ellipse of +/- 1 standard deviation ``sd`` [N, 2] around each point (x, y) [N]."""
+    from matplotlib.collections import EllipseCollection
+
+    ellipses = EllipseCollection(
+        2 * sd[:, 0],
+        2 * sd[:, 1],
+        np.zeros(len(sd)),
+        units="xy",
+        offsets=np.column_stack([x, y]),
+        offset_transform=ax.transData,
+        facecolors="none",
+        edgecolors="grey",
+        linewidths=0.5,
+        alpha=0.3,
+    )
+    ax.add_collection(ellipses)
+
+
+def _scatter_labelled(
+    figure: Figure, ax: Axes, x: np.ndarray, y: np.ndarray, labels: np.ndarray
+) -> None:
+    """Points (x, y) [N] coloured by ``labels`` [N]: one colour and legend entry per class up to
+    :data:`_MAX_CLASSES` classes, else a colour scale (numeric labels only)."""
+    import matplotlib.pyplot as plt
+
+    classes = np.unique(labels)
+    if len(classes) <= _MAX_CLASSES:
+        # A qualitative palette with one colour per class: a colour map over the label values
+        # would give classes that merely have close numbers close colours.
+        palette = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20")
+        for k, value in enumerate(classes):
+            chosen = labels == value
+            ax.scatter(x[chosen], y[chosen], s=8, color=palette(k), label=str(value))
+        ax.legend(markerscale=2, fontsize="small", ncol=1 + len(classes) // 11)
+    elif np.issubdtype(labels.dtype, np.number):
+        points = ax.scatter(x, y, c=labels, cmap="viridis", s=8)
+        figure.colorbar(points, ax=ax, label="label")
+    else:
+        raise ValueError(
+            f"labels has {len(classes)} distinct non-numeric values; at most {_MAX_CLASSES} "
+            "classes can be told apart by colour: pass numeric labels for a colour scale."
+        )
+
+
+def plot_ard(model: SVIGPLVM, ax: Axes | None = None) -> Figure:
     """Bars of the ARD relevance 1 / lengthscale_q of each latent dimension."""
     relevance = model.ard_relevance()
     figure, ax = _axes(ax, (5, 3))
@@ -118,7 +141,7 @@ def plot_ard(model: SVIGPLVM, ax=None) -> Figure:
     return figure
 
 
-def plot_elbo(history: History, window: int = 50, ax=None) -> Figure:
+def plot_elbo(history: History, window: int = 50, ax: Axes | None = None) -> Figure:
     """The minibatch ELBO per step and its running mean over ``window`` steps."""
     elbo = np.asarray(history.elbo)
     figure, ax = _axes(ax, (6, 3))
@@ -228,12 +251,14 @@ def plot_image_grid(
 
 
 def _bin_edges(values: np.ndarray, bins: int | Sequence[float], log: bool) -> np.ndarray:
-    if np.ndim(bins) == 0:
-        if int(bins) < 1:
+    """Edges [K + 1] of ``bins`` bins spanning ``values`` [n] (geometrically spaced with ``log``),
+    or the given edges, checked."""
+    edges = np.asarray(bins, dtype=float)
+    if edges.ndim == 0:
+        if int(edges) < 1:
             raise ValueError(f"bins must be a positive number of bins or the edges, got {bins}.")
         spaced = np.geomspace if log else np.linspace
-        return spaced(values.min(), values.max(), int(bins) + 1)
-    edges = np.asarray(bins, dtype=float)
+        return spaced(values.min(), values.max(), int(edges) + 1)
     if edges.ndim != 1 or len(edges) < 2 or np.any(np.diff(edges) <= 0):
         raise ValueError("Bin edges must be a 1-D increasing sequence of at least two values.")
     return edges
@@ -247,7 +272,7 @@ def plot_variance_against(
     ylabel: str = "predictive variance",
     log_x: bool = False,
     log_y: bool = False,
-    ax=None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Predictive variance against a covariate: every point, and per bin the mean +/- 1 s.e.
 
@@ -258,6 +283,34 @@ def plot_variance_against(
     skipped. Error bars are standard errors of the bin means. ``log_x`` / ``log_y`` put the
     axes on a log scale (their values must then be positive).
     """
+    x, v = _finite_pairs(covariate, variance, log_x, log_y)
+    centres, means, errors = _bin_means(x, v, _bin_edges(x, bins, log_x))
+    figure, ax = _axes(ax, (6, 4))
+    ax.scatter(x, v, s=6, alpha=0.3, color="grey", label="each point")
+    ax.errorbar(
+        centres,
+        means,
+        yerr=errors,
+        fmt="o-",
+        capsize=3,
+        color="tab:blue",
+        label="bin mean ± 1 s.e.",
+    )
+    if log_x:
+        ax.set_xscale("log")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    return figure
+
+
+def _finite_pairs(
+    covariate: np.ndarray, variance: np.ndarray, log_x: bool, log_y: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of ``covariate`` and ``variance`` (same shape) that are both finite, flattened
+    to [n], checked for plotting (variances >= 0, values > 0 on a log axis)."""
     covariate = np.asarray(covariate, dtype=float)
     variance = np.asarray(variance, dtype=float)
     if covariate.shape != variance.shape:
@@ -280,7 +333,23 @@ def plot_variance_against(
                 f"{flag}=True needs positive values, but {int(np.sum(values <= 0))} {name} "
                 f"value(s) are <= 0: leave them out (e.g. keep {name} > 0) or pass {flag}=False."
             )
-    edges = _bin_edges(x, bins, log_x)
+    return x, v
+
+
+def _bin_means(
+    x: np.ndarray, v: np.ndarray, edges: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Per non-empty bin of ``x`` [n] between ``edges`` [K + 1]: the mean of x, the mean of ``v``
+    [n] and its standard error (0 for a bin of one point), each [K'] with K' <= K.
+
+    .. math::
+
+        \bar v_b = \frac{1}{n_b} \sum_{i \in b} v_i, \qquad
+        \mathrm{se}_b = \frac{s_b}{\sqrt{n_b}},
+
+    with :math:`s_b` the sample standard deviation (``ddof=1``) of the :math:`n_b` values in
+    bin b.
+    """
     which = np.searchsorted(edges, x, side="right") - 1
     which[x == edges[-1]] = len(edges) - 2  # the last bin includes its right edge
     centres, means, errors = [], [], []
@@ -292,22 +361,4 @@ def plot_variance_against(
         centres.append(x[chosen].mean())
         means.append(v[chosen].mean())
         errors.append(v[chosen].std(ddof=1) / np.sqrt(count) if count > 1 else 0.0)
-    figure, ax = _axes(ax, (6, 4))
-    ax.scatter(x, v, s=6, alpha=0.3, color="grey", label="each point")
-    ax.errorbar(
-        np.array(centres),
-        np.array(means),
-        yerr=np.array(errors),
-        fmt="o-",
-        capsize=3,
-        color="tab:blue",
-        label="bin mean ± 1 s.e.",
-    )
-    if log_x:
-        ax.set_xscale("log")
-    if log_y:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize="small")
-    return figure
+    return np.array(centres), np.array(means), np.array(errors)

@@ -8,7 +8,7 @@
     from sklearn.preprocessing import StandardScaler
     from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
 
-    pipeline = make_pipeline(StandardScaler(), GPLVMEmbedding(latent_dim=2, iterations=2000))
+    pipeline = make_pipeline(StandardScaler(), GPLVMEmbedding(n_components=2, iterations=2000))
     X = pipeline.fit_transform(Y)  # [N, 2]: the trained latent means of the training rows
     X_new = pipeline.transform(Y_new)  # [N*, 2]: q(x*) inferred for new rows
     Y_hat = pipeline.inverse_transform(X_new)  # [N*, D]: decoded means, on Y's scale
@@ -18,25 +18,23 @@ The fitted GPflow model is ``model_`` (for variances, ``reconstruct``, plotting,
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import tensorflow as tf
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils import Tags
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .inference import LatentInference
 from .metrics import nlpd
-from .models import MAPGPLVM, AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM
+from .models import MODELS, lookup_model
 from .training import fit as fit_model
 
 __all__ = ["GPLVMEmbedding", "MODELS"]
 
-MODELS = {
-    "point": PointGPLVM,
-    "map": MAPGPLVM,
-    "bsvi": BayesianSVIGPLVM,
-    "aeb": AmortisedBayesianGPLVM,
-}
-"""The names accepted by ``GPLVMEmbedding(model=...)`` and the classes they build."""
+_DEFAULT_N_COMPONENTS = 2
 
 
 class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -45,12 +43,14 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     Parameters
     ----------
     model : {"point", "map", "bsvi", "aeb"}, default="bsvi"
-        The latent family: point estimates (:class:`~gpflow_svi_gplvm.PointGPLVM`), MAP under
-        N(0, I) (:class:`~gpflow_svi_gplvm.MAPGPLVM`), Gaussian q(x_n) per row
+        The latent family (a name of :data:`gpflow_svi_gplvm.models.MODELS`): point estimates
+        (:class:`~gpflow_svi_gplvm.PointGPLVM`), MAP under N(0, I)
+        (:class:`~gpflow_svi_gplvm.MAPGPLVM`), Gaussian q(x_n) per row
         (:class:`~gpflow_svi_gplvm.BayesianSVIGPLVM`) or an amortised MLP encoder
         (:class:`~gpflow_svi_gplvm.AmortisedBayesianGPLVM`).
-    latent_dim : int, default=2
-        Q, the number of latent dimensions (the output width of ``transform``).
+    n_components : int, default=2
+        Q, the number of latent dimensions (the output width of ``transform``; the models'
+        ``latent_dim``).
     num_inducing : int, default=25
         M inducing inputs; at most the number of training rows.
     iterations : int, default=1000
@@ -70,6 +70,9 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     shared_covariance : bool or None, default=None
         One q(u) covariance for all D outputs (True), one per output (False), or shared when
         D >= 100 (None); see :class:`~gpflow_svi_gplvm.SVIGPLVM`.
+    latent_dim : int or None, default=None
+        Deprecated alias of ``n_components`` (``fit`` warns with a ``FutureWarning``); giving it
+        together with a non-default ``n_components`` is a ``ValueError``.
 
     Attributes
     ----------
@@ -103,19 +106,22 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     def __init__(
         self,
-        model="bsvi",
-        latent_dim=2,
-        num_inducing=25,
-        iterations=1000,
-        batch_size=100,
-        learning_rate=0.01,
-        inference_iterations=300,
-        seed=0,
-        progress=False,
-        shared_covariance=None,
-    ):
+        model: str = "bsvi",
+        n_components: int = _DEFAULT_N_COMPONENTS,
+        num_inducing: int = 25,
+        iterations: int = 1000,
+        batch_size: int = 100,
+        learning_rate: float = 0.01,
+        inference_iterations: int = 300,
+        seed: int = 0,
+        progress: bool = False,
+        shared_covariance: bool | None = None,
+        latent_dim: int | None = None,
+    ) -> None:
+        # Stored as given (scikit-learn's convention for get_params, set_params and clone):
+        # every check waits for fit.
         self.model = model
-        self.latent_dim = latent_dim
+        self.n_components = n_components
         self.num_inducing = num_inducing
         self.iterations = iterations
         self.batch_size = batch_size
@@ -124,14 +130,15 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self.seed = seed
         self.progress = progress
         self.shared_covariance = shared_covariance
+        self.latent_dim = latent_dim
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True
         tags.transformer_tags.preserves_dtype = ["float64"]
         return tags
 
-    def fit(self, Y, y=None):
+    def fit(self, Y: ArrayLike, y: None = None) -> GPLVMEmbedding:
         """Build the model named by ``model`` on Y and train it.
 
         Parameters
@@ -146,20 +153,17 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self : GPLVMEmbedding
             The fitted estimator (``model_``, ``history_``, ``n_features_in_`` set).
         """
-        model_class = MODELS.get(self.model) if isinstance(self.model, str) else None
-        if model_class is None:
-            raise ValueError(
-                f"Unknown model {self.model!r}: choose one of {', '.join(map(repr, MODELS))}."
-            )
+        model_class = lookup_model(self.model)
+        num_components = self._num_components()
         Y = self._validate(Y, reset=True)
         model = model_class(
             Y,
-            self.latent_dim,
+            num_components,
             self.num_inducing,
             seed=self.seed,
             shared_covariance=self.shared_covariance,
         )
-        history = fit_model(
+        self.history_ = fit_model(
             model,
             Y,
             iterations=self.iterations,
@@ -169,24 +173,21 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             progress=self.progress,
         )
         self.model_ = model
-        self.history_ = history
-        self._n_features_out = int(self.latent_dim)
+        self._n_features_out = int(num_components)
         self._inference = self._new_inference()
         return self
 
-    def fit_transform(self, Y, y=None):
+    def fit_transform(self, Y: ArrayLike, y: None = None) -> np.ndarray:
         """Fit on Y and return the trained latent means of its rows (not re-inferred).
 
         Parameters
         ----------
-        Y : array-like of shape (N, D)
-            Training rows; NaN = missing.
-        y : None
-            Ignored.
+        Y, y
+            As in :meth:`fit`.
 
         Returns
         -------
-        X : ndarray of shape (N, latent_dim)
+        X : ndarray of shape (N, n_components)
             Means of the trained q(x_n): ``model_.latent_mean()``, or ``model_.latent_mean(Y)``
             (one encoder pass) for the amortised model. ``transform(Y)`` would instead infer
             q(x*) afresh with the trained globals frozen, which gives close but not equal means.
@@ -197,7 +198,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             return self.model_.latent_mean(Y).numpy()
         return self.model_.latent_mean().numpy()
 
-    def transform(self, Y):
+    def transform(self, Y: ArrayLike) -> np.ndarray:
         """Latent means of q(x*) for rows Y (NaN allowed), with the trained model frozen.
 
         Parameters
@@ -208,7 +209,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Returns
         -------
-        X : ndarray of shape (N*, latent_dim)
+        X : ndarray of shape (N*, n_components)
             Means of q(x*): ``inference_iterations`` Adam steps from the best-fitting candidate
             latent (one encoder pass for "aeb"), as ``model_.infer_latents``.
         """
@@ -216,12 +217,12 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Y = self._validate(Y, reset=False)
         return self._inference.infer(Y)[0].numpy()
 
-    def inverse_transform(self, X):
+    def inverse_transform(self, X: ArrayLike) -> np.ndarray:
         """Decode latents X into the predictive means of Y (``model_.predict_y(X)[0]``).
 
         Parameters
         ----------
-        X : array-like of shape (N*, latent_dim)
+        X : array-like of shape (N*, n_components)
             Latent points, e.g. the output of ``transform``.
 
         Returns
@@ -230,20 +231,28 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             The likelihood's predictive mean of every column at X.
         """
         check_is_fitted(self)
-        X = check_array(X, dtype=np.float64)
-        if X.shape[1] != self.model_.latent_dim:
+        latents = check_array(X, dtype=np.float64)
+        width = self.model_.latent_dim
+        if latents.shape[1] != width:
             raise ValueError(
-                f"X has {X.shape[1]} columns but the model has latent_dim={self.model_.latent_dim}."
+                f"X has {latents.shape[1]} columns but the model has latent_dim={width}: pass "
+                f"latents with n_components={width} columns, e.g. the output of transform."
             )
-        return self.model_.predict_y(tf.convert_to_tensor(X))[0].numpy()
+        return self.model_.predict_y(tf.convert_to_tensor(latents))[0].numpy()
 
-    def score(self, Y, y=None):
-        """Mean log predictive density of the observed entries of Y (higher is better).
+    def score(self, Y: ArrayLike, y: None = None) -> float:
+        r"""Mean log predictive density of the observed entries of Y (higher is better).
 
         Each row's q(x*) is inferred from its observed entries (as in ``transform``), and every
-        observed entry y_nd is scored under the Gaussian N(m_nd, v_nd) whose moments are those of
-        ``model_.reconstruct``: the predictive integrated over q(x*), with latent, GP and noise
-        uncertainty. The score is the mean over observed entries of log N(y_nd | m_nd, v_nd),
+        observed entry :math:`y_{nd}` is scored under the Gaussian whose mean :math:`m_{nd}` and
+        variance :math:`v_{nd}` are those of ``model_.reconstruct``: the predictive integrated
+        over q(x*), with latent, GP and noise uncertainty. Over the set O of observed entries,
+
+        .. math::
+
+            \mathrm{score}(Y) = \frac{1}{|O|} \sum_{(n, d) \in O}
+                \log \mathcal{N}(y_{nd} \mid m_{nd}, v_{nd}),
+
         i.e. ``-gpflow_svi_gplvm.metrics.nlpd(Y, m, v)`` (pointwise). It rewards accurate *and*
         calibrated reconstructions, in nats per entry, so it depends on Y's scale: compare
         scores only on the same data (e.g. across a grid search's folds).
@@ -278,7 +287,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         if "model_" in state:
             self._inference = self._new_inference()
 
-    def _validate(self, Y, reset: bool) -> np.ndarray:
+    def _validate(self, Y: ArrayLike, reset: bool) -> np.ndarray:
         """Y as float64 [N, D] with NaN allowed; ``reset`` records D (and needs two rows to
         learn from: one sample has no spread to embed), else checks it."""
         return validate_data(
@@ -289,6 +298,24 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             ensure_all_finite="allow-nan",
             ensure_min_samples=2 if reset else 1,
         )
+
+    def _num_components(self) -> int:
+        """Q: ``n_components``, or the deprecated alias ``latent_dim`` when that is given."""
+        if self.latent_dim is None:
+            return self.n_components
+        if self.n_components != _DEFAULT_N_COMPONENTS:
+            raise ValueError(
+                f"Both n_components={self.n_components!r} and latent_dim={self.latent_dim!r} "
+                "were given: latent_dim is a deprecated alias of n_components, pass only "
+                "n_components."
+            )
+        warnings.warn(
+            "GPLVMEmbedding(latent_dim=...) is deprecated: pass n_components=... instead "
+            "(scikit-learn's name, as in PCA).",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return self.latent_dim
 
     def _new_inference(self) -> LatentInference:
         """Inference of q(x*) for ``model_``; made in ``fit`` so that ``transform`` and

@@ -43,13 +43,7 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
-from gpflow_svi_gplvm import (
-    MAPGPLVM,
-    AmortisedBayesianGPLVM,
-    BayesianSVIGPLVM,
-    PointGPLVM,
-    fit,
-)
+from gpflow_svi_gplvm import fit, models
 from gpflow_svi_gplvm.datasets import load_oilflow, train_test_split
 from gpflow_svi_gplvm.metrics import nlpd, rmse
 from gpflow_svi_gplvm.plotting import plot_ard, plot_latent_space
@@ -74,14 +68,9 @@ print(f"train {Y_train.shape}, test {Y_test.shape}")
 # network instead, so it has no per-row parameters at all.
 
 # %%
-MODELS = {
-    "Point": PointGPLVM,
-    "MAP": MAPGPLVM,
-    "B-SVI": BayesianSVIGPLVM,
-    "AEB-SVI": AmortisedBayesianGPLVM,
-}
 trained = {}
-for name, model_class in MODELS.items():
+for key, model_class in models.MODELS.items():
+    name = models.PAPER_NAMES[key]  # "point" -> "Point", "bsvi" -> "B-SVI", ...
     model = model_class(Y_train, latent_dim=10, num_inducing=25)
     history = fit(
         model, Y_train, iterations=ITERATIONS, batch_size=100, learning_rate=0.01, progress=False

@@ -15,13 +15,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
 from gpflow_svi_gplvm.metrics import nlpd, rmse
+from gpflow_svi_gplvm.models import PAPER_NAMES, lookup_model
 from gpflow_svi_gplvm.sklearn import MODELS, GPLVMEmbedding
 
 N_TRAIN, N_TEST, D, Q = 100, 30, 6, 2
 
 DEFAULTS = dict(
     model="bsvi",
-    latent_dim=2,
+    n_components=2,
     num_inducing=25,
     iterations=1000,
     batch_size=100,
@@ -30,6 +31,7 @@ DEFAULTS = dict(
     seed=0,
     progress=False,
     shared_covariance=None,
+    latent_dim=None,
 )
 
 # Small settings that still learn the synthetic data well (a few seconds per fit).
@@ -93,7 +95,7 @@ def test_defaults_are_stored_verbatim():
 def test_get_params_set_params_round_trip():
     params = dict(
         model="map",
-        latent_dim=3,
+        n_components=3,
         num_inducing=7,
         iterations=12,
         batch_size=9,
@@ -102,6 +104,7 @@ def test_get_params_set_params_round_trip():
         seed=11,
         progress=True,
         shared_covariance=True,
+        latent_dim=None,
     )
     estimator = GPLVMEmbedding()
     assert estimator.set_params(**params) is estimator
@@ -143,6 +146,36 @@ def test_unknown_model_name_is_a_value_error_listing_the_names(data):
     assert set(MODELS) == {"point", "map", "bsvi", "aeb"}
     with pytest.raises(ValueError, match="Unknown model"):
         GPLVMEmbedding(model=BayesianSVIGPLVM).fit(data[0])
+
+
+def test_the_model_registry_names_each_class_once():
+    assert [lookup_model(name) for name in MODELS] == list(MODELS.values())
+    assert len(set(MODELS.values())) == len(MODELS) and set(PAPER_NAMES) == set(MODELS)
+    assert PAPER_NAMES["bsvi"] == "B-SVI"
+    for wrong in ("B-SVI", "BayesianSVIGPLVM", None):
+        with pytest.raises(ValueError, match="choose one of 'point', 'map', 'bsvi', 'aeb'"):
+            lookup_model(wrong)
+
+
+TINY = dict(num_inducing=5, iterations=3, batch_size=20, inference_iterations=3)
+
+
+def test_n_components_sets_the_latent_width(data):
+    estimator = GPLVMEmbedding(n_components=3, **TINY).fit(data[0])
+    assert estimator.model_.latent_dim == 3
+    assert estimator.transform(data[1][:4]).shape == (4, 3)
+    assert len(estimator.get_feature_names_out()) == 3
+
+
+def test_latent_dim_is_a_deprecated_alias_of_n_components(data):
+    estimator = GPLVMEmbedding(latent_dim=3, **TINY)
+    with pytest.warns(FutureWarning, match="n_components"):
+        latents = estimator.fit_transform(data[0])
+    assert latents.shape == (N_TRAIN, 3) and estimator.model_.latent_dim == 3
+    assert estimator.get_params()["latent_dim"] == 3  # stored as given, so clone keeps it
+    assert clone(estimator).get_params() == estimator.get_params()
+    with pytest.raises(ValueError, match="pass only n_components"):
+        GPLVMEmbedding(n_components=4, latent_dim=3, **TINY).fit(data[0])
 
 
 def test_fit_stores_the_model_history_and_width(fitted):
