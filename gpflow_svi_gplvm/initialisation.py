@@ -85,11 +85,16 @@ def column_location_and_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:
-    """Principal-component scores [N, Q] of Y [N, D] with NaNs imputed by their column means.
+    r"""Principal-component scores [N, Q] of Y [N, D] with NaNs imputed by their column means:
 
-    X = (Y_imputed - mean) V_Q / sd_1, where V_Q holds the leading Q right singular vectors and sd_1
-    is the standard deviation of the first score, so the first dimension has unit variance like
-    the N(0, I) prior and the others keep their relative scale. Dimensions beyond the rank of Y
+    .. math::
+
+        X = (\tilde Y - \bar y) V_Q / s_1,
+
+    where :math:`\tilde Y` is the imputed Y, :math:`\bar y` [D] its column means, :math:`V_Q`
+    [D, Q] the leading Q right singular vectors and :math:`s_1` the standard deviation of the
+    first score, so the first dimension has unit variance like the N(0, I) prior and the others
+    keep their relative scale. Dimensions beyond the rank of Y
     are filled with small noise (sd 0.01), so that no two latent dimensions start identical.
 
     V_Q comes from a randomised subspace iteration (Halko et al., 2011) over row blocks, with Q + 10

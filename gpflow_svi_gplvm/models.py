@@ -280,7 +280,8 @@ class SVIGPLVM(SVGP):
         "return: [batch]",
     )
     def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """Each row's part of the bound [B], unscaled: the data term plus the row term r_n."""
+        """Each row's part of the bound [B], unscaled: the data term plus the row term
+        :math:`r_n`."""
         batch = self.latent(idx, Y, self.num_samples, training=training)
         return self.expected_data_term(batch, Y) + batch.row_term
 
@@ -387,7 +388,7 @@ class PointGPLVM(SVIGPLVM):
 
 
 class MAPGPLVM(SVIGPLVM):
-    """GPLVM with MAP latents under a prior p(x) (default N(0, I)) (the paper's "MAP")."""
+    """GPLVM with MAP latents under a prior :math:`p(x)` (default N(0, I)) (the paper's "MAP")."""
 
     def __init__(
         self,
@@ -409,7 +410,8 @@ class MAPGPLVM(SVIGPLVM):
 
 
 class BayesianSVIGPLVM(SVIGPLVM):
-    """Bayesian GPLVM with per-row q(x_n) = N(mu_n, diag s_n) (the paper's "B-SVI")."""
+    r"""Bayesian GPLVM with per-row :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` (the
+    paper's "B-SVI")."""
 
     def __init__(
         self,
@@ -431,7 +433,8 @@ class BayesianSVIGPLVM(SVIGPLVM):
 
 
 class AmortisedBayesianGPLVM(SVIGPLVM):
-    """Bayesian GPLVM with q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) from an MLP encoder ("AEB-SVI").
+    r"""Bayesian GPLVM with :math:`q(x_n) = N(G(y_n), L(y_n) L(y_n)^\top)` from an MLP encoder
+    ("AEB-SVI").
 
     Encoder options (``hidden_sizes``, or ``mean_hidden_sizes`` and ``covariance_hidden_sizes``
     apart, default :func:`~gpflow_svi_gplvm.latents.default_encoder_sizes`, ``activation``,
