@@ -84,7 +84,9 @@ class SVIGPLVM(SVGP):
     per-output covariances cost little. Choose ``False`` at large D when each output's own
     uncertainty matters (e.g. outputs observed very unequally often). ``latent`` builds the
     latent module from the initial latents [N, Q]; the four public models fix it, and a new
-    latent family needs only a new module: ``SVIGPLVM(Y, Q, latent=MyLatent)``.
+    latent family needs only a new module: ``SVIGPLVM(Y, Q, latent=MyLatent)``. A subclass whose
+    module is built from the data (as :class:`AmortisedBayesianGPLVM`'s encoder) overrides
+    :meth:`_build_latent` instead.
 
     ``latent_expectation``: how the data term's expectation over :math:`q(x_n)` is taken.
     "closed-form" (psi statistics, :mod:`gpflow_svi_gplvm.latent_expectations`: no Monte Carlo
