@@ -1,22 +1,54 @@
-"""Initial values: latents from NaN-aware PCA (or the prior), inducing inputs from the latents."""
+"""Initial values and default components of a model, chosen from the data.
+
+Latents start from NaN-aware PCA (or the prior), inducing inputs from the latents; the default
+likelihood, kernel and mean function are set on the data's scale (:func:`default_components`),
+and the sizes and options a model is built with are checked here (:func:`check_sizes`,
+:func:`default_shared_covariance`).
+"""
 
 from __future__ import annotations
 
+import warnings
+from typing import NamedTuple
+
 import numpy as np
 import tensorflow as tf
+from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.likelihoods import Gaussian, Likelihood, Poisson
+from gpflow.mean_functions import Constant, MeanFunction
 
-from .likelihoods import MaskedLikelihood
-from .validation import ROWS_PER_BLOCK, row_blocks
+from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
+from .validation import ROWS_PER_BLOCK, check_integer, row_blocks
 
 __all__ = [
+    "SHARED_COVARIANCE_MIN_OUTPUTS",
+    "ModelComponents",
     "column_moments",
     "column_location_and_scale",
+    "check_sizes",
+    "default_shared_covariance",
+    "default_components",
+    "initial_latents",
     "pca_latents",
     "random_latents",
     "inducing_inputs",
     "initial_offset",
 ]
+
+SHARED_COVARIANCE_MIN_OUTPUTS = 100
+"""``shared_covariance=None`` shares one q(u) covariance when D is at least this."""
+
+# Warnings about the data point at the user's call of a public model's constructor: counted from
+# default_components, the frames are it, SVIGPLVM.__init__, the subclass __init__ and the user.
+_USER_FRAME = 4
+
+
+class ModelComponents(NamedTuple):
+    """The kernel, likelihood and mean function a model is built with."""
+
+    kernel: Kernel
+    likelihood: Likelihood
+    mean_function: MeanFunction
 
 
 def column_moments(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -53,11 +85,16 @@ def column_location_and_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:
-    """Principal-component scores [N, Q] of Y [N, D] with NaNs imputed by their column means.
+    r"""Principal-component scores [N, Q] of Y [N, D] with NaNs imputed by their column means:
 
-    X = (Y_imputed - mean) V_Q / sd_1, where V_Q holds the leading Q right singular vectors and sd_1
-    is the standard deviation of the first score, so the first dimension has unit variance like
-    the N(0, I) prior and the others keep their relative scale. Dimensions beyond the rank of Y
+    .. math::
+
+        X = (\tilde Y - \bar y) V_Q / s_1,
+
+    where :math:`\tilde Y` is the imputed Y, :math:`\bar y` [D] its column means, :math:`V_Q`
+    [D, Q] the leading Q right singular vectors and :math:`s_1` the standard deviation of the
+    first score, so the first dimension has unit variance like the N(0, I) prior and the others
+    keep their relative scale. Dimensions beyond the rank of Y
     are filled with small noise (sd 0.01), so that no two latent dimensions start identical.
 
     V_Q comes from a randomised subspace iteration (Halko et al., 2011) over row blocks, with Q + 10
@@ -119,10 +156,110 @@ def initial_offset(likelihood: Likelihood, Y: np.ndarray) -> np.ndarray:
     Gaussian: the observed column means. Poisson with the exp link: their logs. Other
     likelihoods: zeros (the offset is trained either way; this only shortens the start).
     """
-    base = likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
+    base = base_likelihood(likelihood)
     means = column_moments(Y)[1]  # 0 for a column with nothing observed
     if isinstance(base, Gaussian):
         return means
     if isinstance(base, Poisson) and base.invlink is tf.exp:
         return np.log(np.maximum(means, 1e-3) / float(base.binsize))
     return np.zeros_like(means)
+
+
+def check_sizes(
+    num_data: int, latent_dim: int, num_inducing: int, num_samples: int
+) -> tuple[int, int, int]:
+    """``latent_dim``, ``num_inducing`` and ``num_samples`` as positive ints; ``ValueError`` when
+    one is not, or when there are more inducing inputs than the ``num_data`` rows to place them."""
+    latent_dim = check_integer(latent_dim, "latent_dim", hint="a latent_dim of 2 to 10 is typical")
+    num_inducing = check_integer(num_inducing, "num_inducing", hint="25 to 100 is typical")
+    num_samples = check_integer(num_samples, "num_samples", hint="1 usually suffices")
+    if num_inducing > num_data:
+        raise ValueError(
+            f"num_inducing ({num_inducing}) exceeds the number of rows N ({num_data}): "
+            f"choose num_inducing <= {num_data}."
+        )
+    return latent_dim, num_inducing, num_samples
+
+
+def default_shared_covariance(shared_covariance: bool | None, data_dim: int) -> bool:
+    """Whether q(u) shares one covariance by all ``data_dim`` outputs: ``shared_covariance``, or
+    for None whether D >= :data:`SHARED_COVARIANCE_MIN_OUTPUTS`."""
+    if shared_covariance is None:
+        return data_dim >= SHARED_COVARIANCE_MIN_OUTPUTS
+    if not isinstance(shared_covariance, (bool, np.bool_)):
+        raise ValueError(
+            f"shared_covariance must be True (one q(u) covariance for all outputs), False "
+            f"(one per output) or None (shared when D >= {SHARED_COVARIANCE_MIN_OUTPUTS}), "
+            f"got {shared_covariance!r}."
+        )
+    return bool(shared_covariance)
+
+
+def initial_latents(Y: np.ndarray, latent_dim: int, latent_init: str, seed: int = 0) -> np.ndarray:
+    """Initial latents [N, Q] for Y [N, D]: ``latent_init`` "pca" (:func:`pca_latents`) or
+    "random" (:func:`random_latents`)."""
+    if latent_init == "pca":
+        return pca_latents(Y, latent_dim, seed=seed)
+    if latent_init == "random":
+        return random_latents(Y.shape[0], latent_dim, seed=seed)
+    raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
+
+
+def default_components(
+    Y: np.ndarray,
+    latent_dim: int,
+    kernel: Kernel | None = None,
+    likelihood: Likelihood | None = None,
+    mean_function: MeanFunction | None = None,
+) -> ModelComponents:
+    r"""The given components, with defaults for those that are None, for checked data Y [N, D].
+
+    With :math:`\bar v` the mean over columns of the observed entries' variances (at least
+    :math:`10^{-3}`): a Gaussian likelihood of variance :math:`0.1 \bar v`; a squared-exponential
+    kernel with unit lengthscales [Q] and variance :math:`\bar v` under a Gaussian likelihood
+    (f lives on the data's scale) or 1 under another (f lives on the link's scale); a
+    :class:`~gpflow.mean_functions.Constant` mean at :func:`initial_offset`. When Y has NaNs
+    the likelihood is wrapped in :class:`MaskedLikelihood` (with a warning); data outside its
+    support is a ``ValueError``, and rows or columns with nothing observed are warned about.
+    """
+    count, _, variance = column_moments(Y)
+    # Columns with no observed entry have no variance; _warn_unobserved names them.
+    data_variance = max(float(np.mean(variance[count > 0])), 1e-3)
+    if likelihood is None:
+        likelihood = Gaussian(variance=0.1 * data_variance)
+    if kernel is None:
+        gaussian = isinstance(base_likelihood(likelihood), Gaussian)
+        kernel = SquaredExponential(
+            variance=data_variance if gaussian else 1.0, lengthscales=np.ones(latent_dim)
+        )
+    if np.isnan(Y).any() and not isinstance(likelihood, MaskedLikelihood):
+        warnings.warn(
+            f"{np.isnan(Y).mean():.1%} of the entries of data are missing (NaN): the "
+            "likelihood is wrapped in MaskedLikelihood so that only observed entries count.",
+            stacklevel=_USER_FRAME,
+        )
+        likelihood = MaskedLikelihood(likelihood)
+    check_likelihood_support(likelihood, Y)
+    _warn_unobserved(Y)
+    if mean_function is None:
+        mean_function = Constant(initial_offset(likelihood, Y))
+    return ModelComponents(kernel, likelihood, mean_function)
+
+
+def _warn_unobserved(Y: np.ndarray) -> None:
+    """Rows or columns with no observed entry are legal but learn nothing: say so."""
+    observed = ~np.isnan(Y)
+    empty_rows = int((~observed.any(axis=1)).sum())
+    empty_columns = int((~observed.any(axis=0)).sum())
+    if empty_rows:
+        warnings.warn(
+            f"{empty_rows} row(s) of data have no observed entry: they contribute only their "
+            "prior term, so their latents stay at the prior.",
+            stacklevel=_USER_FRAME + 1,
+        )
+    if empty_columns:
+        warnings.warn(
+            f"{empty_columns} column(s) of data have no observed entry: their GP outputs are "
+            "fitted to nothing and predict from the prior.",
+            stacklevel=_USER_FRAME + 1,
+        )

@@ -1,27 +1,28 @@
-"""The data term's expectation over q(x) in closed form (psi statistics), for a Gaussian likelihood.
+r"""The data term's expectation over q(x) in closed form (psi statistics) for a Gaussian likelihood.
 
-For a squared-exponential kernel, a Gaussian likelihood N(y | f, sigma^2), a constant (or zero)
-mean function c and Gaussian q(x_n), the expected log likelihood of an entry has a closed form in
-
-.. math::
-
-    \\psi_0 = E[k(x_n, x_n)],\\quad \\psi_1 = E[k(Z, x_n)]\\ [M],\\quad
-    \\Psi_2 = E[k(Z, x_n) k(x_n, Z)]\\ [M, M]
-
-(:func:`gpflow.expectations.expectation`), with r = y_nd - c_d, a_d = Kuu^-1 E[u_d] and
-B_d = Kuu^-1 Cov[u_d] Kuu^-1:
+For a squared-exponential kernel, a Gaussian likelihood :math:`N(y \mid f, \sigma^2)`, a constant
+(or zero) mean function :math:`c` and Gaussian :math:`q(x_n)`, the expected log likelihood of an
+entry has a closed form in
 
 .. math::
 
-    E_{q(x_n)} E_{q(f_d)} \\log p(y_{nd} | f_d) = -\\tfrac12 \\log 2\\pi\\sigma^2
-    - \\frac{1}{2\\sigma^2}\\big[r^2 - 2 r \\psi_1^T a_d + a_d^T \\Psi_2 a_d
-    + \\psi_0 - \\mathrm{tr}(K_{uu}^{-1}\\Psi_2) + \\mathrm{tr}(B_d \\Psi_2)\\big].
+    \psi_0 = E[k(x_n, x_n)],\quad \psi_1 = E[k(Z, x_n)]\ [M],\quad
+    \Psi_2 = E[k(Z, x_n) k(x_n, Z)]\ [M, M]
+
+(:func:`gpflow.expectations.expectation`), with :math:`r = y_{nd} - c_d`,
+:math:`a_d = K_{uu}^{-1} E[u_d]` and :math:`B_d = K_{uu}^{-1} \mathrm{Cov}[u_d] K_{uu}^{-1}`:
+
+.. math::
+
+    E_{q(x_n)} E_{q(f_d)} \log p(y_{nd} | f_d) = -\tfrac12 \log 2\pi\sigma^2
+    - \frac{1}{2\sigma^2}\big[r^2 - 2 r \psi_1^T a_d + a_d^T \Psi_2 a_d
+    + \psi_0 - \mathrm{tr}(K_{uu}^{-1}\Psi_2) + \mathrm{tr}(B_d \Psi_2)\big].
 
 Summed over the observed entries of a row this has no Monte Carlo variance. On complete data
-the sums over outputs meet Psi_2 once (a step costs O(B M^2 + D M^2)); with missing entries the
-sum of a_d^T Psi_2 a_d over a row's observed outputs costs O(B M^2 D), more than Monte Carlo's
-O(B M D) with a shared q(u) covariance, which is why ``latent_expectation="auto"`` leaves that
-case to Monte Carlo.
+the sums over outputs meet :math:`\Psi_2` once (a step costs O(B M^2 + D M^2)); with missing
+entries the sum of :math:`a_d^T \Psi_2 a_d` over a row's observed outputs costs O(B M^2 D), more
+than Monte Carlo's O(B M D) with a shared q(u) covariance, which is why
+``latent_expectation="auto"`` leaves that case to Monte Carlo.
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ from __future__ import annotations
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.covariances import Kuu
 from gpflow.expectations import expectation
+from gpflow.inducing_variables import InducingPoints
+from gpflow.kernels import SquaredExponential
+from gpflow.likelihoods import Likelihood
+from gpflow.models import SVGP
 from gpflow.probability_distributions import Gaussian
 
-from .likelihoods import MaskedLikelihood
+from .likelihoods import MaskedLikelihood, base_likelihood
 
 __all__ = [
     "LATENT_EXPECTATIONS",
@@ -46,57 +52,51 @@ LATENT_EXPECTATIONS = ("auto", "closed-form", "monte-carlo")
 """The values of ``latent_expectation``."""
 
 
-def closed_form_applies(model) -> str | None:
+def closed_form_applies(model: SVGP) -> str | None:
     """None when the closed form covers ``model``'s kernel, likelihood, mean function and
     inducing inputs, else the reason it does not (for error messages)."""
-    likelihood = model.likelihood
-    base = likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
-    if type(model.kernel) is not gpflow.kernels.SquaredExponential:
+    if type(model.kernel) is not SquaredExponential:
         return f"the kernel is {type(model.kernel).__name__}, not a SquaredExponential"
-    if type(base) is not gpflow.likelihoods.Gaussian or base.variance.shape.rank != 0:
+    if _noise_variance(model.likelihood) is None:
+        base = base_likelihood(model.likelihood)
         return f"the likelihood is {type(base).__name__}, not a Gaussian with one variance"
     constant = (gpflow.mean_functions.Constant, gpflow.mean_functions.Zero)
     if not isinstance(model.mean_function, constant):
         return f"the mean function is {type(model.mean_function).__name__}, not a constant"
-    if type(model.inducing_variable) is not gpflow.inducing_variables.InducingPoints:
+    if type(model.inducing_variable) is not InducingPoints:
         return "the inducing variable is not InducingPoints"
     return None
 
 
+@check_shapes(
+    "mean: [batch, Q]",
+    "covariance: [batch, Q, ...]",
+    "Y: [batch, D]",
+    "return: [batch]",
+)
 def closed_form_data_term(
-    model, likelihood, mean: tf.Tensor, covariance: tf.Tensor, Y: tf.Tensor
+    model: SVGP, likelihood: Likelihood, mean: tf.Tensor, covariance: tf.Tensor, Y: tf.Tensor
 ) -> tf.Tensor:
-    """sum_{d observed} E_q(x_n) E_q(f_d(x_n)) log p(y_nd | f_d) per row [B] under ``model``'s
-    q(u), kernel and mean function and the Gaussian ``likelihood`` (masked or not), for q(x_n)
-    with ``mean`` [B, Q] and ``covariance``: marginal variances [B, Q] or full [B, Q, Q]."""
+    r""":math:`\sum_{d \in O_n} E_{q(x_n)} E_{q(f_d(x_n))} \log p(y_{nd} \mid f_d)` per row [B]
+    under ``model``'s q(u), kernel and mean function and the Gaussian ``likelihood`` (masked or
+    not), for q(x_n) with ``mean`` [B, Q] and ``covariance``: marginal variances [B, Q] or full
+    [B, Q, Q]. ``model`` must pass :func:`closed_form_applies`."""
     kernel, inducing = model.kernel, model.inducing_variable
-    if covariance.shape.rank == 2:
-        psi_0, psi_1, psi_2 = diagonal_psi_statistics(kernel, inducing.Z, mean, covariance)
-    else:
-        distribution = Gaussian(mean, covariance)
-        psi_0 = expectation(distribution, kernel)  # [B]
-        psi_1 = expectation(distribution, (kernel, inducing))  # [B, M]
-        psi_2 = expectation(distribution, (kernel, inducing), (kernel, inducing))  # [B, M, M]
-
+    variance = _noise_variance(likelihood)
+    if not isinstance(kernel, SquaredExponential) or not isinstance(inducing, InducingPoints):
+        raise ValueError(f"No closed form for this model: {closed_form_applies(model)}.")
+    if variance is None:
+        raise ValueError(f"No closed form for a {type(base_likelihood(likelihood)).__name__}.")
+    psi_0, psi_1, psi_2 = _psi_statistics(kernel, inducing, mean, covariance)
     Kmm = Kuu(inducing, kernel, jitter=gpflow.config.default_jitter())
     Lz = tf.linalg.cholesky(Kmm)
-    q_sqrt = tf.linalg.band_part(model.q_sqrt, -1, 0)  # [D or 1, M, M]
-    if model.whiten:  # u = Lz v: a = Lz^-T m, B = Lz^-T S Lz^-1 = (Lz^-T L)(Lz^-T L)^T
-        a = tf.linalg.triangular_solve(Lz, model.q_mu, lower=True, adjoint=True)
-        factors = tf.linalg.triangular_solve(
-            tf.broadcast_to(Lz, tf.shape(q_sqrt)), q_sqrt, lower=True, adjoint=True
-        )
-    else:  # a = Kuu^-1 m, B = Kuu^-1 S Kuu^-1
-        a = tf.linalg.cholesky_solve(Lz, model.q_mu)
-        factors = tf.linalg.cholesky_solve(tf.broadcast_to(Lz, tf.shape(q_sqrt)), q_sqrt)
+    a, B = _whitened_moments(Lz, model.q_mu, model.q_sqrt, model.whiten)
     # tr(K Psi_2) = sum(K * Psi_2) for symmetric K: O(B M^2) per matrix K.
     Kmm_inverse = tf.linalg.cholesky_solve(Lz, tf.eye(tf.shape(Lz)[0], dtype=Lz.dtype))
     prior_trace = tf.einsum("mk,bmk->b", Kmm_inverse, psi_2)  # [B]
-    B = tf.linalg.matmul(factors, factors, transpose_b=True)  # [D or 1, M, M]
     posterior_traces = tf.einsum("fmk,bmk->bf", B, psi_2)  # [B, D or 1]
 
     masked = isinstance(likelihood, MaskedLikelihood)
-    variance = (likelihood.base if masked else likelihood).variance
     observed = tf.logical_not(tf.math.is_nan(Y))
     weights = tf.cast(observed, Y.dtype)  # [B, D]
     offset = model.mean_function(mean)  # [B, D] (constant in x)
@@ -122,20 +122,85 @@ def closed_form_data_term(
     return -0.5 * counts * tf.math.log(2.0 * np.pi * variance) - 0.5 * expected_square / variance
 
 
-def diagonal_psi_statistics(
-    kernel: gpflow.kernels.SquaredExponential, Z: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+def _noise_variance(likelihood: Likelihood) -> tf.Tensor | None:
+    """The one noise variance [] of a Gaussian ``likelihood`` (masked or not), else None."""
+    base = base_likelihood(likelihood)
+    if type(base) is not gpflow.likelihoods.Gaussian or base.variance is None:
+        return None
+    return base.variance if base.variance.shape.rank == 0 else None
+
+
+@check_shapes(
+    "inducing.Z: [M, Q]",
+    "mean: [batch, Q]",
+    "covariance: [batch, Q, ...]",
+    "return[0]: [batch]",
+    "return[1]: [batch, M]",
+    "return[2]: [batch, M, M]",
+)
+def _psi_statistics(
+    kernel: SquaredExponential, inducing: InducingPoints, mean: tf.Tensor, covariance: tf.Tensor
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """psi_0 [B], psi_1 [B, M] and Psi_2 [B, M, M] of a squared-exponential (ARD) kernel under
-    q(x_n) = N(mean_n, diag variance_n), with Z [M, Q]:
+    r""":math:`\psi_0` [B], :math:`\psi_1` [B, M] and :math:`\Psi_2` [B, M, M] for q(x_n) with
+    ``mean`` [B, Q] and ``covariance``: marginal variances [B, Q] or full [B, Q, Q]."""
+    if covariance.shape.rank == 2:
+        return diagonal_psi_statistics(kernel, inducing.Z, mean, covariance)
+    distribution = Gaussian(mean, covariance)
+    psi_0 = expectation(distribution, kernel)
+    psi_1 = expectation(distribution, (kernel, inducing))
+    psi_2 = expectation(distribution, (kernel, inducing), (kernel, inducing))
+    return psi_0, psi_1, psi_2
+
+
+@check_shapes(
+    "Lz: [M, M]",
+    "q_mu: [M, D]",
+    "q_sqrt: [L, M, M]",
+    "return[0]: [M, D]",
+    "return[1]: [L, M, M]",
+)
+def _whitened_moments(
+    Lz: tf.Tensor, q_mu: tf.Tensor, q_sqrt: tf.Tensor, whiten: bool
+) -> tuple[tf.Tensor, tf.Tensor]:
+    r""":math:`a = K_{uu}^{-1} E[u]` [M, D] and :math:`B = K_{uu}^{-1} \mathrm{Cov}[u]
+    K_{uu}^{-1}` [L, M, M] (L = D, or 1 for a shared covariance) from q(u)'s ``q_mu`` and
+    ``q_sqrt``, with :math:`K_{uu} = L_z L_z^\top`. Whitened, :math:`u = L_z v`, so
+    :math:`a = L_z^{-\top} m` and :math:`B = (L_z^{-\top} L)(L_z^{-\top} L)^\top`."""
+    q_sqrt = tf.linalg.band_part(q_sqrt, -1, 0)
+    if whiten:
+        a = tf.linalg.triangular_solve(Lz, q_mu, lower=True, adjoint=True)
+        factors = tf.linalg.triangular_solve(
+            tf.broadcast_to(Lz, tf.shape(q_sqrt)), q_sqrt, lower=True, adjoint=True
+        )
+    else:
+        a = tf.linalg.cholesky_solve(Lz, q_mu)
+        factors = tf.linalg.cholesky_solve(tf.broadcast_to(Lz, tf.shape(q_sqrt)), q_sqrt)
+    return a, tf.linalg.matmul(factors, factors, transpose_b=True)
+
+
+@check_shapes(
+    "Z: [M, Q]",
+    "mean: [batch, Q]",
+    "variance: [batch, Q]",
+    "return[0]: [batch]",
+    "return[1]: [batch, M]",
+    "return[2]: [batch, M, M]",
+)
+def diagonal_psi_statistics(
+    kernel: SquaredExponential, Z: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    r""":math:`\psi_0` [B], :math:`\psi_1` [B, M] and :math:`\Psi_2` [B, M, M] of a
+    squared-exponential (ARD) kernel under :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` (``mean``
+    and ``variance`` [B, Q]), with Z [M, Q]:
 
     .. math::
 
-        \\psi_1 = \\sigma^2 \\prod_q \\sqrt{l_q^2 / c_{nq}}\\,
-        e^{-\\sum_q (\\mu_{nq} - z_{mq})^2 / 2 c_{nq}},\\quad c = l^2 + s,
+        \psi_1 = \sigma^2 \prod_q \sqrt{l_q^2 / c_{nq}}\,
+        e^{-\sum_q (\mu_{nq} - z_{mq})^2 / 2 c_{nq}},\quad c = l^2 + s,
 
-        \\Psi_2 = \\sigma^4 \\prod_q \\sqrt{l_q^2 / d_{nq}}\\,
-        e^{-\\sum_q (z_{mq} - z_{kq})^2 / 4 l_q^2 - \\sum_q (\\mu_{nq} - \\bar z_q)^2 / d_{nq}},
-        \\quad d = l^2 + 2 s,\\ \\bar z = (z_m + z_k) / 2.
+        \Psi_2 = \sigma^4 \prod_q \sqrt{l_q^2 / d_{nq}}\,
+        e^{-\sum_q (z_{mq} - z_{kq})^2 / 4 l_q^2 - \sum_q (\mu_{nq} - \bar z_q)^2 / d_{nq}},
+        \quad d = l^2 + 2 s,\ \bar z = (z_m + z_k) / 2.
 
     The squares are expanded so that the sums over q are matrix products ([B, Q] x [Q, M^2])
     rather than a [B, M, M, Q] tensor; GPflow's general ``expectation`` factorises a full

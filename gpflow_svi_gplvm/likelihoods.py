@@ -8,29 +8,33 @@ from gpflow.likelihoods import Bernoulli, Likelihood, Poisson, ScalarLikelihood
 
 from .validation import row_blocks
 
-__all__ = ["MaskedLikelihood", "check_likelihood_support"]
+__all__ = ["MaskedLikelihood", "base_likelihood", "check_likelihood_support"]
 
 
 class MaskedLikelihood(Likelihood):
-    """Wraps a scalar likelihood so that only observed entries of Y count; NaN marks "missing".
+    r"""Wraps a scalar likelihood so that only observed entries of Y count; NaN marks "missing".
 
-    For Y [..., D] with observed set O: sum_{d in O} E_q(f_d)[log p(y_d | f_d)] (and likewise for
-    ``log_prob`` and ``predict_log_density``). Missing entries are replaced by ``fill_value``
-    *before* any arithmetic, then their per-entry terms are masked out, so gradients stay finite.
-    ``fill_value`` must lie in the support of the base likelihood (0 suits Gaussian, Poisson,
-    Bernoulli, StudentT). Predictions of Y delegate to ``base``.
+    For a row y [..., D] with observed set O the variational expectation is
+
+    .. math::
+
+        \sum_{d \in O} E_{q(f_d)}[\log p(y_d \mid f_d)]
+
+    and likewise for ``log_prob`` and ``predict_log_density``. Missing entries are replaced by
+    ``fill_value`` *before* any arithmetic, then their per-entry terms are masked out, so
+    gradients stay finite. ``fill_value`` must lie in the support of the base likelihood (0 suits
+    Gaussian, Poisson, Bernoulli, StudentT). Predictions of Y delegate to ``base``.
     """
 
-    def __init__(self, base: ScalarLikelihood, fill_value: float = 0.0):
-        if isinstance(base, MaskedLikelihood):
-            base = base.base
-        if not isinstance(base, ScalarLikelihood):
+    def __init__(self, base: Likelihood, fill_value: float = 0.0):
+        unwrapped = base_likelihood(base)
+        if not isinstance(unwrapped, ScalarLikelihood):
             raise ValueError(
                 f"MaskedLikelihood wraps a gpflow ScalarLikelihood (one output per f), got "
-                f"{type(base).__name__}."
+                f"{type(unwrapped).__name__}."
             )
         super().__init__(input_dim=None, latent_dim=None, observation_dim=None)
-        self.base = base
+        self.base: ScalarLikelihood = unwrapped
         self.fill_value = fill_value
 
     def _masked_terms(self, method, X, F1, F2, Y) -> tf.Tensor:
@@ -73,9 +77,15 @@ class MaskedLikelihood(Likelihood):
         return self.base.conditional_variance(X, F)
 
 
+def base_likelihood(likelihood: Likelihood) -> Likelihood:
+    """The likelihood of one entry: the wrapped one of a :class:`MaskedLikelihood`, else
+    ``likelihood`` itself."""
+    return likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
+
+
 def check_likelihood_support(likelihood: Likelihood, Y: np.ndarray) -> None:
     """Raise ``ValueError`` when observed entries of Y lie outside the likelihood's support."""
-    base = likelihood.base if isinstance(likelihood, MaskedLikelihood) else likelihood
+    base = base_likelihood(likelihood)
     if isinstance(base, Poisson):
         if not all(_counts(block) for block in row_blocks(Y)):
             raise ValueError(

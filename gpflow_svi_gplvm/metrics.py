@@ -8,7 +8,11 @@ __all__ = ["rmse", "nlpd"]
 
 
 def rmse(Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None) -> float:
-    """sqrt(mean over scored entries of (y - y_hat)^2).
+    r"""Root mean squared error over the scored entries S:
+
+    .. math::
+
+        \sqrt{\frac{1}{|S|} \sum_{(n, d) \in S} (y_{nd} - \hat y_{nd})^2}.
 
     Scored entries are those where ``mask`` is True (default: everywhere) and ``Y_true`` is not NaN.
     """
@@ -24,9 +28,15 @@ def nlpd(
     mask: np.ndarray | None = None,
     joint: bool = False,
 ) -> float:
-    """Negative log predictive density under Gaussian predictives N(mean_nd, variance_nd).
+    r"""Negative log predictive density under Gaussian predictives :math:`N(m_{nd}, v_{nd})`
+    (``mean``, ``variance``).
 
-    Pointwise (default): mean over scored entries of 1/2 log(2 pi v) + (y - m)^2 / (2 v).
+    Pointwise (default): the mean over scored entries of
+
+    .. math::
+
+        \tfrac12 \log(2\pi v_{nd}) + \frac{(y_{nd} - m_{nd})^2}{2 v_{nd}}.
+
     ``joint=True``: per test row, the sum of those terms over a row's scored entries (the
     log density of a row under independent Gaussian marginals, not a joint predictive), averaged
     over rows with any scored entry. (The paper does not define its NLPD.)

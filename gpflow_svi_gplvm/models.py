@@ -1,25 +1,31 @@
-"""GPLVMs trained by stochastic variational inference: SVGP with latent inputs.
+r"""GPLVMs trained by stochastic variational inference: SVGP with latent inputs.
 
-All four models are :class:`SVIGPLVM` with a different latent module; the bound on a minibatch B of
-rows (indices idx, data Y_B) is
+All four models are :class:`SVIGPLVM` with a different latent module. On a minibatch B of rows
+(indices idx, data Y_B, observed entries :math:`O_n` of row n) the bound is
 
-    L = N/|B| sum_{n in B} [ E_q(x_n) sum_{d observed} E_q(f_d(x_n)) log p(y_nd | f_d) + r_n ]
-        - sum_d KL(q(u_d) || p(u_d)),
+.. math::
 
-with r_n the latent module's row term (0, log p(x_n) or -KL(q(x_n) || p(x_n))) and E_q(x_n)
-estimated by S reparameterised samples. q(u_d) = N(m_d, S_d) has a covariance per output, or one
-S shared by all outputs (``shared_covariance``, see :mod:`gpflow_svi_gplvm.shared_covariance`).
+    \mathcal{L} = \frac{N}{|B|} \sum_{n \in B} \Big[ E_{q(x_n)} \sum_{d \in O_n}
+    E_{q(f_d(x_n))} \log p(y_{nd} \mid f_d) + r_n \Big]
+    - \sum_d \mathrm{KL}\big(q(u_d) \,\|\, p(u_d)\big),
+
+with :math:`r_n` the latent module's row term (0, :math:`\log p(x_n)` or
+:math:`-\mathrm{KL}(q(x_n) \| p(x_n))`) and :math:`E_{q(x_n)}` estimated by S reparameterised
+draws, or taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`).
+:math:`q(u_d) = N(m_d, S_d)` has a covariance per output, or one :math:`S` shared by all outputs
+(``shared_covariance``, see :mod:`gpflow_svi_gplvm.shared_covariance`).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
+from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.config import default_float
 from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
@@ -30,12 +36,13 @@ from gpflow.utilities import triangular
 
 from . import inference
 from .initialisation import (
+    SHARED_COVARIANCE_MIN_OUTPUTS,
+    check_sizes,
     column_location_and_scale,
-    column_moments,
+    default_components,
+    default_shared_covariance,
     inducing_inputs,
-    initial_offset,
-    pca_latents,
-    random_latents,
+    initial_latents,
 )
 from .latent_expectations import LATENT_EXPECTATIONS, closed_form_applies, closed_form_data_term
 from .latents import (
@@ -46,9 +53,9 @@ from .latents import (
     MAPLatent,
     PointLatent,
 )
-from .likelihoods import MaskedLikelihood, check_likelihood_support
+from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
-from .validation import check_integer, check_observations
+from .validation import check_observations
 
 __all__ = [
     "SVIGPLVM",
@@ -57,39 +64,44 @@ __all__ = [
     "BayesianSVIGPLVM",
     "AmortisedBayesianGPLVM",
     "SHARED_COVARIANCE_MIN_OUTPUTS",
+    "MODELS",
+    "PAPER_NAMES",
+    "lookup_model",
 ]
-
-SHARED_COVARIANCE_MIN_OUTPUTS = 100
-"""``shared_covariance=None`` shares one q(u) covariance when D is at least this."""
 
 LatentFactory = Callable[[np.ndarray], LatentVariables]
 
 
 class SVIGPLVM(SVGP):
-    """An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
+    r"""An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
 
     D GPs share one kernel and M inducing inputs Z [M, Q]; q(u) is GPflow's uncollapsed,
-    whitened q(u_d) = N(m_d, S_d), ``q_sqrt`` [D, M, M], or with ``shared_covariance=True`` one
-    S = L L^T for all outputs, ``q_sqrt`` [1, M, M]: a step then costs O(B M D) instead of
-    O(B M^2 D), at the price of a smaller variational family (exact at the optimum for complete
-    data with a Gaussian likelihood) in which f_d(x)'s variance is the same for every output.
+    whitened :math:`q(u_d) = N(m_d, S_d)`, ``q_sqrt`` [D, M, M], or with
+    ``shared_covariance=True`` one :math:`S = L L^\top` for all outputs, ``q_sqrt`` [1, M, M]: a
+    step then costs O(B M D) instead of O(B M^2 D), at the price of a smaller variational family
+    (exact at the optimum for complete data with a Gaussian likelihood) in which
+    :math:`f_d(x)`'s variance is the same for every output.
     The default (None) shares it when D >= 100 (:data:`SHARED_COVARIANCE_MIN_OUTPUTS`):
     measured at the MNIST shape (N=2000, D=784, M=100, B=100, one thread) a B-SVI step takes
     0.0036 s shared against 0.38 s per output (``benchmarks/speed.py --high-d``); below D=100
     per-output covariances cost little. Choose ``False`` at large D when each output's own
     uncertainty matters (e.g. outputs observed very unequally often). ``latent`` builds the
     latent module from the initial latents [N, Q]; the four public models fix it, and a new
-    latent family needs only a new module: ``SVIGPLVM(Y, Q, latent=MyLatent)``.
+    latent family needs only a new module: ``SVIGPLVM(Y, Q, latent=MyLatent)``. A subclass whose
+    module is built from the data (as :class:`AmortisedBayesianGPLVM`'s encoder) overrides
+    :meth:`_build_latent` instead.
 
-    ``latent_expectation``: how the data term's expectation over q(x_n) is taken. "closed-form"
-    (psi statistics, :mod:`gpflow_svi_gplvm.latent_expectations`: no Monte Carlo variance) needs
-    a SquaredExponential kernel, a Gaussian likelihood, a constant mean function and a Gaussian
-    q(x); "monte-carlo" uses ``num_samples`` reparameterised draws; "auto" (default) takes the
-    closed form where it applies, except on data with gaps under a shared q(u) covariance, where
-    it costs O(B M^2 D) against Monte Carlo's O(B M D).
+    ``latent_expectation``: how the data term's expectation over :math:`q(x_n)` is taken.
+    "closed-form" (psi statistics, :mod:`gpflow_svi_gplvm.latent_expectations`: no Monte Carlo
+    variance) needs a SquaredExponential kernel, a Gaussian likelihood, a constant mean function
+    and a Gaussian q(x); "monte-carlo" uses ``num_samples`` reparameterised draws; "auto"
+    (default) takes the closed form where it applies, except on data with gaps under a shared
+    q(u) covariance, where it costs O(B M^2 D) against Monte Carlo's O(B M D).
 
     Data for ``elbo`` / ``training_loss`` is ``(idx, Y_batch)``: int64 row indices [B] and the
-    rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed).
+    rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed). Defaults for the
+    kernel, likelihood and mean function come from
+    :func:`~gpflow_svi_gplvm.initialisation.default_components`.
     """
 
     def __init__(
@@ -101,7 +113,7 @@ class SVIGPLVM(SVGP):
         likelihood: Likelihood | None = None,
         num_samples: int = 1,
         *,
-        latent: LatentFactory,
+        latent: LatentFactory | None = None,
         latent_init: str = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
@@ -112,90 +124,56 @@ class SVIGPLVM(SVGP):
     ):
         Y = check_observations(data, "data", mask=mask)
         num_data, data_dim = Y.shape
-        if shared_covariance is None:
-            shared_covariance = data_dim >= SHARED_COVARIANCE_MIN_OUTPUTS
-        elif not isinstance(shared_covariance, (bool, np.bool_)):
-            raise ValueError(
-                f"shared_covariance must be True (one q(u) covariance for all outputs), False "
-                f"(one per output) or None (shared when D >= {SHARED_COVARIANCE_MIN_OUTPUTS}), "
-                f"got {shared_covariance!r}."
-            )
-        latent_dim = check_integer(
-            latent_dim, "latent_dim", hint="a latent_dim of 2 to 10 is typical"
+        shared = default_shared_covariance(shared_covariance, data_dim)
+        latent_dim, num_inducing, num_samples = check_sizes(
+            num_data, latent_dim, num_inducing, num_samples
         )
-        num_inducing = check_integer(num_inducing, "num_inducing", hint="25 to 100 is typical")
-        num_samples = check_integer(num_samples, "num_samples", hint="1 usually suffices")
-        if num_inducing > num_data:
-            raise ValueError(
-                f"num_inducing ({num_inducing}) exceeds the number of rows N ({num_data}): "
-                f"choose num_inducing <= {num_data}."
-            )
-        if latent_init == "pca":
-            initial_latents = pca_latents(Y, latent_dim, seed=seed)
-        elif latent_init == "random":
-            initial_latents = random_latents(num_data, latent_dim, seed=seed)
-        else:
-            raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
-
-        count, _, variance = column_moments(Y)
-        # Columns with no observed entry have no variance; _warn_unobserved names them.
-        data_variance = max(float(np.mean(variance[count > 0])), 1e-3)
-        if likelihood is None:
-            likelihood = gpflow.likelihoods.Gaussian(variance=0.1 * data_variance)
-        if kernel is None:
-            # For a Gaussian likelihood f lives on the data's scale; otherwise on the link's.
-            base = getattr(likelihood, "base", likelihood)
-            gaussian = isinstance(base, gpflow.likelihoods.Gaussian)
-            kernel = gpflow.kernels.SquaredExponential(
-                variance=data_variance if gaussian else 1.0, lengthscales=np.ones(latent_dim)
-            )
-        if np.isnan(Y).any() and not isinstance(likelihood, MaskedLikelihood):
-            warnings.warn(
-                f"{np.isnan(Y).mean():.1%} of the entries of data are missing (NaN): the "
-                "likelihood is wrapped in MaskedLikelihood so that only observed entries count.",
-                stacklevel=3,
-            )
-            likelihood = MaskedLikelihood(likelihood)
-        check_likelihood_support(likelihood, Y)
-        _warn_unobserved(Y)
-        if mean_function is None:
-            mean_function = gpflow.mean_functions.Constant(initial_offset(likelihood, Y))
-
+        initial = initial_latents(Y, latent_dim, latent_init, seed=seed)
+        components = default_components(Y, latent_dim, kernel, likelihood, mean_function)
         super().__init__(
-            kernel,
-            likelihood,
-            inducing_inputs(initial_latents, num_inducing, seed=seed),
-            mean_function=mean_function,
+            components.kernel,
+            components.likelihood,
+            inducing_inputs(initial, num_inducing, seed=seed),
+            mean_function=components.mean_function,
             num_latent_gps=data_dim,
             whiten=whiten,
             num_data=num_data,
             # SVGP's shape checks admit one factor per output; a shared layout starts from its
             # small diagonal placeholder [M, D] instead of D identity factors, then replaces it.
-            q_diag=bool(shared_covariance),
+            q_diag=shared,
         )
-        self.shared_covariance = bool(shared_covariance)
-        if self.shared_covariance:
+        self.shared_covariance = shared
+        if shared:
             self.q_diag = False
             self.q_sqrt = gpflow.Parameter(np.eye(num_inducing)[None], transform=triangular())
-        self.latent = latent(initial_latents)
-        if getattr(self.latent, "num_data", num_data) != num_data:
-            raise ValueError(
-                f"The latent module holds {self.latent.num_data} rows but data has {num_data}."
-            )
-        if self.latent.latent_dim != latent_dim:
-            raise ValueError(
-                f"The latent module has {self.latent.latent_dim} dims but latent_dim={latent_dim}."
-            )
+        self.latent = _check_latent(self._build_latent(latent, initial, Y), num_data, latent_dim)
         self.data_dim = data_dim
         self.latent_dim = latent_dim
         self.num_samples = num_samples
         self.closed_form = _closed_form(self, latent_expectation)
+
+    def _build_latent(
+        self, latent: LatentFactory | None, initial_latents: np.ndarray, Y: np.ndarray
+    ) -> LatentVariables:
+        """The latent module: ``latent(initial_latents)``, from the initial latents [N, Q].
+
+        A subclass whose module is built from the data overrides this; it receives the checked
+        data Y [N, D] (NaN where missing, ``mask`` applied) besides.
+        """
+        if latent is None:
+            raise ValueError(
+                "SVIGPLVM needs latent=, a function from the initial latents [N, Q] to a latent "
+                "module (e.g. latent=PointLatent); or use PointGPLVM, MAPGPLVM, BayesianSVIGPLVM "
+                "or AmortisedBayesianGPLVM."
+            )
+        return latent(initial_latents)
 
     @property
     def covariance_layout(self) -> str:
         """How q(u) stores its covariance, in words (used in error messages)."""
         return covariance_layout(self.shared_covariance, self.data_dim)
 
+    @inherit_check_shapes
     def predict_f(
         self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
     ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -218,8 +196,21 @@ class SVIGPLVM(SVGP):
         mean += self.mean_function(Xnew)
         return mean, tf.broadcast_to(variance[:, None], tf.shape(mean))
 
+    @check_shapes(
+        "samples: [S, batch, Q]",
+        "return[0]: [S, batch, D]",
+        "return[1]: [S, batch, D]",
+    )
+    def predict_f_at_draws(self, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        r"""Mean and marginal variance [S, B, D] of :math:`q(f(x_n^{(s)}))` at draws ``samples``
+        [S, B, Q] of the latents: one :meth:`predict_f` on the draws flattened draw-major."""
+        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, self.latent_dim]))
+        shape = tf.concat([tf.shape(samples)[:2], tf.shape(f_mean)[-1:]], axis=0)
+        return tf.reshape(f_mean, shape), tf.reshape(f_var, shape)
+
+    @inherit_check_shapes
     def prior_kl(self) -> tf.Tensor:
-        """sum_d KL(q(u_d) || p(u_d)): a scalar."""
+        r""":math:`\sum_d \mathrm{KL}(q(u_d) \| p(u_d))`: a scalar."""
         if not self.shared_covariance:
             return super().prior_kl()
         return shared_prior_kl(
@@ -247,20 +238,34 @@ class SVIGPLVM(SVGP):
             precompute_cache=precompute_cache,
         )
 
+    @check_shapes(
+        "samples: [S, batch, Q]",
+        "Y: [batch, D]",
+        "return: [batch]",
+    )
     def data_term(
         self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
     ) -> tf.Tensor:
-        """E_q(x_n)[sum_{d observed} E_q(f_d(x_n)) log p(y_nd | f_d)] per row [B], averaged over
-        the draws ``samples`` [S, B, Q]; ``likelihood`` replaces the model's (e.g. a masked view).
+        r"""The data term per row [B], averaged over the draws ``samples`` [S, B, Q]:
+
+        .. math::
+
+            \frac1S \sum_s \sum_{d \in O_n} E_{q(f_d(x_n^{(s)}))} \log p(y_{nd} \mid f_d);
+
+        ``likelihood`` replaces the model's (e.g. a masked view).
         """
         likelihood = self.likelihood if likelihood is None else likelihood
-        num_draws = tf.shape(samples)[0]
-        X = tf.reshape(samples, [-1, self.latent_dim])  # [S * B, Q], draw-major
-        f_mean, f_var = self.predict_f(X)
-        Y_tiled = tf.tile(Y, [num_draws, 1])
-        expected_log_lik = likelihood.variational_expectations(X, f_mean, f_var, Y_tiled)
-        return tf.reduce_mean(tf.reshape(expected_log_lik, [num_draws, -1]), axis=0)
+        f_mean, f_var = self.predict_f_at_draws(samples)
+        Y_draws = tf.broadcast_to(Y, tf.shape(f_mean))
+        expected_log_lik = likelihood.variational_expectations(samples, f_mean, f_var, Y_draws)
+        return tf.reduce_mean(expected_log_lik, axis=0)
 
+    @check_shapes(
+        "batch.samples: [S, batch, Q]",
+        "batch.mean: [batch, Q]",
+        "Y: [batch, D]",
+        "return: [batch]",
+    )
     def expected_data_term(
         self, batch: LatentBatch, Y: tf.Tensor, likelihood: Likelihood | None = None
     ) -> tf.Tensor:
@@ -274,11 +279,22 @@ class SVIGPLVM(SVGP):
             covariance = tf.linalg.matmul(batch.scale, batch.scale, transpose_b=True)
         return closed_form_data_term(self, likelihood, batch.mean, covariance, Y)
 
+    @check_shapes(
+        "idx: [batch]",
+        "Y: [batch, D]",
+        "return: [batch]",
+    )
     def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """Each row's part of the bound [B], unscaled: the data term plus the row term r_n."""
+        """Each row's part of the bound [B], unscaled: the data term plus the row term
+        :math:`r_n`."""
         batch = self.latent(idx, Y, self.num_samples, training=training)
         return self.expected_data_term(batch, Y) + batch.row_term
 
+    @check_shapes(
+        "data[0]: [batch]",
+        "data[1]: [batch, D]",
+        "return: []",
+    )
     def elbo(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
         """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar.
 
@@ -290,11 +306,17 @@ class SVIGPLVM(SVGP):
         scale = tf.cast(self.num_data, rows.dtype) / tf.cast(tf.shape(idx)[0], rows.dtype)
         return scale * tf.reduce_sum(rows) - self.prior_kl()
 
+    @inherit_check_shapes
     def maximum_log_likelihood_objective(
         self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False
     ) -> tf.Tensor:
         return self.elbo(data, training)
 
+    @check_shapes(
+        "data[0]: [batch]",
+        "data[1]: [batch, D]",
+        "return: []",
+    )
     def training_loss(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
         """-(ELBO + log prior of the hyperparameters) on ``(idx [B], Y [B, D])``.
 
@@ -314,6 +336,7 @@ class SVIGPLVM(SVGP):
         empty = tf.zeros([self.num_data, self.data_dim], dtype=default_float())
         return tf.range(self.num_data, dtype=tf.int64), empty
 
+    @check_shapes("return: [Q]")
     def ard_relevance(self) -> np.ndarray:
         """1 / lengthscale of each latent dimension [Q]: large = the dimension is used."""
         lengthscales = getattr(self.kernel, "lengthscales", None)
@@ -324,32 +347,37 @@ class SVIGPLVM(SVGP):
             )
         return np.broadcast_to(1.0 / lengthscales.numpy(), (self.latent_dim,)).copy()
 
+    @check_shapes("return: [Q]")
     def latent_relevance(self, Y=None) -> np.ndarray:
-        """How many lengthscales the latent means span along each dimension [Q]:
-        std_n(E[x_nq]) / l_q; near zero for a dimension the model does not use.
+        r"""How many lengthscales the latent means span along each dimension [Q]:
+        :math:`\mathrm{std}_n(E[x_{nq}]) / l_q`; near zero for a dimension the model does not use.
 
         Unlike :meth:`ard_relevance` it does not depend on the scale of the latents (a point
-        estimate can shrink x_q and l_q together), and a dimension that q(x) leaves at the
-        prior, with means near zero, scores near zero however short its lengthscale.
-        ``Y`` (the training rows) is needed for amortised models only.
+        estimate can shrink :math:`x_q` and :math:`l_q` together), and a dimension that q(x)
+        leaves at the prior, with means near zero, scores near zero however short its
+        lengthscale. ``Y`` (the training rows) is needed for amortised models only.
         """
         spread = np.std(self.latent_mean(Y).numpy(), axis=0)
         return spread * self.ard_relevance()
 
+    @check_shapes("return: [N, Q]")
     def latent_mean(self, Y=None) -> tf.Tensor:
         """Mean of q(x_n) [N, Q] for the training rows (amortised models need those rows Y)."""
         return self.latent.moments(*self._all_rows(Y))[0]
 
+    @check_shapes("return: [N, Q]")
     def latent_variance(self, Y=None) -> tf.Tensor:
         """Marginal variances of q(x_n) [N, Q] (zeros for point and MAP estimates)."""
         return self.latent.moments(*self._all_rows(Y))[1]
 
+    @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
     def infer_latents(self, Y_new, **options) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); options
         (``iterations``, ``learning_rate``, ``seed``, ``mask``, ``chunk_size``) as in
         :func:`gpflow_svi_gplvm.inference.infer_latents`. The model is not modified."""
         return inference.infer_latents(self, Y_new, **options)
 
+    @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
     def reconstruct(self, Y, rows=None, **options) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
         ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
@@ -365,7 +393,7 @@ class PointGPLVM(SVIGPLVM):
 
 
 class MAPGPLVM(SVIGPLVM):
-    """GPLVM with MAP latents under a prior p(x) (default N(0, I)) (the paper's "MAP")."""
+    """GPLVM with MAP latents under a prior :math:`p(x)` (default N(0, I)) (the paper's "MAP")."""
 
     def __init__(
         self,
@@ -387,7 +415,8 @@ class MAPGPLVM(SVIGPLVM):
 
 
 class BayesianSVIGPLVM(SVIGPLVM):
-    """Bayesian GPLVM with per-row q(x_n) = N(mu_n, diag s_n) (the paper's "B-SVI")."""
+    r"""Bayesian GPLVM with per-row :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` (the
+    paper's "B-SVI")."""
 
     def __init__(
         self,
@@ -409,7 +438,8 @@ class BayesianSVIGPLVM(SVIGPLVM):
 
 
 class AmortisedBayesianGPLVM(SVIGPLVM):
-    """Bayesian GPLVM with q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) from an MLP encoder ("AEB-SVI").
+    r"""Bayesian GPLVM with :math:`q(x_n) = N(G(y_n), L(y_n) L(y_n)^\top)` from an MLP encoder
+    ("AEB-SVI").
 
     Encoder options (``hidden_sizes``, or ``mean_hidden_sizes`` and ``covariance_hidden_sizes``
     apart, default :func:`~gpflow_svi_gplvm.latents.default_encoder_sizes`, ``activation``,
@@ -445,29 +475,80 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         mean_hidden_sizes: Sequence[int] | None = None,
         covariance_hidden_sizes: Sequence[int] | None = None,
         standardise_inputs: bool = True,
+        seed: int = 0,
+        mask=None,
         **kwargs,
     ):
-        Y = check_observations(data, "data", mask=kwargs.get("mask"))
-        location, scale = column_location_and_scale(Y) if standardise_inputs else (None, None)
-        if hide_fraction is None:
-            sees_mask = missing_aware or set_size is not None
-            hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
-        encoder = EncoderLatent(
-            Y.shape[1],
-            check_integer(latent_dim, "latent_dim", hint="a latent_dim of 2 to 10 is typical"),
+        # Read by _build_latent, which SVIGPLVM.__init__ calls once the data is checked.
+        self._encoder_options = _EncoderOptions(
             hidden_sizes=hidden_sizes,
             activation=activation,
             covariance=covariance,
             missing_aware=missing_aware,
             hide_fraction=hide_fraction,
-            seed=kwargs.get("seed", 0),
-            input_location=location,
-            input_scale=scale,
             set_size=set_size,
             mean_hidden_sizes=mean_hidden_sizes,
             covariance_hidden_sizes=covariance_hidden_sizes,
+            standardise_inputs=standardise_inputs,
+            seed=seed,
         )
-        super().__init__(Y, latent_dim, num_inducing, *args, latent=lambda _: encoder, **kwargs)
+        super().__init__(data, latent_dim, num_inducing, *args, seed=seed, mask=mask, **kwargs)
+
+    def _build_latent(
+        self, latent: LatentFactory | None, initial_latents: np.ndarray, Y: np.ndarray
+    ) -> LatentVariables:
+        """The encoder for the checked data Y [N, D]; the initial latents give only Q."""
+        options = self._encoder_options
+        location, scale = (
+            column_location_and_scale(Y) if options.standardise_inputs else (None, None)
+        )
+        hide_fraction = options.hide_fraction
+        if hide_fraction is None:
+            sees_mask = options.missing_aware or options.set_size is not None
+            hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
+        return EncoderLatent(
+            Y.shape[1],
+            initial_latents.shape[1],
+            hidden_sizes=options.hidden_sizes,
+            activation=options.activation,
+            covariance=options.covariance,
+            missing_aware=options.missing_aware,
+            hide_fraction=hide_fraction,
+            seed=options.seed,
+            input_location=location,
+            input_scale=scale,
+            set_size=options.set_size,
+            mean_hidden_sizes=options.mean_hidden_sizes,
+            covariance_hidden_sizes=options.covariance_hidden_sizes,
+        )
+
+
+@dataclass(frozen=True)
+class _EncoderOptions:
+    """The options of :class:`AmortisedBayesianGPLVM`'s encoder, as given."""
+
+    hidden_sizes: Sequence[int] | None
+    activation: str
+    covariance: str
+    missing_aware: bool
+    hide_fraction: float | None
+    set_size: int | None
+    mean_hidden_sizes: Sequence[int] | None
+    covariance_hidden_sizes: Sequence[int] | None
+    standardise_inputs: bool
+    seed: int
+
+
+def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:
+    """``latent`` when it holds ``num_data`` rows (if it has rows) of ``latent_dim`` dims."""
+    rows = getattr(latent, "num_data", num_data)  # amortised modules hold no rows
+    if rows != num_data:
+        raise ValueError(f"The latent module holds {rows} rows but data has {num_data}.")
+    if latent.latent_dim != latent_dim:
+        raise ValueError(
+            f"The latent module has {latent.latent_dim} dims but latent_dim={latent_dim}."
+        )
+    return latent
 
 
 def _closed_form(model: SVIGPLVM, choice: str) -> bool:
@@ -499,25 +580,6 @@ def covariance_layout(shared: bool, num_outputs: int) -> str:
     if shared:
         return "one q(u) covariance shared by all outputs (shared_covariance=True)"
     return f"one q(u) covariance per output, {num_outputs} in all (shared_covariance=False)"
-
-
-def _warn_unobserved(Y: np.ndarray) -> None:
-    """Rows or columns with no observed entry are legal but learn nothing: say so."""
-    observed = ~np.isnan(Y)
-    empty_rows = int((~observed.any(axis=1)).sum())
-    empty_columns = int((~observed.any(axis=0)).sum())
-    if empty_rows:
-        warnings.warn(
-            f"{empty_rows} row(s) of data have no observed entry: they contribute only their "
-            "prior term, so their latents stay at the prior.",
-            stacklevel=4,
-        )
-    if empty_columns:
-        warnings.warn(
-            f"{empty_columns} column(s) of data have no observed entry: their GP outputs are "
-            "fitted to nothing and predict from the prior.",
-            stacklevel=4,
-        )
 
 
 MODELS: dict[str, type[SVIGPLVM]] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import gpflow
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,17 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
-from gpflow_svi_gplvm.initialisation import column_moments, pca_latents
+from gpflow_svi_gplvm.initialisation import (
+    SHARED_COVARIANCE_MIN_OUTPUTS,
+    check_sizes,
+    column_moments,
+    default_components,
+    default_shared_covariance,
+    initial_latents,
+    pca_latents,
+    random_latents,
+)
+from gpflow_svi_gplvm.likelihoods import MaskedLikelihood
 from gpflow_svi_gplvm.validation import ROWS_PER_BLOCK, check_observations
 
 
@@ -97,3 +108,63 @@ def test_observations_are_not_copied_unless_a_mask_rewrites_them():
     assert check_observations(Y) is Y
     hidden = check_observations(Y, mask=np.array([[True, False]] * 3))
     assert np.isnan(hidden[:, 1]).all() and not np.isnan(Y).any()
+
+
+def test_default_components_are_set_on_the_datas_scale():
+    Y = np.random.default_rng(0).normal(3.0, 2.0, (40, 3))
+    data_variance = np.var(Y, axis=0).mean()
+    kernel, likelihood, mean_function = default_components(Y, 2)
+    np.testing.assert_allclose(likelihood.variance.numpy(), 0.1 * data_variance)
+    np.testing.assert_allclose(kernel.variance.numpy(), data_variance)
+    np.testing.assert_array_equal(kernel.lengthscales.numpy(), np.ones(2))
+    np.testing.assert_allclose(mean_function.c.numpy(), Y.mean(axis=0))
+
+
+def test_default_components_keep_what_is_given_and_put_f_on_the_links_scale():
+    Y = np.random.default_rng(0).poisson(4.0, (30, 3)).astype(float)
+    poisson = gpflow.likelihoods.Poisson()
+    kernel, likelihood, _ = default_components(Y, 2, likelihood=poisson)
+    assert likelihood is poisson
+    assert kernel.variance.numpy() == 1.0
+    given_kernel, zero = gpflow.kernels.Matern52(), gpflow.mean_functions.Zero()
+    components = default_components(Y, 2, given_kernel, poisson, zero)
+    assert components.kernel is given_kernel and components.mean_function is zero
+
+
+def test_default_components_mask_a_likelihood_for_data_with_gaps():
+    Y = np.random.default_rng(0).standard_normal((20, 3))
+    Y[0, 1] = np.nan
+    with pytest.warns(UserWarning, match=r"1\.7% of the entries of data are missing"):
+        _, likelihood, _ = default_components(Y, 2)
+    assert isinstance(likelihood, MaskedLikelihood)
+    assert isinstance(likelihood.base, gpflow.likelihoods.Gaussian)
+    masked = MaskedLikelihood(gpflow.likelihoods.Gaussian())
+    assert default_components(Y, 2, likelihood=masked).likelihood is masked
+    Y_counts = np.where(np.isnan(Y), np.nan, -1.0)
+    with pytest.raises(ValueError, match="non-negative integer counts"):
+        default_components(Y_counts, 2, likelihood=MaskedLikelihood(gpflow.likelihoods.Poisson()))
+
+
+def test_check_sizes_returns_ints_and_refuses_more_inducing_inputs_than_rows():
+    assert check_sizes(10, np.int64(2), 5, 1) == (2, 5, 1)
+    assert all(type(size) is int for size in check_sizes(10, np.int64(2), np.int32(5), 1))
+    with pytest.raises(ValueError, match=r"num_inducing \(11\) exceeds the number of rows N"):
+        check_sizes(10, 2, 11, 1)
+    with pytest.raises(ValueError, match="num_samples must be a positive integer"):
+        check_sizes(10, 2, 5, 0)
+
+
+def test_default_shared_covariance_shares_from_the_threshold_on():
+    assert not default_shared_covariance(None, SHARED_COVARIANCE_MIN_OUTPUTS - 1)
+    assert default_shared_covariance(None, SHARED_COVARIANCE_MIN_OUTPUTS)
+    assert default_shared_covariance(np.bool_(True), 1) is True
+    with pytest.raises(ValueError, match="shared_covariance must be True"):
+        default_shared_covariance("yes", 3)
+
+
+def test_initial_latents_are_pca_or_prior_draws():
+    Y = np.random.default_rng(0).standard_normal((20, 4))
+    np.testing.assert_array_equal(initial_latents(Y, 2, "pca", seed=3), pca_latents(Y, 2, seed=3))
+    np.testing.assert_array_equal(initial_latents(Y, 2, "random", seed=3), random_latents(20, 2, 3))
+    with pytest.raises(ValueError, match="latent_init must be 'pca' or 'random'"):
+        initial_latents(Y, 2, "zeros")

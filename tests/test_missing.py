@@ -109,9 +109,9 @@ def expect_user_warnings(*patterns: str, empty_column: bool = False):
     (``pytest.warns(match=...)`` would re-emit the others; construction with gaps and no
     explicit MaskedLikelihood always adds the notice that the likelihood was wrapped.)
 
-    ``empty_column``: also silence numpy's RuntimeWarnings ("Degrees of freedom <= 0 for slice",
-    "Mean of empty slice") that nanvar / nanmean of a column with nothing observed leak from
-    models.py and initialisation.py: an oddity, not the subject of these tests."""
+    ``empty_column``: also silence numpy's RuntimeWarnings ("Mean of empty slice" and the like),
+    which reductions over a column with nothing observed may raise: not the subject of these
+    tests."""
     with pytest.warns(UserWarning) as record, warnings.catch_warnings():
         if empty_column:
             warnings.simplefilter("ignore", RuntimeWarning)
