@@ -52,29 +52,14 @@ class NewRowModel(Protocol):
     """What inference for new rows (and serving) reads from a trained model, such as
     :class:`~gpflow_svi_gplvm.SVIGPLVM`."""
 
-    @property
-    def latent(self) -> LatentVariables: ...
-
-    @property
-    def likelihood(self) -> Likelihood: ...
-
-    @property
-    def inducing_variable(self) -> InducingVariables: ...
-
-    @property
-    def num_data(self) -> int | tf.Tensor | None: ...
-
-    @property
-    def data_dim(self) -> int: ...
-
-    @property
-    def latent_dim(self) -> int: ...
-
-    @property
-    def num_samples(self) -> int: ...
-
-    @property
-    def shared_covariance(self) -> bool: ...
+    latent: LatentVariables
+    likelihood: Likelihood
+    inducing_variable: InducingVariables
+    num_data: int | tf.Tensor | None
+    data_dim: int
+    latent_dim: int
+    num_samples: int
+    shared_covariance: bool
 
     def predict_f(self, Xnew: tf.Tensor, /) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [B, D] of q(f(Xnew)) for Xnew [B, Q]."""
