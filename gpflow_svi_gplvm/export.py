@@ -23,16 +23,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tensorflow as tf
 from gpflow.config import default_float
 
 from .export_folder import check_destination, replace_folder, write_marker
-from .inference import LatentInference, chunk_rows
-
-if TYPE_CHECKING:
-    from .models import SVIGPLVM
+from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
@@ -44,7 +40,7 @@ class ServingModule(tf.Module):
 
     def __init__(
         self,
-        model: SVIGPLVM,
+        model: NewRowModel,
         encode_iterations: int = 300,
         learning_rate: float = 0.05,
         num_samples: int = 64,
@@ -78,13 +74,11 @@ class ServingModule(tf.Module):
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
         Y = self._checked_width(Y, self.model.data_dim, "encode", "Y")
-        return self._in_chunks(self.inference.latents, Y, self.encode_rows, self.model.latent_dim)
+        return self._in_chunks(self.inference.latents, Y, self.encode_rows)
 
     def _reconstruct(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
         Y = self._checked_width(Y, self.model.data_dim, "reconstruct", "Y")
-        return self._in_chunks(
-            self.inference.predict, Y, self.reconstruct_rows, self.model.data_dim
-        )
+        return self._in_chunks(self.inference.predict, Y, self.reconstruct_rows)
 
     def _checked_width(self, values: tf.Tensor, width: int, signature: str, name: str) -> tf.Tensor:
         """``values`` after a run-time check that it has ``width`` columns. A signature called by
@@ -98,19 +92,12 @@ class ServingModule(tf.Module):
         with tf.control_dependencies([tf.debugging.Assert(fits, [message, tf.shape(values)])]):
             return tf.identity(values)
 
-    def _in_chunks(self, function, Y: tf.Tensor, rows: int, width: int) -> dict[str, tf.Tensor]:
-        """``function`` of Y [None, D] (moments [None, width]) in consecutive chunks of ``rows``
-        rows, one at a time (rows are independent: chunked equals one pass), concatenated."""
-        Y = self._observations(Y)
-        count = (tf.shape(Y)[0] + rows - 1) // rows
-        parts = dict(size=count, infer_shape=False, element_shape=tf.TensorShape([None, width]))
-        means = tf.TensorArray(Y.dtype, **parts)
-        variances = tf.TensorArray(Y.dtype, **parts)
-        for i in tf.range(count):
-            tf.autograph.experimental.set_loop_options(parallel_iterations=1)
-            mean, variance = function(Y[i * rows : (i + 1) * rows])
-            means, variances = means.write(i, mean), variances.write(i, variance)
-        return self._moments(means.concat(), variances.concat())
+    def _in_chunks(
+        self, function: tf.types.experimental.PolymorphicFunction, Y: tf.Tensor, rows: int
+    ) -> dict[str, tf.Tensor]:
+        """The moments ``function`` gives for Y [None, D], computed in consecutive chunks of
+        ``rows`` rows inside the graph (:func:`~gpflow_svi_gplvm.inference.in_row_chunks`)."""
+        return self._moments(*in_row_chunks(function, rows, self._observations(Y)))
 
     def _observations(self, Y: tf.Tensor) -> tf.Tensor:
         """Y [None, D] in the model's precision; an infinite entry is an error, as in the
@@ -122,7 +109,7 @@ class ServingModule(tf.Module):
 
 
 def export_saved_model(
-    model: SVIGPLVM,
+    model: NewRowModel,
     path: str | Path,
     encode_iterations: int = 300,
     learning_rate: float = 0.05,

@@ -1,32 +1,79 @@
-"""Latents and reconstructions for new rows of Y, with every trained global parameter frozen.
+r"""Latents and reconstructions for new rows of Y, with every trained global parameter frozen.
 
-For a new row y* (NaN = missing), q(x*) maximises that row's part of the bound,
+For a new row :math:`y_*` (NaN = missing), :math:`q(x_*)` maximises that row's part of the bound,
 
-    E_q(x*)[sum_{d observed} E_q(f_d(x*)) log p(y*_d | f_d)] + r(x*),
+.. math::
 
-with the kernel, likelihood, Z and q(u) fixed. Rows are independent, so many are optimised at
-once, by Adam written out in tensors inside one compiled loop (no variables are created, so the
-same graph serves from a SavedModel). The amortised model needs no optimisation: one encoder pass.
+    \mathbb{E}_{q(x_*)}\Big[\sum_{d \in \mathcal{O}} \mathbb{E}_{q(f_d(x_*))}
+    \log p(y_{*d} \mid f_d)\Big] + r(x_*),
+
+over the observed outputs :math:`\mathcal{O}`, with the kernel, likelihood, Z and q(u) fixed.
+How :math:`q(x_*)` is found belongs to the latent family
+(:meth:`~gpflow_svi_gplvm.latents.LatentVariables.new_rows`): per-row tables are optimised by
+Adam written out in tensors inside one compiled loop (no variables are created, so the same graph
+serves from a SavedModel); the amortised model needs no optimisation, one encoder pass. This
+module compiles the graphs, chooses where optimised rows start, and feeds rows in chunks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.config import default_float
+from gpflow.inducing_variables import InducingVariables
+from gpflow.likelihoods import Likelihood
 
-from .latents import LatentBatch, RowLatentVariables
+from .latents import LatentBatch, LatentVariables, NewRowFit
 from .likelihoods import MaskedLikelihood, check_likelihood_support
-from .validation import check_integer, check_learning_rate, check_observations
+from .validation import (
+    check_chunk_size,
+    check_fraction,
+    check_integer,
+    check_learning_rate,
+    check_observations,
+)
 
-if TYPE_CHECKING:
-    from .models import SVIGPLVM
+__all__ = [
+    "LatentInference",
+    "NewRowModel",
+    "chunk_rows",
+    "in_row_chunks",
+    "infer_latents",
+    "log_predictive_density",
+    "predictive_moments",
+    "reconstruct",
+]
 
-__all__ = ["LatentInference", "infer_latents", "log_predictive_density", "reconstruct"]
 
-_BETA_1, _BETA_2, _EPSILON = 0.9, 0.999, 1e-7
+class NewRowModel(Protocol):
+    """What inference for new rows (and serving) reads from a trained model, such as
+    :class:`~gpflow_svi_gplvm.SVIGPLVM`."""
+
+    latent: LatentVariables
+    likelihood: Likelihood
+    inducing_variable: InducingVariables
+    num_data: int | tf.Tensor | None
+    data_dim: int
+    latent_dim: int
+    num_samples: int
+    shared_covariance: bool
+
+    def predict_f(self, Xnew: tf.Tensor, /) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and variance [B, D] of q(f(Xnew)) for Xnew [B, Q]."""
+        ...
+
+    def predict_y(self, Xnew: tf.Tensor, /) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and variance [B, D] of the likelihood's predictive at Xnew [B, Q]."""
+        ...
+
+    def expected_data_term(
+        self, batch: LatentBatch, Y: tf.Tensor, likelihood: Likelihood | None = None, /
+    ) -> tf.Tensor:
+        """Each row's expected log likelihood [B] of Y [B, D] under a latent ``batch``."""
+        ...
 
 
 class LatentInference(tf.Module):
@@ -49,7 +96,7 @@ class LatentInference(tf.Module):
 
     def __init__(
         self,
-        model: SVIGPLVM,
+        model: NewRowModel,
         iterations: int = 300,
         learning_rate: float = 0.05,
         num_samples: int = 64,
@@ -61,32 +108,32 @@ class LatentInference(tf.Module):
         super().__init__()
         self.model = model
         self.iterations = check_integer(iterations, "iterations", minimum=0)
-        if not (isinstance(averaging, (int, float)) and 0.0 <= averaging <= 1.0):
-            raise ValueError(
-                f"averaging must be a fraction of the steps in [0, 1] (0: the last iterate), got "
-                f"{averaging!r}."
-            )
+        averaging = check_fraction(
+            averaging, "averaging", "a fraction of the steps", "0: the last iterate"
+        )
         # Steps from this one on are averaged; at least the last one.
         self.averaging_start = min(int(self.iterations * (1.0 - averaging)), self.iterations - 1)
         self.learning_rate = check_learning_rate(learning_rate)
         self.num_samples = check_integer(num_samples, "num_samples")
         self.seed = check_integer(seed, "seed", minimum=0)
-        self.chunk_size = chunk_size
+        self.chunk_size = check_chunk_size(chunk_size)
         likelihood = model.likelihood
         self.likelihood = (
             likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
         )
-        if not (model.latent.amortised or isinstance(model.latent, RowLatentVariables)):
-            raise ValueError(
-                f"Cannot infer latents of new rows with {type(model.latent).__name__}: new-row "
-                "inference needs either per-row tables (subclass RowLatentVariables, which "
-                "also gives the optimisation of q(x*)) or an amortised q(x_n | y_n) (set "
-                "amortised = True and compute q(x) from Y alone, ignoring idx)."
-            )
-        self._candidate_rows = None
-        if isinstance(model.latent, RowLatentVariables):
-            rows = np.random.default_rng(seed).permutation(model.num_data)[:max_candidates]
-            self._candidate_rows = tf.constant(rows, dtype=tf.int64)
+        model.latent.check_new_rows()
+        rows = np.random.default_rng(seed).permutation(int(model.num_data or 0))[:max_candidates]
+        self._candidate_rows = tf.constant(rows, dtype=tf.int64)
+        self._num_candidates = len(rows)
+        self._fit = NewRowFit(
+            objective=self._row_bounds,
+            initial_mean=self._initial_means,
+            num_samples=model.num_samples,
+            iterations=self.iterations,
+            learning_rate=self.learning_rate,
+            averaging_start=self.averaging_start,
+            seed=self.seed,
+        )
         spec = [tf.TensorSpec([None, model.data_dim], default_float())]
         self.latents = tf.function(self._latents, input_signature=spec)
         self.predict = tf.function(self._predict, input_signature=spec)
@@ -94,42 +141,42 @@ class LatentInference(tf.Module):
 
     def infer(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D], in chunks."""
-        return self._in_chunks(self.latents, Y, self.model.num_samples)
+        return self._in_chunks(self.latents, self.model.num_samples, Y)
 
     def reconstruct(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N*, D] of every entry of checked rows Y, in chunks."""
-        return self._in_chunks(self.predict, Y, self.num_samples)
+        return self._in_chunks(self.predict, self.num_samples, Y)
 
     def log_density(self, Y: np.ndarray, targets: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
         """log p(targets | q(x*) inferred from Y), per entry [N*, D] (NaN where a target is
         missing) and per row [N*], for checked rows Y and targets [N*, D], in chunks."""
-        return self._in_chunks(self.log_densities, Y, self.num_samples, targets)
+        return self._in_chunks(self.log_densities, self.num_samples, Y, targets)
 
     def _in_chunks(
-        self, function, Y: np.ndarray, num_draws: int, *more: np.ndarray
-    ) -> tuple[tf.Tensor, ...]:
-        """``function`` over chunks of the rows of Y (and of the arrays ``more`` beside it)."""
+        self,
+        function: tf.types.experimental.PolymorphicFunction,
+        num_draws: int,
+        *arrays: np.ndarray,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The pair of outputs of ``function`` over ``arrays`` [N*, D], in chunks of rows."""
         size = chunk_rows(self.model, self.chunk_size, num_draws)
-        chunks = [
-            function(*(tf.constant(array[i : i + size]) for array in (Y, *more)))
-            for i in range(0, len(Y), size)
-        ]
-        return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
+        first, second = in_row_chunks(function, size, *(tf.convert_to_tensor(a) for a in arrays))
+        return first, second
 
+    @check_shapes("Y: [batch, D]", "return: [batch, Q]")
     def _initial_means(self, Y: tf.Tensor) -> tf.Tensor:
-        """[B, Q]: per row, the candidate latent whose decoded mean is closest on observed d."""
-        latent = self.model.latent
-        candidates = tf.concat(
-            [
-                self.model.inducing_variable.Z,
-                latent.moments_of(latent.rows(self._candidate_rows))[0],
-            ],
-            axis=0,
-        )
-        decoded = self.model.predict_y(candidates)[0]  # [C, D]
+        r"""Per row, the candidate latent :math:`c` whose decoded mean :math:`\mu_c` is closest
+        on the observed entries :math:`o_{nd}`, minimising
+        :math:`\sum_d o_{nd} (y_{nd} - \mu_{cd})^2` (zero for a row with nothing observed)."""
+        model = self.model
+        # Per-row families read only idx; the rows' data is not at hand, and not needed.
+        unread = tf.zeros([self._num_candidates, model.data_dim], Y.dtype)
+        trained = model.latent.moments(self._candidate_rows, unread)[0]
+        candidates = tf.concat([model.inducing_variable.Z, trained], axis=0)
+        decoded = model.predict_y(candidates)[0]  # [C, D]
         observed = tf.logical_not(tf.math.is_nan(Y))
         values = tf.where(observed, Y, tf.zeros_like(Y))
-        # sum_d o_nd (y_nd - mu_cd)^2, expanded so that no [B, C, D] tensor is formed.
+        # The squares expanded, so that no [B, C, D] tensor is formed.
         errors = (
             tf.reduce_sum(tf.square(values), axis=1, keepdims=True)
             - 2.0 * tf.matmul(values, decoded, transpose_b=True)
@@ -139,75 +186,38 @@ class LatentInference(tf.Module):
         anything_observed = tf.reduce_any(observed, axis=1, keepdims=True)
         return tf.where(anything_observed, initial, tf.zeros_like(initial))
 
-    def optimised_rows(self, Y: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """The latent family's parameter rows for Y [B, D], after the Adam steps (in-graph)."""
-        model, latent = self.model, self.model.latent
-        transforms = [parameter.transform for parameter in latent.row_parameters]
-
-        def constrain(raw):
-            return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
-
-        initial = latent.initial_rows(self._initial_means(Y))
-        raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, initial)]
-        noise_shape = [model.num_samples, 1, model.latent_dim]
-
-        def adam_step(step, raw, first, second, average):
-            seed = tf.stack([tf.constant(self.seed, tf.int64), step])
-            noise = tf.random.stateless_normal(noise_shape, seed=seed, dtype=Y.dtype)
-            with tf.GradientTape() as tape:
-                tape.watch(raw)
-                batch = latent.batch_of(constrain(raw), model.num_samples, noise)
-                loss = -tf.reduce_sum(self._row_bounds(batch, Y))
-            gradients = tape.gradient(loss, raw)
-            t = tf.cast(step + 1, Y.dtype)
-            first = [_BETA_1 * m + (1 - _BETA_1) * g for m, g in zip(first, gradients)]
-            second = [_BETA_2 * v + (1 - _BETA_2) * g * g for v, g in zip(second, gradients)]
-            raw = [
-                r
-                - self.learning_rate
-                * (m / (1 - _BETA_1**t))
-                / (tf.sqrt(v / (1 - _BETA_2**t)) + _EPSILON)
-                for r, m, v in zip(raw, first, second)
-            ]
-            # The running mean of the iterates from averaging_start on (weight 1 at that step).
-            weight = 1.0 / tf.cast(tf.maximum(step - self.averaging_start + 1, 1), Y.dtype)
-            weight *= tf.cast(step >= self.averaging_start, Y.dtype)
-            average = [a + weight * (r - a) for a, r in zip(average, raw)]
-            return step + 1, raw, first, second, average
-
-        # An explicit while loop: the compiled graph does not depend on AutoGraph converting
-        # this method (a notebook kernel once ran it unconverted).
-        zeros = [tf.zeros_like(r) for r in raw]
-        state = (tf.constant(0, tf.int64), raw, zeros, list(zeros), list(raw))
-        *_, average = tf.while_loop(
-            lambda step, *_: step < self.iterations, adam_step, state, parallel_iterations=1
-        )
-        return constrain(average)
-
+    @check_shapes("Y: [batch, D]", "return: [batch]")
     def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
         return self.model.expected_data_term(batch, Y, self.likelihood) + batch.row_term
 
     def _batch(self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor) -> LatentBatch:
-        latent = self.model.latent
-        if isinstance(latent, RowLatentVariables):
-            return latent.batch_of(self.optimised_rows(Y), num_samples, noise)
-        idx = tf.range(tf.shape(Y)[0], dtype=tf.int64)
-        return latent(idx, Y, num_samples, noise)
+        return self.model.latent.new_rows(Y, num_samples, noise, self._fit)
 
+    @check_shapes("Y: [batch, D]", "return[0]: [batch, Q]", "return[1]: [batch, Q]")
     def _latents(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [B, Q] of q(x*)."""
         noise = tf.zeros([1, 1, self.model.latent_dim], dtype=Y.dtype)
         batch = self._batch(Y, 1, noise)
         return batch.mean, batch.variance
 
+    @check_shapes("Y: [batch, D]", "return[0]: [batch, D]", "return[1]: [batch, D]")
     def _predict(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [B, D] of every entry, integrating over q(x*)."""
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
         return predictive_moments(self.model, self._batch(Y, self.num_samples, noise).samples)
 
+    @check_shapes(
+        "Y: [batch, D]", "targets: [batch, D]", "return[0]: [batch, D]", "return[1]: [batch]"
+    )
     def _log_densities(self, Y: tf.Tensor, targets: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """log p(t_nd) [B, D] and log p(t_n) [B] of ``targets`` under the predictive of rows Y:
-        mixtures over the draws x^(s) of q(x*) of the likelihood's predictive given x^(s)."""
+        r"""Log densities of ``targets`` under the predictive of rows Y, per entry [B, D] and per
+        row [B]: mixtures over the draws :math:`x^{(s)}` of q(x*) of the likelihood's predictive,
+
+        .. math::
+
+            \log p(t_{nd}) = \log \frac{1}{S} \sum_s p(t_{nd} \mid x^{(s)}), \qquad
+            \log p(t_n) = \log \frac{1}{S} \sum_s \prod_d p(t_{nd} \mid x^{(s)}).
+        """
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
         samples = self._batch(Y, self.num_samples, noise).samples  # [S, B, Q]
         X = tf.reshape(samples, [-1, self.model.latent_dim])  # draw-major
@@ -224,11 +234,18 @@ class LatentInference(tf.Module):
         return tf.where(missing, tf.constant(np.nan, terms.dtype), per_entry), per_row
 
 
-def predictive_moments(model: SVIGPLVM, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Moments [B, D] of p(y_nd) = E_q(x_n)[p(y_nd | x_n)] from draws ``samples`` [S, B, Q].
+@check_shapes("samples: [S, batch, Q]", "return[0]: [batch, D]", "return[1]: [batch, D]")
+def predictive_moments(model: NewRowModel, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    r"""Moments [B, D] of :math:`p(y_{nd}) = \mathbb{E}_{q(x_n)}[p(y_{nd} \mid x_n)]` from draws
+    ``samples`` [S, B, Q] of :math:`q(x_n)`, with :math:`m_s, v_s` the likelihood's predictive
+    mean and variance given :math:`x^{(s)}_n`:
 
-    Mean: the average of the likelihood's predictive means. Variance: the average of
-    (variance + mean^2) minus mean^2, so it holds the latent, GP and noise uncertainty.
+    .. math::
+
+        \mathbb{E}[y_{nd}] = \frac{1}{S} \sum_s m_s, \qquad
+        \mathbb{V}[y_{nd}] = \frac{1}{S} \sum_s (v_s + m_s^2) - \mathbb{E}[y_{nd}]^2,
+
+    so the variance holds the latent, GP and noise uncertainty.
     """
     mean, variance = model.predict_y(tf.reshape(samples, [-1, model.latent_dim]))
     shape = tf.concat([tf.shape(samples)[:2], [model.data_dim]], axis=0)
@@ -238,15 +255,43 @@ def predictive_moments(model: SVIGPLVM, samples: tf.Tensor) -> tuple[tf.Tensor, 
     return predictive_mean, tf.maximum(second_moment - tf.square(predictive_mean), 0.0)
 
 
+def in_row_chunks(
+    function: tf.types.experimental.PolymorphicFunction, size: int, *tensors: tf.Tensor
+) -> tuple[tf.Tensor, ...]:
+    """``function`` over consecutive chunks of ``size`` rows of ``tensors`` (each [N, ...]),
+    one chunk after another, its outputs (each [rows, ...]) concatenated along the rows.
+
+    ``function`` is a ``tf.function`` with an input signature, which gives the outputs' dtypes
+    and shapes. The loop is an explicit ``tf.while_loop``: eagerly it calls the compiled
+    ``function`` once per chunk; inside a graph (a served signature) it is one loop, so that a
+    request's peak memory does not grow with its number of rows. Rows are independent, so the
+    result equals one pass over all rows.
+    """
+    outputs = function.get_concrete_function().structured_outputs
+    count = (tf.shape(tensors[0])[0] + size - 1) // size
+    parts = tuple(
+        tf.TensorArray(o.dtype, size=count, infer_shape=False, element_shape=o.shape)
+        for o in outputs
+    )
+
+    def chunk(i: tf.Tensor, parts: tuple[tf.TensorArray, ...]):
+        results = function(*(t[i * size : (i + 1) * size] for t in tensors))
+        return i + 1, tuple(part.write(i, r) for part, r in zip(parts, results))
+
+    state = (tf.constant(0), parts)
+    _, parts = tf.while_loop(lambda i, _: i < count, chunk, state, parallel_iterations=1)
+    return tuple(part.concat() for part in parts)
+
+
 def infer_latents(
-    model: SVIGPLVM,
+    model: NewRowModel,
     Y_new,
     iterations: int = 300,
     learning_rate: float = 0.05,
     seed: int = 0,
     mask=None,
     chunk_size: int | None = None,
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, ...]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
     Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
@@ -260,7 +305,7 @@ def infer_latents(
 
 
 def reconstruct(
-    model: SVIGPLVM,
+    model: NewRowModel,
     Y,
     rows: np.ndarray | None = None,
     num_samples: int = 64,
@@ -269,7 +314,7 @@ def reconstruct(
     seed: int = 0,
     mask=None,
     chunk_size: int | None = None,
-) -> tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, ...]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
     ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows;
@@ -296,15 +341,12 @@ def reconstruct(
     def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return predictive_moments(model, model.latent(idx, Y, num_samples, noise).samples)
 
-    chunks = [
-        predict(tf.constant(rows[start : start + chunk_size]), Y[start : start + chunk_size])
-        for start in range(0, len(Y), chunk_size)
-    ]
-    return tuple(tf.concat(parts, axis=0) for parts in zip(*chunks))
+    mean, variance = in_row_chunks(predict, chunk_size, tf.constant(rows), tf.constant(Y))
+    return mean, variance
 
 
 def log_predictive_density(
-    model: SVIGPLVM,
+    model: NewRowModel,
     Y,
     targets=None,
     joint: bool = False,
@@ -315,19 +357,25 @@ def log_predictive_density(
     mask=None,
     chunk_size: int | None = None,
 ) -> tf.Tensor:
-    """log p(t* | Y) of ``targets`` [N, D] (default: Y itself) under the predictive of new rows Y.
+    r"""log p(t* | Y) of ``targets`` [N, D] (default: Y itself) under the predictive of new rows Y.
 
     q(x*) is inferred from Y as in :func:`infer_latents`; the predictive of an entry is the
-    mixture over ``num_samples`` draws x^(s) of q(x*) (common to all rows) of the likelihood's
-    predictive given x^(s), p(t_nd) = 1/S sum_s int p(t_nd | f) q(f_d(x^(s))) df. The integral
-    over f is the likelihood's ``predict_log_density``: closed form for a Gaussian, otherwise its
-    Gauss-Hermite quadrature (GPflow's default, 20 points, can be off by a fraction of a percent
-    where q(f) is wide against the likelihood; build the likelihood with
+    mixture over ``num_samples`` draws :math:`x^{(s)}` of q(x*) (common to all rows) of the
+    likelihood's predictive given :math:`x^{(s)}`,
+
+    .. math::
+
+        p(t_{nd}) = \frac{1}{S} \sum_s \int p(t_{nd} \mid f)\, q(f_d(x^{(s)}))\, df.
+
+    The integral over f is the likelihood's ``predict_log_density``: closed form for a Gaussian,
+    otherwise its Gauss-Hermite quadrature (GPflow's default, 20 points, can be off by a fraction
+    of a percent where q(f) is wide against the likelihood; build the likelihood with
     ``quadrature=gpflow.quadrature.NDiagGHQuadrature(1, 100)`` for more).
     Returns per-entry log densities [N, D] (NaN where a target is NaN), or with ``joint=True``
-    the log density of each row's observed targets [N], 1/S sum_s prod_d (...): given x the
-    outputs are independent, so this is the row's joint predictive. Negate and average for an
-    NLPD. ``targets`` may hold entries that Y hides (score a reconstruction on them).
+    the log density of each row's observed targets [N],
+    :math:`\frac{1}{S} \sum_s \prod_d (\dots)`: given x the outputs are independent, so this is
+    the row's joint predictive. Negate and average for an NLPD. ``targets`` may hold entries that
+    Y hides (score a reconstruction on them).
     """
     Y = check_observations(Y, "Y_new", model.data_dim, mask)
     targets = Y if targets is None else check_observations(targets, "targets", model.data_dim)
@@ -350,21 +398,24 @@ def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor
     return tf.random.stateless_normal(shape, seed=[seed, 1], dtype=default_float())
 
 
-def chunk_rows(model: SVIGPLVM, chunk_size: int | None, num_samples: int) -> int:
-    """``chunk_size``, checked; by default rows such that the GP's intermediates, D x M x (rows
-    x draws) numbers with a covariance per output or (D + M) x (rows x draws) with a shared one,
-    stay near 5e7 numbers."""
-    if chunk_size is None:
-        D, M = model.data_dim, int(model.inducing_variable.num_inducing)
-        per_draw = D + M if model.shared_covariance else D * M
-        return max(1, int(5e7 // (per_draw * max(num_samples, 1))))
-    return check_integer(chunk_size, "chunk_size", hint="or None for a memory-bounded default")
+def chunk_rows(model: NewRowModel, chunk_size: int | None, num_samples: int) -> int:
+    """``chunk_size`` (checked as in :func:`~gpflow_svi_gplvm.validation.check_chunk_size`) or
+    by default rows such that the GP's intermediates, D x M x (rows x draws) numbers with a
+    covariance per output or (D + M) x (rows x draws) with a shared one, stay near 5e7
+    numbers."""
+    chunk_size = check_chunk_size(chunk_size)
+    if chunk_size is not None:
+        return chunk_size
+    D, M = model.data_dim, int(model.inducing_variable.num_inducing)
+    per_draw = D + M if model.shared_covariance else D * M
+    return max(1, int(5e7 // (per_draw * max(num_samples, 1))))
 
 
-def _checked_training_rows(model: SVIGPLVM, rows, num_rows: int) -> np.ndarray:
+def _checked_training_rows(model: NewRowModel, rows, num_rows: int) -> np.ndarray:
     rows = np.asarray(rows)
     if rows.shape != (num_rows,) or not np.issubdtype(rows.dtype, np.integer):
         raise ValueError(f"rows must be {num_rows} integer training-row indices, one per row of Y.")
-    if rows.min() < 0 or rows.max() >= model.num_data:
-        raise ValueError(f"rows must lie in [0, {model.num_data}), the model's training rows.")
+    num_data = int(model.num_data or 0)
+    if rows.min() < 0 or rows.max() >= num_data:
+        raise ValueError(f"rows must lie in [0, {num_data}), the model's training rows.")
     return rows.astype(np.int64)

@@ -13,21 +13,24 @@ the cost of a step does not grow with N.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
+from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
 from .networks import MLP, SetPooling
-from .validation import check_integer
+from .optimizers import adam_moments_and_step
+from .validation import check_integer, check_layer_sizes
 
 __all__ = [
     "LatentBatch",
+    "NewRowFit",
     "LatentVariables",
     "RowLatentVariables",
     "PointLatent",
@@ -55,6 +58,34 @@ class LatentBatch(NamedTuple):
     diagonal (or a point)."""
 
 
+class NewRowFit(NamedTuple):
+    """How q(x*) of new rows is fitted by a family that must optimise it (see
+    :meth:`LatentVariables.new_rows`); an amortised family ignores it."""
+
+    objective: Callable[[LatentBatch, tf.Tensor], tf.Tensor]
+    """(batch, Y [B, D]) -> each row's part of the bound [B], maximised over q(x*)."""
+    initial_mean: Callable[[tf.Tensor], tf.Tensor]
+    """Y [B, D] -> [B, Q]: where the mean of q(x*) of each row starts."""
+    num_samples: int
+    """Draws of x* per step."""
+    iterations: int
+    """Adam steps."""
+    learning_rate: float
+    """Adam's step size."""
+    averaging_start: int
+    """The first step whose iterate enters the average that gives q(x*)."""
+    seed: int
+    """Seed of the stateless draws of each step, common to all rows."""
+
+
+_NO_NEW_ROWS = (
+    "Cannot infer latents of new rows with {name}: new-row inference needs either per-row "
+    "tables (subclass RowLatentVariables, which also gives the optimisation of q(x*)) or an "
+    "amortised q(x_n | y_n) (set amortised = True and compute q(x) from Y alone, ignoring idx)."
+)
+
+
+@check_shapes("parameter: [N, row_shape...]", "idx: [batch]", "return: [batch, row_shape...]")
 def gather_rows(parameter: Parameter, idx: tf.Tensor) -> tf.Tensor:
     """Rows ``idx`` [B] of ``parameter`` [N, ...], constrained: transform(gather(raw, idx)).
 
@@ -65,7 +96,12 @@ def gather_rows(parameter: Parameter, idx: tf.Tensor) -> tf.Tensor:
 
 
 class LatentVariables(Module, abc.ABC):
-    """Base class of q(x_n): maps (idx [B], Y [B, D]) to a :class:`LatentBatch`."""
+    """Base class of q(x_n): maps (idx [B], Y [B, D]) to a :class:`LatentBatch`.
+
+    New rows (unseen in training) go through :meth:`new_rows`: the base class serves amortised
+    families, :class:`RowLatentVariables` optimises per-row parameters, and a family that can do
+    neither raises a ``ValueError`` from :meth:`check_new_rows`.
+    """
 
     amortised: bool = False
     """True when q(x_n) is computed from y_n (no per-row parameters)."""
@@ -80,10 +116,21 @@ class LatentVariables(Module, abc.ABC):
         self.generator = tf.random.Generator.from_seed(0)
 
     @abc.abstractmethod
+    @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: [batch, Q]", "return[1]: [batch, Q]")
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance of q(x_n), both [B, Q]."""
 
     @abc.abstractmethod
+    @check_shapes(
+        "idx: [batch]",
+        "Y: [batch, D]",
+        "noise: [num_noise, broadcast batch, Q]",
+        "return.samples: [num_draws, batch, Q]",
+        "return.row_term: [batch]",
+        "return.mean: [batch, Q]",
+        "return.variance: [batch, Q]",
+        "return.scale: [batch, Q, Q]",
+    )
     def __call__(
         self,
         idx: tf.Tensor,
@@ -107,13 +154,38 @@ class LatentVariables(Module, abc.ABC):
         shape = tf.stack([num_samples, tf.shape(idx)[0], self.latent_dim])
         return self.generator.normal(shape, dtype=default_float())
 
+    def check_new_rows(self) -> None:
+        """A ``ValueError`` unless :meth:`new_rows` can describe rows unseen in training: here,
+        unless the family is amortised. Override together with :meth:`new_rows`."""
+        if not self.amortised:
+            raise ValueError(_NO_NEW_ROWS.format(name=type(self).__name__))
+
+    @check_shapes(
+        "Y: [batch, D]",
+        "noise: [num_noise, broadcast batch, Q]",
+        "return.samples: [num_draws, batch, Q]",
+        "return.mean: [batch, Q]",
+    )
+    def new_rows(
+        self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
+    ) -> LatentBatch:
+        """q(x*) of new rows Y [B, D] (NaN = missing), with the model's globals frozen, as a
+        :class:`LatentBatch` drawn with the standard normal ``noise`` [S, B or 1, Q].
+
+        An amortised family applies itself to Y, so ``fit`` is not needed; other families raise
+        the ``ValueError`` of :meth:`check_new_rows`.
+        """
+        self.check_new_rows()
+        return self(tf.range(tf.shape(Y)[0], dtype=tf.int64), Y, num_samples, noise)
+
 
 class RowLatentVariables(LatentVariables):
     """q(x_n) with parameters of its own for every row: tables [N, Q] (``row_parameters``).
 
     Subclasses say how a batch of rows (constrained values, one tensor [B, Q] per table) gives
-    the moments and the :class:`LatentBatch`; gathering the rows is shared. Working on explicit
-    rows lets the same family describe new rows (see :mod:`gpflow_svi_gplvm.inference`).
+    the moments and the :class:`LatentBatch`, and where the rows of new data start
+    (:meth:`initial_rows`); gathering the rows is shared, and so is the fit of new rows
+    (:meth:`fitted_rows`), which optimises the same parameters with the model frozen.
     """
 
     def __init__(self, num_data: int, latent_dim: int, name: str | None = None):
@@ -130,22 +202,33 @@ class RowLatentVariables(LatentVariables):
         return tuple(gather_rows(parameter, idx) for parameter in self.row_parameters)
 
     @abc.abstractmethod
+    @check_shapes("return[0]: [batch, Q]", "return[1]: [batch, Q]")
     def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [B, Q] of q(x_n) for parameter rows."""
 
     @abc.abstractmethod
+    @check_shapes(
+        "noise: [num_noise, broadcast batch, Q]",
+        "return.samples: [num_draws, batch, Q]",
+        "return.row_term: [batch]",
+        "return.mean: [batch, Q]",
+        "return.variance: [batch, Q]",
+    )
     def batch_of(
         self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
         """The :class:`LatentBatch` for parameter rows, with standard normal ``noise``."""
 
     @abc.abstractmethod
+    @check_shapes("mean: [batch, Q]")
     def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """Starting parameter rows for new data whose latent means start at ``mean`` [B, Q]."""
 
+    @inherit_check_shapes
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         return self.moments_of(self.rows(idx))
 
+    @inherit_check_shapes
     def __call__(
         self,
         idx: tf.Tensor,
@@ -157,13 +240,94 @@ class RowLatentVariables(LatentVariables):
         noise = self.noise(idx, num_samples) if noise is None else noise
         return self.batch_of(self.rows(idx), num_samples, noise)
 
+    def check_new_rows(self) -> None:
+        """Nothing to refuse: new rows are fitted by :meth:`fitted_rows`."""
+
+    @inherit_check_shapes
+    def new_rows(
+        self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
+    ) -> LatentBatch:
+        """q(x*) of new rows Y [B, D] from their parameter rows fitted as in :meth:`fitted_rows`,
+        drawn with ``noise`` [S, B or 1, Q]."""
+        return self.batch_of(self.fitted_rows(Y, fit), num_samples, noise)
+
+    def fitted_rows(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
+        r"""The parameter rows of new rows Y [B, D] (one [B, Q] tensor per table) that maximise
+        ``fit.objective``, by Adam in the tables' unconstrained space, in-graph.
+
+        Rows start at :meth:`initial_rows` of ``fit.initial_mean(Y)``. Step t draws the standard
+        noise [S, 1, Q] from the stateless seed (``fit.seed``, t), common to all rows, so that
+        rows fitted together, one by one or in chunks agree. The result is the Polyak-Ruppert
+        average of the iterates from step :math:`t_0` = ``fit.averaging_start`` on (each step's
+        gradient comes from a few draws, so the last iterate alone jitters around the optimum),
+        kept as a running mean:
+
+        .. math::
+
+            \bar\theta_t = \bar\theta_{t-1} + \frac{\theta_t - \bar\theta_{t-1}}{t - t_0 + 1},
+            \qquad t \ge t_0.
+        """
+        transforms = [parameter.transform for parameter in self.row_parameters]
+        initial = self.initial_rows(fit.initial_mean(Y))
+        raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, initial)]
+
+        def constrain(raw: Sequence[tf.Tensor]) -> tuple[tf.Tensor, ...]:
+            return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
+
+        def loss(step: tf.Tensor, raw: list[tf.Tensor]) -> tf.Tensor:
+            seed = tf.stack([tf.constant(fit.seed, tf.int64), step])
+            shape = [fit.num_samples, 1, self.latent_dim]
+            noise = tf.random.stateless_normal(shape, seed=seed, dtype=Y.dtype)
+            batch = self.batch_of(constrain(raw), fit.num_samples, noise)
+            return -tf.reduce_sum(fit.objective(batch, Y))
+
+        return constrain(_polyak_adam(loss, raw, fit))
+
+
+def _polyak_adam(
+    loss: Callable[[tf.Tensor, list[tf.Tensor]], tf.Tensor],
+    start: list[tf.Tensor],
+    fit: NewRowFit,
+) -> list[tf.Tensor]:
+    """``fit.iterations`` Adam steps on ``loss(step, parameters)`` from ``start``, inside one
+    explicit ``tf.while_loop``; returns the average of the iterates from
+    ``fit.averaging_start`` on (the last one when that is the last step)."""
+
+    def adam_step(step, raw, first, second, average):
+        with tf.GradientTape() as tape:
+            tape.watch(raw)
+            value = loss(step, raw)
+        gradients = tape.gradient(value, raw)
+        updates = [
+            adam_moments_and_step(m, v, g, step + 1, fit.learning_rate)
+            for m, v, g in zip(first, second, gradients)
+        ]
+        raw = [r - update[2] for r, update in zip(raw, updates)]
+        # The running mean of the iterates from averaging_start on (weight 1 at that step).
+        dtype = raw[0].dtype
+        weight = 1.0 / tf.cast(tf.maximum(step - fit.averaging_start + 1, 1), dtype)
+        weight *= tf.cast(step >= fit.averaging_start, dtype)
+        average = [a + weight * (r - a) for a, r in zip(average, raw)]
+        return step + 1, raw, [u[0] for u in updates], [u[1] for u in updates], average
+
+    # An explicit while loop: the compiled graph does not depend on AutoGraph converting the
+    # caller (a notebook kernel once ran it unconverted).
+    zeros = [tf.zeros_like(r) for r in start]
+    state = (tf.constant(0, tf.int64), start, zeros, list(zeros), list(start))
+    *_, average = tf.while_loop(
+        lambda step, *_: step < fit.iterations, adam_step, state, parallel_iterations=1
+    )
+    return average
+
 
 class PointLatent(RowLatentVariables):
-    """x_n is a free parameter (a delta q(x_n)); no row term. The sparse GPLVM."""
+    r"""x_n is a free parameter (a delta :math:`q(x_n) = \delta(x_n - \mu_n)`); no row term. The
+    sparse GPLVM."""
 
     def __init__(self, initial_mean: np.ndarray, name: str | None = None):
         initial_mean = np.asarray(initial_mean)
-        super().__init__(*initial_mean.shape, name=name)
+        num_data, latent_dim = initial_mean.shape
+        super().__init__(num_data, latent_dim, name=name)
         self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
 
     @property
@@ -174,9 +338,11 @@ class PointLatent(RowLatentVariables):
         """The row term at the point x [B, Q]: zero for the unregularised point estimate."""
         return tf.zeros_like(x[:, 0])
 
+    @inherit_check_shapes
     def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
         return rows[0], tf.zeros_like(rows[0])
 
+    @inherit_check_shapes
     def batch_of(
         self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
@@ -184,6 +350,7 @@ class PointLatent(RowLatentVariables):
         mean, variance = self.moments_of(rows)
         return LatentBatch(mean[None], self.row_term(mean), mean, variance)
 
+    @inherit_check_shapes
     def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
         return (mean,)
 
@@ -193,7 +360,8 @@ class PointLatent(RowLatentVariables):
 
 
 class MAPLatent(PointLatent):
-    """x_n a free parameter regularised by log p(x_n) (default p = N(0, I)): the MAP GPLVM."""
+    r"""x_n a free parameter regularised by :math:`\log p(x_n)` (default
+    :math:`p = \mathcal{N}(0, I)`): the MAP GPLVM."""
 
     def __init__(
         self,
@@ -219,9 +387,11 @@ class MAPLatent(PointLatent):
 
 
 class GaussianLatent(RowLatentVariables):
-    """q(x_n) = N(mu_n, diag s_n) with per-row parameters; row term -KL(q(x_n) || N(0, I)).
+    r"""q(x_n) = N(mu_n, diag s_n) with per-row parameters; row term -KL(q(x_n) || N(0, I)):
 
-    KL = 1/2 sum_q (s_nq + mu_nq^2 - 1 - log s_nq).
+    .. math::
+
+        \mathrm{KL} = \frac{1}{2} \sum_q \left(s_{nq} + \mu_{nq}^2 - 1 - \log s_{nq}\right).
     """
 
     gaussian = True
@@ -233,7 +403,8 @@ class GaussianLatent(RowLatentVariables):
         name: str | None = None,
     ):
         initial_mean = np.asarray(initial_mean)
-        super().__init__(*initial_mean.shape, name=name)
+        num_data, latent_dim = initial_mean.shape
+        super().__init__(num_data, latent_dim, name=name)
         variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
         self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
         self.variance = Parameter(
@@ -244,9 +415,11 @@ class GaussianLatent(RowLatentVariables):
     def row_parameters(self) -> tuple[Parameter, ...]:
         return (self.mean, self.variance)
 
+    @inherit_check_shapes
     def moments_of(self, rows: tuple[tf.Tensor, ...]) -> tuple[tf.Tensor, tf.Tensor]:
         return rows[0], rows[1]
 
+    @inherit_check_shapes
     def batch_of(
         self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
@@ -255,6 +428,7 @@ class GaussianLatent(RowLatentVariables):
         kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
         return LatentBatch(samples, -kl, mean, variance)
 
+    @inherit_check_shapes
     def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """New rows start at the median trained variance of each dimension."""
         median = tfp.stats.percentile(self.variance, 50.0, axis=0, interpolation="midpoint")
@@ -262,7 +436,8 @@ class GaussianLatent(RowLatentVariables):
 
 
 class EncoderLatent(LatentVariables):
-    """Amortised q(x_n) = N(G(y_n), L(y_n) L(y_n)^T) with MLPs G and L (AEB-SVI).
+    r"""Amortised :math:`q(x_n) = \mathcal{N}(G(y_n), L(y_n) L(y_n)^\top)` with MLPs G and L
+    (AEB-SVI).
 
     The mean network G has ``mean_hidden_sizes`` hidden layers and the factor network L
     ``covariance_hidden_sizes``; ``hidden_sizes`` sets both where they are not given (default
@@ -272,20 +447,24 @@ class EncoderLatent(LatentVariables):
 
     ``covariance="triangular"`` (default): L is lower triangular with a softplus-positive
     diagonal (plus ``jitter``), which trains stably. ``covariance="dense"``: the paper's dense
-    Q x Q factor H, with L = chol(H H^T + jitter I).
-    The row term is -KL = -1/2 (tr(L L^T) + |G|^2 - Q - 2 sum log diag L).
+    Q x Q factor H, with :math:`L = \operatorname{chol}(H H^\top + \text{jitter}\, I)`.
+    The row term is
 
-    The encoder reads the observed values of y_n standardised per column,
-    (y_nd - input_location_d) / input_scale_d (identity by default; the amortised model sets the
-    training data's column means and standard deviations, so raw counts in the thousands do not
-    saturate the first layer), with missing entries (NaN) set to zero, the column mean; with
+    .. math::
+
+        -\mathrm{KL} = -\frac{1}{2} \left(\operatorname{tr}(L L^\top) + \lVert G \rVert^2 - Q
+        - 2 \sum_q \log L_{qq}\right).
+
+    The encoder reads the observed values of y_n standardised per column, :math:`(y_{nd} -
+    \text{input\_location}_d) / \text{input\_scale}_d` (identity by default; the amortised model
+    sets the training data's column means and standard deviations, so raw counts in the thousands do
+    not saturate the first layer), with missing entries (NaN) set to zero, the column mean; with
     ``missing_aware=True`` it also reads the 0/1 observation mask, so it can tell a zero from a gap,
     and ``hide_fraction`` > 0 hides that share of the observed inputs at random while training, so
     that q(x) widens honestly for rows with gaps (the likelihood still sees every observed entry).
-    With ``set_size`` the MLPs read instead a permutation-invariant pooling of the observed
-    (value, column) pairs (:class:`~gpflow_svi_gplvm.networks.SetPooling`, ``set_size``
-    features): missing-aware by construction, and its input size does not grow with the share of
-    gaps.
+    With ``set_size`` the MLPs read instead a permutation-invariant pooling of the observed (value,
+    column) pairs (:class:`~gpflow_svi_gplvm.networks.SetPooling`, ``set_size`` features):
+    missing-aware by construction, and its input size does not grow with the share of gaps.
     """
 
     amortised = True
@@ -312,10 +491,10 @@ class EncoderLatent(LatentVariables):
         super().__init__(latent_dim, name=name)
         if hidden_sizes is None:
             hidden_sizes = default_encoder_sizes(data_dim, latent_dim)
-        mean_hidden_sizes = _layer_sizes(
+        mean_sizes = check_layer_sizes(
             hidden_sizes if mean_hidden_sizes is None else mean_hidden_sizes, "mean_hidden_sizes"
         )
-        covariance_hidden_sizes = _layer_sizes(
+        covariance_sizes = check_layer_sizes(
             hidden_sizes if covariance_hidden_sizes is None else covariance_hidden_sizes,
             "covariance_hidden_sizes",
         )
@@ -323,44 +502,39 @@ class EncoderLatent(LatentVariables):
             set_size = check_integer(set_size, "set_size", hint="or None for the MLP encoder")
         # The set holds only observed pairs: a set encoder always knows the gaps.
         missing_aware = missing_aware or set_size is not None
-        if covariance not in ("triangular", "dense"):
-            raise ValueError(f"covariance must be 'triangular' or 'dense', got {covariance!r}.")
+        _check_encoder_options(covariance, missing_aware, hide_fraction)
         self.data_dim = int(data_dim)
         self.covariance = covariance
-        if not 0.0 <= hide_fraction < 1.0:
-            raise ValueError(f"hide_fraction must lie in [0, 1), got {hide_fraction}.")
-        if hide_fraction > 0 and not missing_aware:
-            raise ValueError(
-                "hide_fraction > 0 needs missing_aware=True (or a set_size): the encoder must "
-                "see the mask."
-            )
         self.missing_aware = bool(missing_aware)
         self.hide_fraction = float(hide_fraction)
         self.jitter = jitter
-        location = np.zeros(self.data_dim) if input_location is None else input_location
-        scale = np.ones(self.data_dim) if input_scale is None else input_scale
-        location, scale = (np.asarray(a, dtype=np.float64) for a in (location, scale))
-        if location.shape != (self.data_dim,) or scale.shape != (self.data_dim,):
-            raise ValueError(
-                f"input_location and input_scale must have shape ({self.data_dim},), got "
-                f"{location.shape} and {scale.shape}."
-            )
-        if not (np.all(np.isfinite(location)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
-            raise ValueError("input_location must be finite and input_scale finite and positive.")
+        location, scale = _standardisation(self.data_dim, input_location, input_scale)
         # Variables (not trainable) so that checkpoints and exports carry them.
         self.input_location = tf.Variable(location, dtype=default_float(), trainable=False)
         self.input_scale = tf.Variable(scale, dtype=default_float(), trainable=False)
+        self._build_networks(activation, seed, set_size, mean_sizes, covariance_sizes)
+
+    def _build_networks(
+        self,
+        activation: str,
+        seed: int,
+        set_size: int | None,
+        mean_sizes: tuple[int, ...],
+        covariance_sizes: tuple[int, ...],
+    ) -> None:
+        """The mean network G, the factor network L and, with ``set_size``, the set pooling
+        that both read."""
         q = self.latent_dim
-        factor_size = q * (q + 1) // 2 if covariance == "triangular" else q * q
-        self.set_network = None
+        factor_size = q * (q + 1) // 2 if self.covariance == "triangular" else q * q
+        self.set_network: SetPooling | None = None
         if set_size is not None:
             self.set_network = SetPooling(self.data_dim, set_size, activation, seed=seed + 2)
             input_size = self.set_network.output_size
         else:
             input_size = 2 * self.data_dim if self.missing_aware else self.data_dim
-        self.mean_network = MLP(input_size, mean_hidden_sizes, q, activation, seed=seed)
+        self.mean_network = MLP(input_size, mean_sizes, q, activation, seed=seed)
         self.factor_network = MLP(
-            input_size, covariance_hidden_sizes, factor_size, activation, seed=seed + 1
+            input_size, covariance_sizes, factor_size, activation, seed=seed + 1
         )
 
     def encoder_input(self, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
@@ -398,10 +572,12 @@ class EncoderLatent(LatentVariables):
         inputs = self.encoder_input(Y, training)
         return self.mean_network(inputs), self.scale_tril(inputs)
 
+    @inherit_check_shapes
     def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         mean, scale = self._mean_and_scale(Y)
         return mean, tf.reduce_sum(tf.square(scale), axis=-1)
 
+    @inherit_check_shapes
     def __call__(
         self,
         idx: tf.Tensor,
@@ -421,13 +597,33 @@ class EncoderLatent(LatentVariables):
         return LatentBatch(samples, -kl, mean, variance, scale)
 
 
-def _layer_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
-    """``sizes`` as a tuple of positive integers (an empty tuple: no hidden layer)."""
-    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+def _check_encoder_options(covariance: str, missing_aware: bool, hide_fraction: float) -> None:
+    if covariance not in ("triangular", "dense"):
+        raise ValueError(f"covariance must be 'triangular' or 'dense', got {covariance!r}.")
+    if not 0.0 <= hide_fraction < 1.0:
+        raise ValueError(f"hide_fraction must lie in [0, 1), got {hide_fraction}.")
+    if hide_fraction > 0 and not missing_aware:
         raise ValueError(
-            f"{name} must be a sequence of layer widths such as (10, 5), got {sizes!r}."
+            "hide_fraction > 0 needs missing_aware=True (or a set_size): the encoder must "
+            "see the mask."
         )
-    return tuple(check_integer(size, f"each of {name}", hint="a layer width") for size in sizes)
+
+
+def _standardisation(
+    data_dim: int, location: np.ndarray | None, scale: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The encoder's per-column input location and scale [D] (default 0 and 1), checked."""
+    location = np.zeros(data_dim) if location is None else location
+    scale = np.ones(data_dim) if scale is None else scale
+    location, scale = (np.asarray(a, dtype=np.float64) for a in (location, scale))
+    if location.shape != (data_dim,) or scale.shape != (data_dim,):
+        raise ValueError(
+            f"input_location and input_scale must have shape ({data_dim},), got "
+            f"{location.shape} and {scale.shape}."
+        )
+    if not (np.all(np.isfinite(location)) and np.all(np.isfinite(scale)) and np.all(scale > 0)):
+        raise ValueError("input_location must be finite and input_scale finite and positive.")
+    return location, scale
 
 
 def default_encoder_sizes(data_dim: int, latent_dim: int) -> tuple[int, int]:

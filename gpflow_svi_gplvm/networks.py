@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 
@@ -20,16 +21,31 @@ __all__ = ["MLP", "SetPooling"]
 _ACTIVATIONS = {"tanh": tf.tanh, "relu": tf.nn.relu, "softplus": tf.nn.softplus, "elu": tf.nn.elu}
 
 
-def _checked_activation(activation: str) -> str:
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}.")
-    return activation
+class _Network(Module):
+    """A network with a named, checked activation function."""
+
+    def __init__(self, activation: str, name: str | None):
+        super().__init__(name=name)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}."
+            )
+        self.activation = activation
+
+    def activate(self, values: tf.Tensor) -> tf.Tensor:
+        """The activation function, elementwise."""
+        return _ACTIVATIONS[self.activation](values)
 
 
-class MLP(Module):
-    """h_0 = x [B, I]; h_k = act(h_{k-1} W_k + b_k); output h_K W + b [B, O] (no activation).
+class MLP(_Network):
+    r"""A multi-layer perceptron from inputs [B, I] to outputs [B, O]:
 
-    Weights start Glorot-uniform (seeded), biases at zero.
+    .. math::
+
+        h_0 = x, \qquad h_k = \sigma(h_{k-1} W_k + b_k), \qquad
+        \text{output} = h_K W_{K+1} + b_{K+1}
+
+    (no activation on the output). Weights start Glorot-uniform (seeded), biases at zero.
     """
 
     def __init__(
@@ -41,8 +57,7 @@ class MLP(Module):
         seed: int = 0,
         name: str | None = None,
     ):
-        super().__init__(name=name)
-        self.activation = _checked_activation(activation)
+        super().__init__(activation, name)
         sizes = [int(input_size), *map(int, hidden_sizes), int(output_size)]
         rng = np.random.default_rng(seed)
         self.weights = []
@@ -53,22 +68,29 @@ class MLP(Module):
             self.weights.append(Parameter(weight, dtype=default_float(), name="weight"))
             self.biases.append(Parameter(np.zeros(fan_out), dtype=default_float(), name="bias"))
 
+    @check_shapes("inputs: [batch, input_size]", "return: [batch, output_size]")
     def __call__(self, inputs: tf.Tensor) -> tf.Tensor:
-        activation = _ACTIVATIONS[self.activation]
         hidden = inputs
         for weight, bias in zip(self.weights[:-1], self.biases[:-1]):
-            hidden = activation(tf.matmul(hidden, weight) + bias)
+            hidden = self.activate(tf.matmul(hidden, weight) + bias)
         return tf.matmul(hidden, self.weights[-1]) + self.biases[-1]
 
 
-class SetPooling(Module):
-    """A row as the set of its observed (value, column) pairs, pooled to a fixed size.
+class SetPooling(_Network):
+    r"""A row as the set of its observed (value, column) pairs, pooled to a fixed size.
 
-    h_nd = act(v_nd w + c_d) [H] for each observed entry (w [H] shared, c_d [H] a learnt
-    embedding of column d); the output [B, H + 1] is the mean of h_nd over the observed d and
-    the observed fraction |O_n| / D. It depends on the row only through the set
-    {(v_nd, d) : d observed}, so a gap is never read as a value and any number of entries may
-    be missing (a row with none gives zeros and fraction 0).
+    For each observed entry :math:`d \in \mathcal{O}_n` of row n, with :math:`w` [H] shared and
+    :math:`c_d` [H] a learnt embedding of column d, the output [B, H + 1] is
+
+    .. math::
+
+        h_{nd} = \sigma(v_{nd} w + c_d), \qquad
+        \Big(\frac{1}{|\mathcal{O}_n|} \sum_{d \in \mathcal{O}_n} h_{nd},\;
+        \frac{|\mathcal{O}_n|}{D}\Big).
+
+    It depends on the row only through the set :math:`\{(v_{nd}, d) : d \in \mathcal{O}_n\}`,
+    so a gap is never read as a value and any number of entries may be missing (a row with none
+    gives zeros and fraction 0).
     """
 
     def __init__(
@@ -79,8 +101,7 @@ class SetPooling(Module):
         seed: int = 0,
         name: str | None = None,
     ):
-        super().__init__(name=name)
-        self.activation = _checked_activation(activation)
+        super().__init__(activation, name)
         self.num_columns = int(num_columns)
         self.size = int(size)
         rng = np.random.default_rng(seed)
@@ -98,10 +119,10 @@ class SetPooling(Module):
     def output_size(self) -> int:
         return self.size + 1
 
+    @check_shapes("values: [batch, D]", "observed: [batch, D]", "return: [batch, H_plus_one]")
     def __call__(self, values: tf.Tensor, observed: tf.Tensor) -> tf.Tensor:
         """values [B, D] (finite; anything at unobserved entries), observed [B, D] bool."""
-        activation = _ACTIVATIONS[self.activation]
-        features = activation(values[..., None] * self.value_weight + self.column_embedding)
+        features = self.activate(values[..., None] * self.value_weight + self.column_embedding)
         weights = tf.cast(observed, values.dtype)
         count = tf.reduce_sum(weights, axis=-1, keepdims=True)
         pooled = tf.einsum("bd,bdh->bh", weights, features) / tf.maximum(count, 1.0)

@@ -6,27 +6,58 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-__all__ = ["RowSparseAdam"]
+__all__ = ["RowSparseAdam", "adam_moments_and_step"]
+
+
+def adam_moments_and_step(
+    first: tf.Tensor,
+    second: tf.Tensor,
+    gradient: tf.Tensor,
+    count: tf.Tensor,
+    learning_rate: float,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-7,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    r"""One Adam update in tf_keras' form: the new moments and the step to subtract.
+
+    .. math::
+
+        m' = \beta_1 m + (1 - \beta_1) g, \qquad v' = \beta_2 v + (1 - \beta_2) g^2,
+
+        \Delta = \alpha \frac{\sqrt{1 - \beta_2^c}}{1 - \beta_1^c}
+        \frac{m'}{\sqrt{v'} + \epsilon},
+
+    so :math:`\epsilon` is added to :math:`\sqrt{v'}` before the bias correction. ``first``,
+    ``second`` and ``gradient`` share one shape [R, ...]; the bias-correction count ``count`` (c)
+    is a scalar or one per row [R]. A pure function of tensors: it creates no variables, so it
+    serves both a stateful optimiser and an optimisation written out in a compiled loop.
+    """
+    m = beta_1 * first + (1.0 - beta_1) * gradient
+    v = beta_2 * second + (1.0 - beta_2) * tf.square(gradient)
+    k = tf.cast(count, m.dtype)
+    step_size = learning_rate * tf.sqrt(1.0 - beta_2**k) / (1.0 - beta_1**k)
+    if k.shape.rank == 1 and m.shape.rank > 1:  # one size per row, over its entries
+        step_size = tf.reshape(step_size, [-1] + [1] * (m.shape.rank - 1))
+    return m, v, step_size * m / (tf.sqrt(v) + epsilon)
 
 
 class RowSparseAdam(tf.Module):
-    """Adam that moves only the rows a sparse gradient touches ("lazy" Adam).
+    r"""Adam that moves only the rows a sparse gradient touches ("lazy" Adam).
 
-    m <- b1 m + (1 - b1) g,  v <- b2 v + (1 - b2) g^2,
-    x <- x - lr sqrt(1 - b2^c) / (1 - b1^c) m / (sqrt(v) + eps),
-    in the variables' own precision. A dense gradient updates the whole variable. A gradient given
-    as ``IndexedSlices`` over rows of a table [N, ...] (what gathering a minibatch's rows gives)
-    updates only those rows, with g summed over repeated rows; the other rows keep their values
-    and moments, so a step costs O(B), not O(N). With every row in every batch it is tf_keras'
-    Adam.
+    Each step is :func:`adam_moments_and_step`, in the variables' own precision. A dense
+    gradient updates the whole variable. A gradient given as ``IndexedSlices`` over rows of a
+    table [N, ...] (what gathering a minibatch's rows gives) updates only those rows, with g
+    summed over repeated rows; the other rows keep their values and moments, so a step costs
+    O(B), not O(N). With every row in every batch it is tf_keras' Adam.
 
     ``bias_correction`` chooses c. "global" (default): c = t, this optimiser's step count, for
     every row. A row visited k times holds moments of only k updates, so early in training its
-    steps are up to sqrt(1 - b2^t) / sqrt(1 - b2^k) times (more than 2x at t = 1000, k = 125)
-    those of an Adam over its own visits. "row": c = k, each row's own update count (kept per
-    row and checkpointed), the exact correction of its moments. Measured on oil flow
-    (``benchmarks/convergence.py``) "global" trains faster: a row of a lazy Adam moves only when
-    visited, while a dense Adam's decaying moments keep moving it between visits.
+    steps are up to :math:`\sqrt{1 - \beta_2^t} / \sqrt{1 - \beta_2^k}` times (more than 2x at
+    t = 1000, k = 125) those of an Adam over its own visits. "row": c = k, each row's own update
+    count (kept per row and checkpointed), the exact correction of its moments. Measured on oil
+    flow (``benchmarks/convergence.py``) "global" trains faster: a row of a lazy Adam moves only
+    when visited, while a dense Adam's decaying moments keep moving it between visits.
     """
 
     def __init__(
@@ -64,6 +95,13 @@ class RowSparseAdam(tf.Module):
             else None
         )
 
+    def _moments_and_step(
+        self, first: tf.Tensor, second: tf.Tensor, gradient: tf.Tensor, counts: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The new moments and the step to subtract for (the given rows of) a variable."""
+        rates = (self.learning_rate, self.beta_1, self.beta_2, self.epsilon)
+        return adam_moments_and_step(first, second, gradient, counts, *rates)
+
     def apply_gradients(self, gradients: Sequence[tf.Tensor | tf.IndexedSlices | None]) -> None:
         """One step for ``gradients``, aligned with the variables given at construction."""
         t = self.iterations.assign_add(1)
@@ -90,19 +128,6 @@ class RowSparseAdam(tf.Module):
             first.scatter_update(tf.IndexedSlices(m, rows))
             second.scatter_update(tf.IndexedSlices(v, rows))
             variable.scatter_sub(tf.IndexedSlices(step, rows))
-
-    def _moments_and_step(
-        self, first: tf.Tensor, second: tf.Tensor, gradient: tf.Tensor, counts: tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The new moments and the step to subtract, for the given (rows of the) moments and
-        the bias-correction count c: a scalar, or one per row [rows]."""
-        m = self.beta_1 * first + (1.0 - self.beta_1) * gradient
-        v = self.beta_2 * second + (1.0 - self.beta_2) * tf.square(gradient)
-        k = tf.cast(counts, m.dtype)
-        step_size = self.learning_rate * tf.sqrt(1.0 - self.beta_2**k) / (1.0 - self.beta_1**k)
-        if k.shape.rank == 1 and m.shape.rank > 1:  # one size per row, over its entries
-            step_size = tf.reshape(step_size, [-1] + [1] * (m.shape.rank - 1))
-        return m, v, step_size * m / (tf.sqrt(v) + self.epsilon)
 
 
 def _summed_rows(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:

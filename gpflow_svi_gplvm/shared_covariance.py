@@ -1,19 +1,23 @@
-"""q(u) with one covariance shared by the D outputs: q(u_d) = N(m_d, S), S = L L^T [M, M].
+r"""q(u) with one covariance shared by the D outputs:
+:math:`q(u_d) = \mathcal{N}(m_d, S)`, :math:`S = L L^\top` [M, M].
 
 With per-output covariances the predictive variance of every output needs its own
-L_d^T A [M, B], which costs B M^2 D per step. Sharing S makes the predictive variance one [B]
-vector for all outputs, so a step costs O(B M D + B M^2 + M^3) and q(u) holds M D + M^2 numbers.
+:math:`L_d^\top A` [M, B], which costs B M^2 D per step. Sharing S makes the predictive variance
+one [B] vector for all outputs, so a step costs O(B M D + B M^2 + M^3) and q(u) holds M D + M^2
+numbers.
 It is exact at the optimum when every output has the same Gaussian likelihood and the same
 observed rows (the optimal S_d does not depend on d then) and a restriction of the variational
 family otherwise.
 
 Both functions take ``q_sqrt`` as [1, M, M] (the layout a model stores) and ``q_mu`` as [M, D],
-whitened (u = Lz v, Kuu = Lz Lz^T, q(v_d) = N(m_d, S)) or not (q(u_d) = N(m_d, S)).
+whitened (:math:`u = L_z v`, :math:`K_{uu} = L_z L_z^\top`, :math:`q(v_d) = \mathcal{N}(m_d, S)`)
+or not (:math:`q(u_d) = \mathcal{N}(m_d, S)`).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.covariances import Kuf, Kuu
 from gpflow.inducing_variables import InducingVariables
 from gpflow.kernels import Kernel
@@ -22,6 +26,13 @@ from gpflow.utilities import to_default_float
 __all__ = ["shared_conditional", "shared_prior_kl"]
 
 
+@check_shapes(
+    "X: [batch, Q]",
+    "q_mu: [M, D]",
+    "q_sqrt: [1, M, M]",
+    "return[0]: [batch, D]",
+    "return[1]: [batch]",
+)
 def shared_conditional(
     X: tf.Tensor,
     inducing_variable: InducingVariables,
@@ -31,10 +42,16 @@ def shared_conditional(
     jitter: float,
     whiten: bool,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Marginals of q(f(X)) = int p(f | u) q(u) du: mean [B, D] and variance [B].
+    r"""Marginals of :math:`q(f(X)) = \int p(f \mid u)\, q(u)\, du`: mean [B, D] and
+    variance [B],
 
-    var_n = k(x_n, x_n) - a_n^T a_n + ||L^T A_n||^2 with a_n = Lz^{-1} k_u(x_n) and
-    A_n = a_n (whitened) or Kuu^{-1} k_u(x_n); mean = A^T q_mu (no mean function).
+    .. math::
+
+        \mu_n = A_n^\top m, \qquad
+        \sigma^2_n = k(x_n, x_n) - a_n^\top a_n + \lVert L^\top A_n \rVert^2,
+
+    with :math:`a_n = L_z^{-1} k_u(x_n)` and :math:`A_n = a_n` (whitened) or
+    :math:`K_{uu}^{-1} k_u(x_n)`, and no mean function.
     """
     Kmm = Kuu(inducing_variable, kernel, jitter=jitter)  # [M, M]
     Kmn = Kuf(inducing_variable, kernel, X)  # [M, B]
@@ -50,6 +67,7 @@ def shared_conditional(
     return mean, variance
 
 
+@check_shapes("q_mu: [M, D]", "q_sqrt: [1, M, M]", "return: []")
 def shared_prior_kl(
     inducing_variable: InducingVariables,
     kernel: Kernel,
@@ -58,9 +76,13 @@ def shared_prior_kl(
     jitter: float,
     whiten: bool,
 ) -> tf.Tensor:
-    """sum_d KL(N(m_d, S) || N(0, K)), K = I (whitened) or Kuu: a scalar.
+    r""":math:`\sum_d \mathrm{KL}(\mathcal{N}(m_d, S) \,\|\, \mathcal{N}(0, K))`, K = I
+    (whitened) or :math:`K_{uu}`: a scalar,
 
-    2 KL = D tr(K^{-1} S) + sum_d m_d^T K^{-1} m_d - D M + D log|K| - D log|S|.
+    .. math::
+
+        2 \mathrm{KL} = D \operatorname{tr}(K^{-1} S) + \sum_d m_d^\top K^{-1} m_d - D M
+        + D \log|K| - D \log|S|.
     """
     num_inducing = tf.shape(q_mu)[0]
     num_outputs = to_default_float(tf.shape(q_mu)[1])

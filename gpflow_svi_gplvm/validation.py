@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 from gpflow.config import default_float
 
-__all__ = ["check_observations", "check_integer", "check_learning_rate", "row_blocks"]
+__all__ = [
+    "check_observations",
+    "check_integer",
+    "check_learning_rate",
+    "check_fraction",
+    "check_chunk_size",
+    "check_layer_sizes",
+    "row_blocks",
+]
 
 ROWS_PER_BLOCK = 4096
 """Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
@@ -70,7 +79,7 @@ def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=
 def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
     """``value`` as an ``int`` of at least ``minimum`` (floats, strings and bools refused), or a
     ``ValueError`` naming ``name`` with ``hint`` (what is typical)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < minimum:
         wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         advice = f" ({hint})" if hint else ""
         raise ValueError(f"{name} must be {wanted}, got {value!r}{advice}.")
@@ -87,7 +96,7 @@ def check_learning_rate(
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not math.isfinite(value)
-        or not 0 < value <= maximum
+        or not 0 < float(value) <= maximum
     ):
         bound = "" if maximum == math.inf else f" at most {maximum:g}"
         raise ValueError(
@@ -95,3 +104,30 @@ def check_learning_rate(
             f"{value!r}."
         )
     return float(value)
+
+
+def check_fraction(value, name: str, meaning: str = "a fraction", hint: str = "") -> float:
+    """``value`` as a ``float`` in [0, 1], or a ``ValueError`` naming ``name`` and what it means
+    (``meaning``), with ``hint`` (what the ends of the range do)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
+        advice = f" ({hint})" if hint else ""
+        raise ValueError(f"{name} must be {meaning} in [0, 1]{advice}, got {value!r}.")
+    return float(value)
+
+
+def check_chunk_size(chunk_size) -> int | None:
+    """``chunk_size`` (rows per compiled call) as a positive ``int``, or None for a
+    memory-bounded default; anything else is a ``ValueError``."""
+    if chunk_size is None:
+        return None
+    return check_integer(chunk_size, "chunk_size", hint="or None for a memory-bounded default")
+
+
+def check_layer_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
+    """``sizes`` as a tuple of positive integers (an empty tuple: no hidden layer), or a
+    ``ValueError`` naming ``name``."""
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
+        raise ValueError(
+            f"{name} must be a sequence of layer widths such as (10, 5), got {sizes!r}."
+        )
+    return tuple(check_integer(size, f"each of {name}", hint="a layer width") for size in sizes)

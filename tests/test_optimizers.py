@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
-from gpflow_svi_gplvm.optimizers import RowSparseAdam
+from gpflow_svi_gplvm.optimizers import RowSparseAdam, adam_moments_and_step
 
 WEIGHTS = np.array([1.0, 2.0, 3.0])
 
@@ -122,3 +122,24 @@ def test_row_bias_correction_uses_each_rows_own_update_count():
 def test_an_unknown_bias_correction_is_a_value_error():
     with pytest.raises(ValueError, match="bias_correction must be 'global' .* or 'row'"):
         RowSparseAdam([tf.Variable(np.zeros(3))], bias_correction="per-row")
+
+
+def test_one_adam_update_is_tf_keras_formula_with_scalar_or_per_row_counts():
+    rng = np.random.default_rng(3)
+    first, second = rng.standard_normal((4, 3)), rng.random((4, 3))
+    gradient, counts = rng.standard_normal((4, 3)), np.array([1, 2, 5, 40])
+    b1, b2, eps, lr = 0.8, 0.99, 1e-3, 0.1
+    tensors = (tf.constant(a) for a in (first, second, gradient, counts))
+    m, v, step = adam_moments_and_step(*tensors, lr, b1, b2, eps)
+    expected_m = b1 * first + (1 - b1) * gradient
+    expected_v = b2 * second + (1 - b2) * gradient**2
+    c = counts[:, None]
+    expected_step = lr * np.sqrt(1 - b2**c) / (1 - b1**c) * expected_m / (np.sqrt(expected_v) + eps)
+    np.testing.assert_allclose(m.numpy(), expected_m, rtol=1e-14)
+    np.testing.assert_allclose(v.numpy(), expected_v, rtol=1e-14)
+    np.testing.assert_allclose(step.numpy(), expected_step, rtol=1e-13)
+    # A scalar count corrects every row alike.
+    tensors = (tf.constant(a) for a in (first, second, gradient, 5))
+    _, _, step = adam_moments_and_step(*tensors, lr, b1, b2, eps)
+    scalar = lr * np.sqrt(1 - b2**5) / (1 - b1**5) * expected_m / (np.sqrt(expected_v) + eps)
+    np.testing.assert_allclose(step.numpy(), scalar, rtol=1e-13)

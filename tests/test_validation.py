@@ -14,6 +14,7 @@ import tensorflow_probability as tfp
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.networks import MLP
+from gpflow_svi_gplvm.validation import check_chunk_size, check_fraction, check_layer_sizes
 
 N, D, Q, M = 30, 4, 2, 5
 ALL_MODELS = [sg.PointGPLVM, sg.MAPGPLVM, sg.BayesianSVIGPLVM, sg.AmortisedBayesianGPLVM]
@@ -363,3 +364,31 @@ def test_a_fully_missing_column_gets_a_value_error_or_is_handled(Y):
             assert "missing" in str(error)
             return
     assert np.all(np.isfinite(model.latent_mean().numpy()))
+
+
+# --------------------------------------------------------------------------------------------
+# Shared checks of settings
+# --------------------------------------------------------------------------------------------
+
+
+def test_check_fraction_accepts_the_closed_unit_interval():
+    assert check_fraction(0, "share") == 0.0 and check_fraction(1, "share") == 1.0
+    for bad in (-0.1, 1.5, np.nan, "half", True):
+        with pytest.raises(ValueError, match=r"share must be a part in \[0, 1\] \(0: none\)"):
+            check_fraction(bad, "share", "a part", "0: none")
+
+
+def test_check_chunk_size_takes_none_or_a_positive_integer():
+    assert check_chunk_size(None) is None and check_chunk_size(np.int64(7)) == 7
+    for bad in (0, 2.5, "10"):
+        with pytest.raises(ValueError, match=r"chunk_size must be a positive integer.*or None"):
+            check_chunk_size(bad)
+
+
+def test_check_layer_sizes_takes_a_sequence_of_widths():
+    assert check_layer_sizes([10, np.int32(5)], "sizes") == (10, 5)
+    assert check_layer_sizes((), "sizes") == ()
+    with pytest.raises(ValueError, match=r"sizes must be a sequence of layer widths"):
+        check_layer_sizes(10, "sizes")
+    with pytest.raises(ValueError, match=r"each of sizes must be a positive integer, got 0"):
+        check_layer_sizes((10, 0), "sizes")
