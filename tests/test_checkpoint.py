@@ -15,6 +15,7 @@ from gpflow_svi_gplvm import (
     NonFiniteLossError,
     fit,
 )
+from gpflow_svi_gplvm.checkpoints import HISTORY_FILE, TrainingData, read_history, write_history
 from gpflow_svi_gplvm.training import Trainer
 
 N, D, Q, M = 40, 4, 2, 6
@@ -204,3 +205,35 @@ def test_no_readable_checkpoint_is_one_clear_error(checkpointed, data, tmp_path)
         index.unlink()
     with pytest.raises(ValueError, match=r"No checkpoint in .* can be read.*start afresh"):
         restored(directory, data)
+
+
+# --------------------------------------------------------------------------------------------
+# The history file and the data record on their own (no training)
+
+
+def test_the_history_file_round_trips_and_pads_missing_steps_with_nan(tmp_path):
+    write_history(tmp_path, np.array([-3.0, -2.0, -1.0]))
+    assert [p.name for p in tmp_path.iterdir()] == [HISTORY_FILE]  # no staging file left
+    np.testing.assert_array_equal(read_history(tmp_path, 2), [-3.0, -2.0])
+    np.testing.assert_array_equal(read_history(tmp_path, 5)[:3], [-3.0, -2.0, -1.0])
+    assert np.isnan(read_history(tmp_path, 5)[3:]).all()
+    assert np.isnan(read_history(tmp_path / "elsewhere", 4)).all()
+
+
+def test_the_data_record_tells_values_gaps_and_batch_size_apart(data):
+    record = TrainingData.of(data, 16)
+    record.check_against(TrainingData.of(data.copy(), 16).current, "ckpt")
+    gap = data.copy()
+    gap[0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"other data \(values and gaps"):
+        record.check_against(TrainingData.of(gap, 16).current, "ckpt")
+    with pytest.raises(ValueError, match=r"batch_size=8, this run has batch_size=16"):
+        record.check_against(TrainingData.of(data, 8).current, "ckpt")
+    TrainingData({}).check_against(record.current, "ckpt")  # a user's dataset: nothing to compare
+
+
+def test_save_without_a_checkpoint_dir_is_a_clear_error(data):
+    trainer = Trainer(BayesianSVIGPLVM(data, Q, num_inducing=M), data)
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        trainer.save()
+    assert not trainer.restore()
