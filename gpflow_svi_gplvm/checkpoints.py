@@ -32,7 +32,7 @@ class TrainingData(tf.train.experimental.PythonState):
     values and the gaps of Y, so that resuming on other data is noticed, not trained on.
     Empty for a user's dataset or a run without checkpoints (nothing to compare)."""
 
-    def __init__(self, current: dict):
+    def __init__(self, current: dict) -> None:
         self.current = current
 
     @classmethod
@@ -136,7 +136,7 @@ class Checkpoints:
         every: int = 1000,
         max_to_keep: int = 3,
         allow_new_data: bool = False,
-    ):
+    ) -> None:
         self.every = check_integer(every, "checkpoint_every")
         max_to_keep = check_integer(max_to_keep, "max_to_keep")
         checkpoint = tf.train.Checkpoint(**objects, step_count=step_count, data=data)

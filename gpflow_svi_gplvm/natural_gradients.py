@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import gpflow
 import tensorflow as tf
+from check_shapes import check_shapes
 
 __all__ = ["InducingNaturalGradient"]
 
@@ -39,7 +40,9 @@ class InducingNaturalGradient(tf.Module):
     them. A step whose new covariance is not positive definite leaves q(u) as it is and counts
     itself in :attr:`rejected_steps`."""
 
-    def __init__(self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.03):
+    def __init__(
+        self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.03
+    ) -> None:
         super().__init__()
         self.q_mu, self.q_sqrt = q_mu, q_sqrt
         self.gamma = gamma
@@ -91,6 +94,7 @@ class InducingNaturalGradient(tf.Module):
         self.q_sqrt.assign(tf.where(accepted, new_L, L))
 
 
+@check_shapes("precision: [batch..., M, M]", "return: [batch..., M, M]")
 def _inverse_cholesky(precision: tf.Tensor) -> tf.Tensor:
     r"""The lower Cholesky factor of :math:`P^{-1}`, P = ``precision`` [..., M, M], from one
     factorisation: with :math:`J` the order-reversing permutation,
@@ -107,6 +111,7 @@ def _inverse_cholesky(precision: tf.Tensor) -> tf.Tensor:
     return tf.reverse(upper, axis=[-2, -1])
 
 
+@check_shapes("matrices: [batch..., M, M]", "return: [batch..., M, M]")
 def _symmetric(matrices: tf.Tensor) -> tf.Tensor:
     return 0.5 * (matrices + tf.linalg.matrix_transpose(matrices))
 

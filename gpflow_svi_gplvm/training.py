@@ -36,7 +36,7 @@ __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "m
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; ``history`` holds the ELBO up to that step."""
 
-    def __init__(self, message: str, history: History):
+    def __init__(self, message: str, history: History) -> None:
         super().__init__(message)
         self.history = history
 
@@ -162,7 +162,7 @@ class Trainer:
         allow_new_data: bool = False,
         q_u_optimizer: str | None = None,
         natgrad_gamma: float = 0.03,
-    ):
+    ) -> None:
         self.strategy = strategy or tf.distribute.get_strategy()
         if strategy is not None:
             _check_distributed(model, strategy, jit_compile)
