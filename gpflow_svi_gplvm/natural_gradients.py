@@ -1,25 +1,34 @@
-"""Natural-gradient steps on q(u) (Salimbeni, Eleftheriadis & Hensman, AISTATS 2018).
+r"""Natural-gradient steps on q(u) (Salimbeni, Eleftheriadis & Hensman, AISTATS 2018).
 
 q(u) is F Gaussian factors, each over K outputs that share one covariance: per-output
 covariances are F = D factors of K = 1 output (``q_sqrt`` [D, M, M]), a shared covariance is
 F = 1 factor of K = D outputs (``q_sqrt`` [1, M, M]). For a factor with means m [M, K] and
-covariance S = L L^T [M, M] the sufficient statistics are (u_k, sum_k u_k u_k^T), so
+covariance :math:`S = L L^\top` [M, M] the sufficient statistics are
+:math:`(u_k,\ \sum_k u_k u_k^\top)`, so
 
 .. math::
 
-    \\theta_1 = S^{-1} m,\\quad \\theta_2 = -\\tfrac12 S^{-1},\\qquad
-    \\eta_1 = m,\\quad \\eta_2 = K S + m m^T,
+    \theta_1 = S^{-1} m,\quad \theta_2 = -\tfrac12 S^{-1},\qquad
+    \eta_1 = m,\quad \eta_2 = K S + m m^\top,
 
-and a natural-gradient step on the loss is :math:`\\theta \\leftarrow \\theta - \\gamma\\,
-\\partial\\,\\mathrm{loss} / \\partial \\eta`. With K = 1 this is GPflow's ``NaturalGradient``
-(``XiNat``); for a Gaussian likelihood, a full batch and gamma = 1 one step lands on the optimal
-q(u) for the current latents and hyperparameters.
+and a natural-gradient step of size :math:`\gamma` on the loss is
+
+.. math::
+
+    \theta \leftarrow \theta - \gamma\, \frac{\partial\,\mathrm{loss}}{\partial \eta}.
+
+With K = 1 this is GPflow's ``NaturalGradient`` (``XiNat``); for a Gaussian likelihood, a full
+batch and :math:`\gamma = 1` one step lands on the optimal q(u) for the current latents and
+hyperparameters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import gpflow
 import tensorflow as tf
+from check_shapes import check_shapes
 
 __all__ = ["InducingNaturalGradient"]
 
@@ -31,15 +40,18 @@ class InducingNaturalGradient(tf.Module):
     them. A step whose new covariance is not positive definite leaves q(u) as it is and counts
     itself in :attr:`rejected_steps`."""
 
-    def __init__(self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.03):
+    def __init__(
+        self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.03
+    ) -> None:
         super().__init__()
         self.q_mu, self.q_sqrt = q_mu, q_sqrt
         self.gamma = gamma
         self.variables_to_train = (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
         self.rejected_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="rejected")
 
-    def apply_gradients(self, gradients: tuple[tf.Tensor, tf.Tensor]) -> None:
-        """One step from the loss's gradients with respect to :attr:`variables_to_train`."""
+    def apply_gradients(self, gradients: Sequence[tf.Tensor]) -> None:
+        """One step from the loss's gradients (``q_mu``'s [M, D], ``q_sqrt``'s unconstrained
+        one) with respect to :attr:`variables_to_train`."""
         mean_gradient, sqrt_gradient = gradients
         # A new tensor: TFP bijectors cache forward/inverse pairs, and the gradient below must
         # flow through the inverse, not the cached variable.
@@ -47,7 +59,9 @@ class InducingNaturalGradient(tf.Module):
         shared = L.shape[0] == 1
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(L)
-            unconstrained = self.q_sqrt.transform.inverse(L)
+            # Without a transform the variable is L itself.
+            transform = self.q_sqrt.transform
+            unconstrained = L if transform is None else transform.inverse(L)
         # d loss / dL by the chain rule through L -> unconstrained.
         L_gradient = tape.gradient(unconstrained, L, output_gradients=sqrt_gradient)
         m = _factor_means(self.q_mu, shared)  # [F, M, K]
@@ -80,16 +94,24 @@ class InducingNaturalGradient(tf.Module):
         self.q_sqrt.assign(tf.where(accepted, new_L, L))
 
 
+@check_shapes("precision: [batch..., M, M]", "return: [batch..., M, M]")
 def _inverse_cholesky(precision: tf.Tensor) -> tf.Tensor:
-    """The lower Cholesky factor of precision^-1 [..., M, M] from one factorisation: with J the
-    order-reversing permutation and J P J = R R^T, P^-1 = (J R^-T J)(J R^-T J)^T, and J R^-T J
-    is lower triangular."""
+    r"""The lower Cholesky factor of :math:`P^{-1}`, P = ``precision`` [..., M, M], from one
+    factorisation: with :math:`J` the order-reversing permutation,
+
+    .. math::
+
+        J P J = R R^\top \;\Rightarrow\;
+        P^{-1} = (J R^{-\top} J)(J R^{-\top} J)^\top,
+
+    and :math:`J R^{-\top} J` is lower triangular."""
     reversed_factor = tf.linalg.cholesky(tf.reverse(precision, axis=[-2, -1]))
     identity = tf.eye(tf.shape(precision)[-1], dtype=precision.dtype)
     upper = tf.linalg.triangular_solve(reversed_factor, identity, adjoint=True)  # R^-T
     return tf.reverse(upper, axis=[-2, -1])
 
 
+@check_shapes("matrices: [batch..., M, M]", "return: [batch..., M, M]")
 def _symmetric(matrices: tf.Tensor) -> tf.Tensor:
     return 0.5 * (matrices + tf.linalg.matrix_transpose(matrices))
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 import warnings
 from collections.abc import Callable
@@ -14,12 +11,15 @@ from pathlib import Path
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.config import default_float
 from gpflow.keras import tf_keras
+from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
+from .checkpoints import Checkpoints, TrainingData
 from .likelihoods import MaskedLikelihood
-from .models import SVIGPLVM, covariance_layout
+from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .validation import (
@@ -36,7 +36,7 @@ __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "m
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; ``history`` holds the ELBO up to that step."""
 
-    def __init__(self, message: str, history: History):
+    def __init__(self, message: str, history: History) -> None:
         super().__init__(message)
         self.history = history
 
@@ -54,12 +54,13 @@ class History:
 
 
 def minibatch_indices(num_data: int, batch_size: int, seed: int = 0) -> tf.data.Dataset:
-    """Endless shuffled minibatches of row indices ``idx`` [B] int64, B = min(batch_size, N).
+    r"""Endless shuffled minibatches of row indices ``idx`` [B] int64, B = min(batch_size, N).
 
     Each epoch is a fresh permutation of the N rows (stateless, from ``seed`` and the epoch
-    number) cut into floor(N / B) batches; the N mod B rows at its end sit that epoch out. The
-    pipeline costs a few operations per batch, not per row, its checkpointed state is an epoch
-    number and a position, and batches have a fixed size, so a step taking them traces once.
+    number) cut into :math:`\lfloor N / B \rfloor` batches; the :math:`N \bmod B` rows at its
+    end sit that epoch out. The pipeline costs a few operations per batch, not per row, its
+    checkpointed state is an epoch number and a position, and batches have a fixed size, so a
+    step taking them traces once.
     """
     batch_size = min(check_integer(batch_size, "batch_size"), num_data)
     num_batches = num_data // batch_size
@@ -74,7 +75,9 @@ def minibatch_indices(num_data: int, batch_size: int, seed: int = 0) -> tf.data.
     return tf.data.Dataset.counter().flat_map(epoch).prefetch(tf.data.AUTOTUNE)
 
 
-def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) -> tf.data.Dataset:
+def make_dataset(
+    model: SVIGPLVM, Y: ArrayLike, batch_size: int, seed: int = 0, mask: ArrayLike | None = None
+) -> tf.data.Dataset:
     """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of the training rows, in the
     order of :func:`minibatch_indices`; ``mask`` [N, D] (True = observed) turns hidden entries
     into NaN.
@@ -89,7 +92,7 @@ def make_dataset(model: SVIGPLVM, Y, batch_size: int, seed: int = 0, mask=None) 
     )
 
 
-def _training_data(model: SVIGPLVM, Y, mask) -> np.ndarray:
+def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.ndarray:
     """Y [N, D] checked against the model, with NaN where ``mask`` hides entries."""
     Y = check_observations(Y, "data", model.data_dim, mask)
     if Y.shape[0] != model.num_data:
@@ -116,69 +119,6 @@ def _data_variable(Y: np.ndarray) -> tf.Variable:
     return rows
 
 
-class TrainingData(tf.train.experimental.PythonState):
-    """What a run trains on, kept in its checkpoints: N, D, the batch size and a hash of the
-    values and the gaps of Y, so that resuming on other data is noticed, not trained on.
-    Empty for a user's dataset or a run without checkpoints (nothing to compare)."""
-
-    def __init__(self, current: dict):
-        self.current = current
-
-    @classmethod
-    def of(cls, Y: np.ndarray, batch_size: int) -> TrainingData:
-        """The record of training on Y [N, D] with a (checked) ``batch_size``."""
-        digest = hashlib.blake2b(digest_size=16)
-        for block in row_blocks(Y):
-            missing = np.isnan(block)
-            digest.update(np.packbits(missing).tobytes())
-            digest.update(np.where(missing, 0.0, block).tobytes())
-        num_rows, num_columns = Y.shape
-        return cls(
-            {
-                "rows": num_rows,
-                "columns": num_columns,
-                "batch_size": int(batch_size),
-                "values and gaps": digest.hexdigest(),
-            }
-        )
-
-    def serialize(self) -> str:
-        return json.dumps(self.current)
-
-    def deserialize(self, string: str) -> None:
-        """Nothing to keep: ``restore`` reads the stored record first (:meth:`stored_in`) and
-        this run goes on recording its own data."""
-
-    @staticmethod
-    def stored_in(reader: tf.train.CheckpointReader) -> dict:
-        """The record a checkpoint holds; empty for one written before they held records."""
-        key = "data/.ATTRIBUTES/py_state"
-        return json.loads(reader.get_tensor(key)) if reader.has_tensor(key) else {}
-
-    def check_against(self, stored: dict, path: str) -> None:
-        """A ``ValueError`` naming what differs when the checkpoint (its record ``stored``) was
-        written on other data."""
-        if "batch_size" in stored and "batch_size" in self.current:
-            if stored["batch_size"] != self.current["batch_size"]:
-                raise ValueError(
-                    f"The checkpoint {path} was written with batch_size={stored['batch_size']}, "
-                    f"this run has batch_size={self.current['batch_size']}: resume with "
-                    f"batch_size={stored['batch_size']}, or use another checkpoint_dir."
-                )
-        differ = [
-            f"{name} {stored[name]} there, {value} here"
-            for name, value in self.current.items()
-            if name != "batch_size" and name in stored and stored[name] != value
-        ]
-        if differ:
-            raise ValueError(
-                f"The checkpoint {path} was written while training on other data "
-                f"({'; '.join(differ)}). Resume with the data it was trained on (the same rows "
-                "in the same order), pass allow_new_data=True to continue from it on this data "
-                "on purpose, or use another checkpoint_dir."
-            )
-
-
 class Trainer:
     """Holds a model, its optimiser and a data iterator, and runs compiled training steps.
 
@@ -188,6 +128,7 @@ class Trainer:
     One compiled step with the iterator's ``element_spec`` as input signature (so it traces once),
     run ``k`` times inside one compiled loop per Python call to keep dispatch cost off each step.
     A step whose loss is not finite applies no update, so the model keeps its last good state.
+    ``strategy``: train under a ``tf.distribute.Strategy`` (build the model in its scope).
 
     ``q_u_optimizer="natgrad"`` trains q(u) by natural-gradient steps of size ``natgrad_gamma``
     (:class:`~gpflow_svi_gplvm.natural_gradients.InducingNaturalGradient`) and everything else
@@ -197,22 +138,23 @@ class Trainer:
     a higher ELBO than Adam on q(u) at every mark from 500 to 3000 steps on MNIST (2000 images, 60%
     missing), where 0.1 fell behind Adam after 1000 steps (``benchmarks/convergence.py``).
 
-    With ``checkpoint_dir``, a ``tf.train.CheckpointManager`` saves the model, the optimiser, the
-    data iterator (with its shuffling state), the latent module's random generator and the step
-    count every ``checkpoint_every`` steps and at the end of each :meth:`train`, beside the ELBO
-    history; :meth:`restore` resumes exactly where the latest checkpoint left off.
+    With ``checkpoint_dir``, a :class:`~gpflow_svi_gplvm.checkpoints.Checkpoints` folder keeps
+    the model, the optimiser, the data iterator (with its shuffling state), the latent module's
+    random generator and the step count every ``checkpoint_every`` steps and at the end of each
+    :meth:`train`, beside the ELBO history; :meth:`restore` resumes exactly where the latest
+    checkpoint left off.
     """
 
     def __init__(
         self,
         model: SVIGPLVM,
-        data,
+        data: ArrayLike | tf.data.Dataset,
         batch_size: int = 100,
         learning_rate: float = 1e-2,
         optimizer: tf_keras.optimizers.Optimizer | None = None,
         seed: int = 0,
         jit_compile: bool = False,
-        mask=None,
+        mask: ArrayLike | None = None,
         checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 1000,
         max_to_keep: int = 3,
@@ -220,38 +162,68 @@ class Trainer:
         allow_new_data: bool = False,
         q_u_optimizer: str | None = None,
         natgrad_gamma: float = 0.03,
-    ):
+    ) -> None:
         self.strategy = strategy or tf.distribute.get_strategy()
         if strategy is not None:
             _check_distributed(model, strategy, jit_compile)
         model.latent.generator.reset_from_seed(seed)
         self.model = model
-        self.provenance = TrainingData({})
-        if isinstance(data, tf.data.Dataset):
-            self.rows = None
-            dataset = data
-        else:
-            Y = _training_data(model, data, mask)
-            with self.strategy.scope():
-                self.rows = _data_variable(Y)
-            dataset = minibatch_indices(Y.shape[0], batch_size, seed)
-            if checkpoint_dir is not None:
-                self.provenance = TrainingData.of(Y, batch_size)
-        self.allow_new_data = allow_new_data
+        dataset, Y = self._dataset(data, mask, batch_size, seed)
         if strategy is not None:
             dataset = strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
         self.q_u_optimizer = _check_q_u_optimizer(model, q_u_optimizer)
-        self.natural_gradient = None
-        self.variables = list(model.trainable_variables)
+        self._build_optimizers(optimizer, learning_rate, natgrad_gamma)
+        self.step = tf.function(
+            self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
+        )
+        # The loop is an explicit tf.while_loop: nothing in it is left to AutoGraph.
+        self.run = tf.function(
+            self._run, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False
+        )
+        self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
+        self.elbo: list[np.ndarray] = []
+        self.checkpoints: Checkpoints | None = None
+        if checkpoint_dir is not None:
+            record = TrainingData({}) if Y is None else TrainingData.of(Y, batch_size)
+            self.checkpoints = self._checkpoints(
+                checkpoint_dir, record, checkpoint_every, max_to_keep, allow_new_data
+            )
+
+    def _dataset(
+        self, data: ArrayLike | tf.data.Dataset, mask: ArrayLike | None, batch_size: int, seed: int
+    ) -> tuple[tf.data.Dataset, np.ndarray | None]:
+        """The dataset of steps and the checked Y [N, D], held in :attr:`rows` (under the
+        strategy) for batches of row indices; a user's dataset as it is, with no Y."""
+        self.rows: tf.Variable | None = None
+        if isinstance(data, tf.data.Dataset):
+            return data, None
+        Y = _training_data(self.model, data, mask)
+        with self.strategy.scope():
+            self.rows = _data_variable(Y)
+        return minibatch_indices(Y.shape[0], batch_size, seed), Y
+
+    def _build_optimizers(
+        self,
+        optimizer: tf_keras.optimizers.Optimizer | None,
+        learning_rate: float,
+        natgrad_gamma: float,
+    ) -> None:
+        """Adam (or ``optimizer``) for :attr:`optimizer_variables` and, with natural gradients,
+        an :class:`InducingNaturalGradient` for q(u); :attr:`variables` lists both, Adam's first."""
+        self.natural_gradient: InducingNaturalGradient | None = None
+        self.variables = list(self.model.trainable_variables)
         if self.q_u_optimizer == "natgrad":
             gamma = check_learning_rate(natgrad_gamma, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
-            self.natural_gradient = InducingNaturalGradient(model.q_mu, model.q_sqrt, gamma)
+            self.natural_gradient = InducingNaturalGradient(
+                self.model.q_mu, self.model.q_sqrt, gamma
+            )
             q_u = {v.ref() for v in self.natural_gradient.variables_to_train}
             # Adam's variables first, q(u)'s last: the tape differentiates all in one pass.
             self.variables = [v for v in self.variables if v.ref() not in q_u]
             self.variables += list(self.natural_gradient.variables_to_train)
         self.optimizer_variables = self.variables[: len(self.variables) - self._num_natural]
+        self.optimizer: RowSparseAdam | tf_keras.optimizers.Optimizer
         with self.strategy.scope():
             if optimizer is None:
                 # Moves only the batch's rows of per-row tables, so a step's cost does not grow
@@ -263,30 +235,35 @@ class Trainer:
                 self.optimizer = optimizer
                 # Slots must exist before tracing, or their creation forces a second trace.
                 self.optimizer.build(self.optimizer_variables)
-        self.step = tf.function(
-            self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
+
+    def _checkpoints(
+        self,
+        directory: str | Path,
+        record: TrainingData,
+        every: int,
+        max_to_keep: int,
+        allow_new_data: bool,
+    ) -> Checkpoints:
+        """The checkpoint folder of this run's model, optimiser, iterator, generator and steps."""
+        # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
+        # so a checkpoint of the other choice is refused, not restored into the wrong slots.
+        optimizer_key = "optimizer" if self.natural_gradient is None else "optimizer_natgrad"
+        objects = {
+            "model": self.model,
+            optimizer_key: self.optimizer,
+            "iterator": self.iterator,
+            "generator": self.model.latent.generator,
+        }
+        return Checkpoints(
+            directory,
+            objects,
+            self.step_count,
+            record,
+            self.q_u_optimizer,
+            every=every,
+            max_to_keep=max_to_keep,
+            allow_new_data=allow_new_data,
         )
-        self.run = tf.function(self._run, input_signature=[tf.TensorSpec([], tf.int32)])
-        self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
-        self.elbo: list[np.ndarray] = []
-        self.manager = None
-        self.saved_at = None
-        if checkpoint_dir is not None:
-            checkpoint_every = check_integer(checkpoint_every, "checkpoint_every")
-            max_to_keep = check_integer(max_to_keep, "max_to_keep")
-            # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
-            # so a checkpoint of the other choice is refused, not restored into the wrong slots.
-            optimizer_key = "optimizer" if self.natural_gradient is None else "optimizer_natgrad"
-            checkpoint = tf.train.Checkpoint(
-                model=model,
-                **{optimizer_key: self.optimizer},
-                iterator=self.iterator,
-                generator=model.latent.generator,
-                step_count=self.step_count,
-                data=self.provenance,
-            )
-            self.manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep)
-        self.checkpoint_every = checkpoint_every
 
     @property
     def _num_natural(self) -> int:
@@ -298,14 +275,25 @@ class Trainer:
         """Steps taken so far, restored ones included."""
         return int(self.step_count.numpy())
 
-    def _replica_gradients(self, element) -> tuple[tf.Tensor, list, tf.Tensor]:
+    def _replica_gradients(
+        self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]
+    ) -> tuple[tf.Tensor, list, tf.Tensor]:
+        """One replica's loss, gradients and 1.0 where a gradient is not finite (0.0 else), from
+        its row indices (gathered from :attr:`rows`) or its ``(idx, Y)``."""
+        if self.rows is None:
+            idx, Y = element
+        else:
+            idx, Y = element, tf.gather(self.rows, element)
+        return self._gradients(idx, Y)
+
+    @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: []", "return[2]: []")
+    def _gradients(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, list, tf.Tensor]:
         # Each replica's bound is scaled by N / (its batch); their mean is the global estimate,
         # and the optimiser sums the replicas' gradients.
-        batch = element if self.rows is None else (element, tf.gather(self.rows, element))
         replicas = tf.cast(self.strategy.num_replicas_in_sync, default_float())
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
-            loss = self.model.training_loss(batch, training=True) / replicas
+            loss = self.model.training_loss((idx, Y), training=True) / replicas
         gradients = tape.gradient(loss, self.variables)
         finite = [
             tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
@@ -315,10 +303,29 @@ class Trainer:
         not_finite = tf.cast(tf.logical_not(tf.reduce_all(finite)), loss.dtype)
         return loss, gradients, not_finite
 
-    def _replica_apply(self, gradients) -> None:
-        self.optimizer.apply_gradients(zip(gradients, self.optimizer_variables))
+    def _replica_apply(self, gradients: list) -> None:
+        """Each replica applies its own gradients with a Keras optimiser (which synchronises)."""
+        optimizer = self.optimizer
+        assert not isinstance(optimizer, RowSparseAdam), "RowSparseAdam steps outside replicas"
+        optimizer.apply_gradients(zip(gradients, self.optimizer_variables))
 
-    def _step(self, element) -> tf.Tensor:
+    def _apply(self, gradients: list) -> None:
+        """Apply the replicas' gradients of :attr:`variables` (Adam's first, q(u)'s last)."""
+        split = len(self.optimizer_variables)
+        adam_gradients, natural_gradients = gradients[:split], gradients[split:]
+        if isinstance(self.optimizer, RowSparseAdam):
+            # Every replica's gradients in one update, applied to all copies of the variables.
+            self.optimizer.apply_gradients(
+                [_sum_over_replicas(self.strategy, g) for g in adam_gradients]
+            )
+        else:
+            self.strategy.run(self._replica_apply, args=(adam_gradients,))
+        if self.natural_gradient is not None:
+            self.natural_gradient.apply_gradients(
+                [_sum_over_replicas(self.strategy, g) for g in natural_gradients]
+            )
+
+    def _step(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
         """One update from one element of the iterator (row indices, or a user's ``(idx, Y)``);
         returns the loss, or NaN when the loss or a gradient is not finite (and then applies
         nothing)."""
@@ -329,32 +336,31 @@ class Trainer:
         )
 
         def apply() -> tf.Tensor:
-            split = len(self.optimizer_variables)
-            adam_gradients, natural_gradients = gradients[:split], gradients[split:]
-            if isinstance(self.optimizer, RowSparseAdam):
-                # Every replica's gradients in one update, applied to all copies of the variables.
-                self.optimizer.apply_gradients(
-                    [_sum_over_replicas(self.strategy, g) for g in adam_gradients]
-                )
-            else:
-                self.strategy.run(self._replica_apply, args=(adam_gradients,))
-            if self.natural_gradient is not None:
-                self.natural_gradient.apply_gradients(
-                    [_sum_over_replicas(self.strategy, g) for g in natural_gradients]
-                )
+            self._apply(gradients)
             return total
 
         # The condition sits outside the replicas, where synchronisation may be conditional.
         return tf.cond(healthy, apply, lambda: tf.constant(np.nan, total.dtype))
 
     def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
-        """Up to ``num_steps`` steps; returns their ELBOs, stopping after a non-finite one."""
-        elbos = tf.TensorArray(default_float(), size=0, dynamic_size=True)
-        for i in tf.range(num_steps):
+        """Up to ``num_steps`` steps; returns their ELBOs [<= num_steps], stopping after a
+        non-finite one."""
+
+        def more(i: tf.Tensor, elbos: tf.TensorArray, finite: tf.Tensor) -> tf.Tensor:
+            return tf.logical_and(i < num_steps, finite)
+
+        def step(
+            i: tf.Tensor, elbos: tf.TensorArray, finite: tf.Tensor
+        ) -> tuple[tf.Tensor, tf.TensorArray, tf.Tensor]:
             loss = self.step(next(self.iterator))
-            elbos = elbos.write(i, -loss)
-            if not tf.math.is_finite(loss):
-                break
+            return i + 1, elbos.write(i, -loss), tf.math.is_finite(loss)
+
+        start = (
+            tf.constant(0, tf.int32),
+            tf.TensorArray(default_float(), size=0, dynamic_size=True),
+            tf.constant(True),
+        )
+        _, elbos, _ = tf.while_loop(more, step, start)
         return elbos.stack()
 
     @property
@@ -368,77 +374,23 @@ class Trainer:
         while training on other data or with another batch size (unless ``allow_new_data``), is
         a ``ValueError`` that names the difference; the checkpoint files are left as they are. A
         checkpoint that cannot be read (truncated, missing or damaged files) is passed over for
-        the newest older one, with a warning naming both.
+        the newest older one, with a warning naming both (see :meth:`Checkpoints.restore`).
         """
-        if self.manager is None or not self.manager.checkpoints:
+        if self.checkpoints is None:
             return False
-        unreadable = []
-        for path in reversed(self.manager.checkpoints):
-            try:
-                reader = tf.train.load_checkpoint(path)
-                shapes = reader.get_variable_to_shape_map()
-                stored = TrainingData.stored_in(reader)
-            except (tf.errors.OpError, OSError, IndexError, ValueError) as error:
-                unreadable.append(f"{path} ({_first_line(error)})")
-                continue
-            _check_covariance_layout(self.model, path, shapes)
-            if not self.allow_new_data:
-                self.provenance.check_against(stored, path)
-            status = None
-            try:
-                status = self.manager.checkpoint.restore(path)
-                status.assert_existing_objects_matched()
-            except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
-                if status is not None:
-                    status.expect_partial()  # refused as a whole: no warning per value
-                raise ValueError(
-                    f"The checkpoint {path} does not fit this model ({error}). Resume with a "
-                    "model built exactly like the one that wrote it and the same q_u_optimizer "
-                    f"(this run has {self.q_u_optimizer!r}), or use another checkpoint_dir."
-                ) from error
-            except tf.errors.OpError as error:  # values that cannot be read back
-                unreadable.append(f"{path} ({_first_line(error)})")
-                continue
-            if unreadable:
-                warnings.warn(
-                    f"Could not read the newer checkpoint(s) {'; '.join(unreadable)}; resumed "
-                    f"from {path}, step {self.num_steps}.",
-                    stacklevel=2,
-                )
-            self.elbo = [self._restored_history()]
-            self.saved_at = self.num_steps
-            return True
-        raise ValueError(
-            f"No checkpoint in {self.manager.directory} can be read: {'; '.join(unreadable)}. "
-            "Delete the folder to start afresh, or use another checkpoint_dir."
-        )
-
-    def _restored_history(self) -> np.ndarray:
-        """The ELBO of the restored steps from the history file, NaN where it has none."""
-        elbo = np.full(self.num_steps, np.nan)
-        history = Path(self.manager.directory) / _HISTORY
-        try:
-            stored = np.load(history, allow_pickle=False) if history.exists() else elbo[:0]
-        except (OSError, ValueError) as error:
-            warnings.warn(
-                f"The ELBO history {history} cannot be read ({_first_line(error)}); the history "
-                "of the restored steps is NaN.",
-                stacklevel=3,
-            )
-            stored = elbo[:0]
-        stored = np.asarray(stored, dtype=float).ravel()[: self.num_steps]
-        elbo[: len(stored)] = stored
-        return elbo
+        elbo = self.checkpoints.restore(self.model)
+        if elbo is None:
+            return False
+        self.elbo = [elbo]
+        return True
 
     def save(self) -> None:
         """Write a checkpoint now (history first, so it always covers the checkpoint's steps)."""
-        directory = Path(self.manager.directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        staging = directory / (_HISTORY + ".tmp.npy")
-        np.save(staging, self._elbo_array())
-        os.replace(staging, directory / _HISTORY)
-        self.manager.save(checkpoint_number=self.num_steps)
-        self.saved_at = self.num_steps
+        if self.checkpoints is None:
+            raise ValueError(
+                "save() needs a checkpoint folder: build the Trainer with checkpoint_dir."
+            )
+        self.checkpoints.save(self._elbo_array())
 
     def train(
         self,
@@ -464,45 +416,53 @@ class Trainer:
                 chunk = min(steps_per_call, target - self.num_steps)
                 if callback is not None:
                     chunk = min(chunk, callback_every - self.num_steps % callback_every)
-                if self.manager is not None:
-                    chunk = min(
-                        chunk, self.checkpoint_every - self.num_steps % self.checkpoint_every
-                    )
-                values = self.run(tf.constant(chunk, tf.int32)).numpy()
-                self.elbo.append(values)
-                self.step_count.assign_add(len(values))
-                if not np.all(np.isfinite(values)):
-                    raise NonFiniteLossError(
-                        f"The training loss or its gradient stopped being finite at step "
-                        f"{self.num_steps}. This is usually a failed Cholesky factorisation: raise "
-                        "the jitter "
-                        "(gpflow.config.set_default_jitter(1e-4)), train in float64, or lower the "
-                        "learning rate. The model keeps its parameters from the last finite step.",
-                        self._history(start),
-                    )
+                if self.checkpoints is not None:
+                    chunk = min(chunk, self.checkpoints.steps_to_next())
+                values = self._advance(chunk, start)
                 bar.update(len(values))
                 bar.set_postfix(elbo=f"{values.mean():.4g}")
-                if self.manager is not None and self.num_steps % self.checkpoint_every == 0:
+                if self.checkpoints is not None and self.num_steps % self.checkpoints.every == 0:
                     self.save()
                 if callback is not None and self.num_steps % callback_every == 0:
                     callback(self.num_steps)
-        if self.manager is not None and self.saved_at != self.num_steps:
+        if self.checkpoints is not None and self.checkpoints.saved_at != self.num_steps:
             self.save()
-        rejected = self._rejected_natural_steps() - rejected
+        self._warn_of_rejected_steps(self._rejected_natural_steps() - rejected, iterations)
+        return self._history(start)
+
+    def _advance(self, num_steps: int, start: float) -> np.ndarray:
+        """Run ``num_steps`` compiled steps and record their ELBOs [num_steps]; a
+        :class:`NonFiniteLossError` after a non-finite one (the model keeps its last good
+        state, and no checkpoint is written)."""
+        values = self.run(tf.constant(num_steps, tf.int32)).numpy()
+        self.elbo.append(values)
+        self.step_count.assign_add(len(values))
+        if not np.all(np.isfinite(values)):
+            raise NonFiniteLossError(
+                f"The training loss or its gradient stopped being finite at step "
+                f"{self.num_steps}. This is usually a failed Cholesky factorisation: raise "
+                "the jitter "
+                "(gpflow.config.set_default_jitter(1e-4)), train in float64, or lower the "
+                "learning rate. The model keeps its parameters from the last finite step.",
+                self._history(start),
+            )
+        return values
+
+    def _rejected_natural_steps(self) -> int:
+        if self.natural_gradient is None:
+            return 0
+        return int(self.natural_gradient.rejected_steps.numpy())
+
+    @staticmethod
+    def _warn_of_rejected_steps(rejected: int, iterations: int) -> None:
         if rejected:
             warnings.warn(
                 f"{rejected} of {iterations} natural-gradient steps on q(u) were rejected (the new "
                 "q(u) covariance was not positive definite, usually from a badly conditioned "
                 "Kuu with data on a large scale), so q(u) did not move in them. Standardise the "
                 "data, lower natgrad_gamma, or pass q_u_optimizer='adam'.",
-                stacklevel=2,
+                stacklevel=3,
             )
-        return self._history(start)
-
-    def _rejected_natural_steps(self) -> int:
-        if self.natural_gradient is None:
-            return 0
-        return int(self.natural_gradient.rejected_steps.numpy())
 
     def _elbo_array(self) -> np.ndarray:
         return np.concatenate(self.elbo) if self.elbo else np.zeros(0)
@@ -511,14 +471,9 @@ class Trainer:
         return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
 
 
-_HISTORY = "elbo_history.npy"
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
-def _sum_over_replicas(strategy: tf.distribute.Strategy, gradient):
+def _sum_over_replicas(
+    strategy: tf.distribute.Strategy, gradient: tf.Tensor | tf.IndexedSlices | None
+) -> tf.Tensor | tf.IndexedSlices | None:
     """The replicas' gradients of one table as one gradient; row slices are concatenated
     (repeated rows are summed by the optimiser)."""
     if gradient is None:
@@ -535,21 +490,6 @@ def _sum_over_replicas(strategy: tf.distribute.Strategy, gradient):
     return tf.add_n(list(local))
 
 
-def _check_covariance_layout(model: SVIGPLVM, path: str, shapes: dict) -> None:
-    """A checkpoint (its variables' ``shapes``) of the other q(u) covariance layout is a
-    ValueError naming both."""
-    stored = shapes.get("model/q_sqrt/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
-    if stored is None or stored[0] == model.q_sqrt.shape[0]:
-        return
-    written_shared = stored[0] == 1
-    raise ValueError(
-        f"The checkpoint {path} was written by a model with "
-        f"{covariance_layout(written_shared, model.data_dim)}, but this model has "
-        f"{model.covariance_layout}. Build the model with "
-        f"shared_covariance={written_shared} to resume, or use another checkpoint_dir."
-    )
-
-
 def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
     """ "natgrad" or "adam"; None chooses natural gradients for a Gaussian likelihood."""
     if choice is None:
@@ -564,7 +504,9 @@ def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
     return choice
 
 
-def _check_distributed(model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool):
+def _check_distributed(
+    model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool
+) -> None:
     if jit_compile:
         raise ValueError("jit_compile=True is not supported with a strategy: leave it False.")
     if not all(strategy.extended.variable_created_in_scope(v) for v in model.variables):
@@ -576,7 +518,7 @@ def _check_distributed(model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_co
 
 def fit(
     model: SVIGPLVM,
-    data,
+    data: ArrayLike | tf.data.Dataset,
     iterations: int = 1000,
     batch_size: int = 100,
     learning_rate: float = 1e-2,
@@ -587,7 +529,7 @@ def fit(
     steps_per_call: int = 100,
     callback: Callable[[int], None] | None = None,
     callback_every: int = 100,
-    mask=None,
+    mask: ArrayLike | None = None,
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int = 1000,
     resume: bool = False,
@@ -598,15 +540,13 @@ def fit(
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data`` is the training Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed) or
-    a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``seed`` fixes the batch order and
-    the latent samples. With ``checkpoint_dir`` the run is checkpointed every
-    ``checkpoint_every`` steps; ``resume=True`` continues from the latest checkpoint there up to
-    ``iterations`` steps in all, exactly as if never interrupted; a checkpoint written on other
-    data (other values, gaps or row order) or with another ``batch_size`` is a ``ValueError``,
-    unless ``allow_new_data=True`` continues from it on this data on purpose. ``strategy``:
-    train under a ``tf.distribute.Strategy``. ``q_u_optimizer`` / ``natgrad_gamma``: how q(u)
-    is trained (see :class:`Trainer`).
+    ``data`` is the training Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed) or a
+    ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. With ``checkpoint_dir`` the run is
+    checkpointed every ``checkpoint_every`` steps; ``resume=True`` continues from the latest
+    checkpoint there up to ``iterations`` steps in all, exactly as if never interrupted, and refuses
+    (``ValueError``) a checkpoint written on other data (other values, gaps or row order) or with
+    another ``batch_size`` unless ``allow_new_data=True``. ``seed`` fixes the batch order and the
+    latent samples; the other settings are :class:`Trainer`'s and :meth:`Trainer.train`'s.
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
     if resume and checkpoint_dir is None:
@@ -614,14 +554,14 @@ def fit(
     trainer = Trainer(
         model,
         data,
-        batch_size,
-        learning_rate,
-        optimizer,
-        seed,
-        jit_compile,
-        mask,
-        checkpoint_dir,
-        checkpoint_every,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        optimizer=optimizer,
+        seed=seed,
+        jit_compile=jit_compile,
+        mask=mask,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
         strategy=strategy,
         allow_new_data=allow_new_data,
         q_u_optimizer=q_u_optimizer,
@@ -629,5 +569,10 @@ def fit(
     )
     if resume:
         trainer.restore()
-    remaining = max(iterations - trainer.num_steps, 0)
-    return trainer.train(remaining, steps_per_call, progress, callback, callback_every)
+    return trainer.train(
+        max(iterations - trainer.num_steps, 0),
+        steps_per_call=steps_per_call,
+        progress=progress,
+        callback=callback,
+        callback_every=callback_every,
+    )

@@ -15,10 +15,11 @@ from gpflow_svi_gplvm import (
     NonFiniteLossError,
     fit,
 )
+from gpflow_svi_gplvm.checkpoints import HISTORY_FILE, TrainingData, read_history, write_history
 from gpflow_svi_gplvm.training import Trainer
 
 N, D, Q, M = 40, 4, 2, 6
-SETTINGS = dict(batch_size=16, progress=False, steps_per_call=250, seed=3)
+SETTINGS = dict(batch_size=16, progress=False, steps_per_call=50, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,8 @@ def data():
 # Monte Carlo steps repeat bit for bit. Closed-form steps repeat only to round-off when TF runs
 # independent ops concurrently (two uninterrupted runs of 1000 steps differ by up to 3e-10
 # relative; bitwise equal with one inter-op thread), so a resume is checked to that level.
+# A state restored wrongly (Adam's moments, the batch order, the random generator) shows from the
+# first step after the resume, so 200 + 200 steps over 100 epochs are as telling as longer runs.
 @pytest.mark.parametrize(
     "model_class, rtol",
     [
@@ -41,48 +44,39 @@ def data():
 )
 def test_an_interrupted_run_resumes_exactly(model_class, rtol, data, tmp_path):
     straight = model_class(data, Q, num_inducing=M)
-    uninterrupted = fit(straight, data, iterations=2000, **SETTINGS)
+    uninterrupted = fit(straight, data, iterations=400, **SETTINGS)
 
     first = model_class(data, Q, num_inducing=M)
-    fit(first, data, iterations=1000, checkpoint_dir=tmp_path, checkpoint_every=500, **SETTINGS)
+    fit(first, data, iterations=200, checkpoint_dir=tmp_path, checkpoint_every=100, **SETTINGS)
     # A new process would start from a freshly built model: resume into one.
     resumed = model_class(data, Q, num_inducing=M)
     history = fit(
         resumed,
         data,
-        iterations=2000,
+        iterations=400,
         checkpoint_dir=tmp_path,
-        checkpoint_every=500,
+        checkpoint_every=100,
         resume=True,
         **SETTINGS,
     )
     for expected, actual in zip(straight.trainable_variables, resumed.trainable_variables):
         np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=rtol, atol=rtol)
-    # The history is continuous: all 2000 steps, equal to the uninterrupted run's.
-    assert len(history.elbo) == 2000
+    # The history is continuous: all 400 steps, equal to the uninterrupted run's.
+    assert len(history.elbo) == 400
     scale = np.abs(uninterrupted.elbo).max()  # an ELBO near 0 is a difference of large terms
     np.testing.assert_allclose(history.elbo, uninterrupted.elbo, rtol=rtol, atol=rtol * scale)
 
 
-def test_a_checkpoint_of_another_shape_is_rejected_and_left_intact(data, tmp_path):
-    fit(BayesianSVIGPLVM(data, Q, num_inducing=M), data, iterations=20, checkpoint_dir=tmp_path)
-    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    other = BayesianSVIGPLVM(data, Q + 1, num_inducing=M)
-    with pytest.raises(
-        ValueError, match=r"does not fit this model.*\(6, 3\).*\(6, 2\)|\(6, 2\).*\(6, 3\)"
-    ):
-        fit(other, data, iterations=40, checkpoint_dir=tmp_path, resume=True)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
-
-
 def test_a_failed_run_never_overwrites_a_good_checkpoint(data, tmp_path):
     model = BayesianSVIGPLVM(data, Q, num_inducing=M)
-    fit(model, data, iterations=50, checkpoint_dir=tmp_path, checkpoint_every=50, progress=False)
+    # One trainer (one trace): checkpoints at steps 10 to 50, then a failure in the next call.
+    trainer = Trainer(model, data, checkpoint_dir=tmp_path, checkpoint_every=10)
+    trainer.train(50, progress=False)
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     # A likelihood variance of NaN makes every later loss NaN.
     model.likelihood.variance.unconstrained_variable.assign(np.nan)
     with pytest.raises(NonFiniteLossError, match="jitter"):
-        fit(model, data, iterations=100, checkpoint_dir=tmp_path, checkpoint_every=10, resume=False)
+        trainer.train(100, progress=False)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
 
 
@@ -154,6 +148,17 @@ def test_resume_on_other_data_names_the_difference_unless_allowed(
         assert restored(directory, other, allow_new_data=True).num_steps == 30
 
 
+def test_a_checkpoint_of_another_shape_is_rejected_and_left_intact(checkpointed, data, tmp_path):
+    directory = copy_of(checkpointed, tmp_path)
+    files = {p.name: p.read_bytes() for p in directory.iterdir()}
+    other = BayesianSVIGPLVM(data, Q + 1, num_inducing=M)
+    with pytest.raises(
+        ValueError, match=r"does not fit this model.*\(6, 3\).*\(6, 2\)|\(6, 2\).*\(6, 3\)"
+    ):
+        fit(other, data, iterations=40, checkpoint_dir=directory, resume=True, **SETTINGS)
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
+
+
 def test_resume_with_another_batch_size_names_both(checkpointed, data, tmp_path):
     directory = copy_of(checkpointed, tmp_path)
     with pytest.raises(ValueError, match=r"batch_size=16, this run has batch_size=10"):
@@ -204,3 +209,35 @@ def test_no_readable_checkpoint_is_one_clear_error(checkpointed, data, tmp_path)
         index.unlink()
     with pytest.raises(ValueError, match=r"No checkpoint in .* can be read.*start afresh"):
         restored(directory, data)
+
+
+# --------------------------------------------------------------------------------------------
+# The history file and the data record on their own (no training)
+
+
+def test_the_history_file_round_trips_and_pads_missing_steps_with_nan(tmp_path):
+    write_history(tmp_path, np.array([-3.0, -2.0, -1.0]))
+    assert [p.name for p in tmp_path.iterdir()] == [HISTORY_FILE]  # no staging file left
+    np.testing.assert_array_equal(read_history(tmp_path, 2), [-3.0, -2.0])
+    np.testing.assert_array_equal(read_history(tmp_path, 5)[:3], [-3.0, -2.0, -1.0])
+    assert np.isnan(read_history(tmp_path, 5)[3:]).all()
+    assert np.isnan(read_history(tmp_path / "elsewhere", 4)).all()
+
+
+def test_the_data_record_tells_values_gaps_and_batch_size_apart(data):
+    record = TrainingData.of(data, 16)
+    record.check_against(TrainingData.of(data.copy(), 16).current, "ckpt")
+    gap = data.copy()
+    gap[0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"other data \(values and gaps"):
+        record.check_against(TrainingData.of(gap, 16).current, "ckpt")
+    with pytest.raises(ValueError, match=r"batch_size=8, this run has batch_size=16"):
+        record.check_against(TrainingData.of(data, 8).current, "ckpt")
+    TrainingData({}).check_against(record.current, "ckpt")  # a user's dataset: nothing to compare
+
+
+def test_save_without_a_checkpoint_dir_is_a_clear_error(data):
+    trainer = Trainer(BayesianSVIGPLVM(data, Q, num_inducing=M), data)
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        trainer.save()
+    assert not trainer.restore()

@@ -23,20 +23,23 @@ RUNS = textwrap.dedent("""
     rng = np.random.default_rng(0)
     Y = np.tanh(rng.standard_normal((60, 2)) @ rng.standard_normal((2, 5)))
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    settings = dict(iterations=800, batch_size=20, progress=False, seed=1)
+    settings = dict(batch_size=20, progress=False, seed=1)
     results = {}
+    # Point models are compared step for step, which 200 steps do as well as more; the sampled
+    # ones by their trajectories over 800 steps (the thresholds below were measured on those).
     contenders = {
-        "PointGPLVM": ("PointGPLVM", {}),
-        "PointGPLVM shared": ("PointGPLVM", {"shared_covariance": True}),
-        "BayesianSVIGPLVM": ("BayesianSVIGPLVM", {}),
-        "AmortisedBayesianGPLVM": ("AmortisedBayesianGPLVM", {}),
+        "PointGPLVM": ("PointGPLVM", {}, 200),
+        "PointGPLVM shared": ("PointGPLVM", {"shared_covariance": True}, 200),
+        "BayesianSVIGPLVM": ("BayesianSVIGPLVM", {}, 800),
+        "AmortisedBayesianGPLVM": ("AmortisedBayesianGPLVM", {}, 800),
     }
-    for key, (name, options) in contenders.items():
+    for key, (name, options, iterations) in contenders.items():
         model_class = getattr(package, name)
         with strategy.scope():
             mirrored = model_class(Y, 2, num_inducing=8, **options)
-        distributed = package.fit(mirrored, Y, strategy=strategy, **settings)
-        single = package.fit(model_class(Y, 2, num_inducing=8, **options), Y, **settings)
+        distributed = package.fit(mirrored, Y, iterations, strategy=strategy, **settings)
+        alone = model_class(Y, 2, num_inducing=8, **options)
+        single = package.fit(alone, Y, iterations, **settings)
         results[key] = {
             "mirrored": distributed.elbo.tolist(),
             "single": single.elbo.tolist(),

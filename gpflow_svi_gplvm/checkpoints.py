@@ -1,0 +1,245 @@
+"""Checkpoints of a training run and the ELBO history file beside them.
+
+A run's folder holds ``tf.train.CheckpointManager`` checkpoints (``ckpt-<step>``) and
+``elbo_history.npy``, the ELBO of every step taken so far. The history is written first, by an
+atomic rename, so it always covers the latest checkpoint's steps, and a run that fails writes
+nothing, so a good checkpoint is never replaced by a bad one. Each checkpoint records what the
+run trained on (:class:`TrainingData`), so that resuming on other data is noticed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from .models import SVIGPLVM, covariance_layout
+from .validation import check_integer, row_blocks
+
+__all__ = ["Checkpoints", "TrainingData", "HISTORY_FILE", "read_history", "write_history"]
+
+HISTORY_FILE = "elbo_history.npy"
+"""The ELBO history's file name in a checkpoint folder."""
+
+
+class TrainingData(tf.train.experimental.PythonState):
+    """What a run trains on, kept in its checkpoints: N, D, the batch size and a hash of the
+    values and the gaps of Y, so that resuming on other data is noticed, not trained on.
+    Empty for a user's dataset or a run without checkpoints (nothing to compare)."""
+
+    def __init__(self, current: dict) -> None:
+        self.current = current
+
+    @classmethod
+    def of(cls, Y: np.ndarray, batch_size: int) -> TrainingData:
+        """The record of training on Y [N, D] with a (checked) ``batch_size``."""
+        digest = hashlib.blake2b(digest_size=16)
+        for block in row_blocks(Y):
+            missing = np.isnan(block)
+            digest.update(np.packbits(missing).tobytes())
+            digest.update(np.where(missing, 0.0, block).tobytes())
+        num_rows, num_columns = Y.shape
+        return cls(
+            {
+                "rows": num_rows,
+                "columns": num_columns,
+                "batch_size": int(batch_size),
+                "values and gaps": digest.hexdigest(),
+            }
+        )
+
+    def serialize(self) -> str:
+        return json.dumps(self.current)
+
+    def deserialize(self, string: str) -> None:
+        """Nothing to keep: ``restore`` reads the stored record first (:meth:`stored_in`) and
+        this run goes on recording its own data."""
+
+    @staticmethod
+    def stored_in(reader: tf.train.CheckpointReader) -> dict:
+        """The record a checkpoint holds; empty for one written before they held records."""
+        key = "data/.ATTRIBUTES/py_state"
+        return json.loads(reader.get_tensor(key)) if reader.has_tensor(key) else {}
+
+    def check_against(self, stored: dict, path: str) -> None:
+        """A ``ValueError`` naming what differs when the checkpoint (its record ``stored``) was
+        written on other data."""
+        if "batch_size" in stored and "batch_size" in self.current:
+            if stored["batch_size"] != self.current["batch_size"]:
+                raise ValueError(
+                    f"The checkpoint {path} was written with batch_size={stored['batch_size']}, "
+                    f"this run has batch_size={self.current['batch_size']}: resume with "
+                    f"batch_size={stored['batch_size']}, or use another checkpoint_dir."
+                )
+        differ = [
+            f"{name} {stored[name]} there, {value} here"
+            for name, value in self.current.items()
+            if name != "batch_size" and name in stored and stored[name] != value
+        ]
+        if differ:
+            raise ValueError(
+                f"The checkpoint {path} was written while training on other data "
+                f"({'; '.join(differ)}). Resume with the data it was trained on (the same rows "
+                "in the same order), pass allow_new_data=True to continue from it on this data "
+                "on purpose, or use another checkpoint_dir."
+            )
+
+
+def write_history(directory: Path, elbo: np.ndarray) -> None:
+    """Replace the folder's ELBO history by ``elbo`` [steps] in one atomic rename, so that a crash
+    leaves the old file or the new one, never half of one."""
+    staging = directory / (HISTORY_FILE + ".tmp.npy")
+    np.save(staging, elbo)
+    os.replace(staging, directory / HISTORY_FILE)
+
+
+def read_history(directory: Path, num_steps: int) -> np.ndarray:
+    """The ELBO [num_steps] of the first ``num_steps`` steps from the folder's history file, NaN
+    where it has none (no file, a shorter one, or one that cannot be read: then a warning)."""
+    elbo = np.full(num_steps, np.nan)
+    history = directory / HISTORY_FILE
+    try:
+        stored = np.load(history, allow_pickle=False) if history.exists() else elbo[:0]
+    except (OSError, ValueError) as error:
+        warnings.warn(
+            f"The ELBO history {history} cannot be read ({_first_line(error)}); the history "
+            "of the restored steps is NaN.",
+            stacklevel=4,
+        )
+        stored = elbo[:0]
+    stored = np.asarray(stored, dtype=float).ravel()[:num_steps]
+    elbo[: len(stored)] = stored
+    return elbo
+
+
+class Checkpoints:
+    """A training run's checkpoint folder: saves ``objects`` (the model, the optimiser, the data
+    iterator, ...) and the ELBO history every ``every`` steps, and restores the latest readable
+    checkpoint exactly, refusing one written by another model, another ``q_u_optimizer`` or on
+    other ``data`` (unless ``allow_new_data``).
+
+    ``step_count`` (an int64 variable among ``objects``) numbers the checkpoints.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        objects: dict[str, tf.Module | tf.data.Iterator | tf.Variable],
+        step_count: tf.Variable,
+        data: TrainingData,
+        q_u_optimizer: str,
+        every: int = 1000,
+        max_to_keep: int = 3,
+        allow_new_data: bool = False,
+    ) -> None:
+        self.every = check_integer(every, "checkpoint_every")
+        max_to_keep = check_integer(max_to_keep, "max_to_keep")
+        checkpoint = tf.train.Checkpoint(**objects, step_count=step_count, data=data)
+        self.manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep)
+        self.step_count = step_count
+        self.data = data
+        self.q_u_optimizer = q_u_optimizer
+        self.allow_new_data = allow_new_data
+        self.saved_at: int | None = None
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.manager.directory)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.step_count.numpy())
+
+    def steps_to_next(self) -> int:
+        """Steps from the current one to the next checkpoint."""
+        return self.every - self.num_steps % self.every
+
+    def save(self, elbo: np.ndarray) -> None:
+        """Write a checkpoint now (history ``elbo`` [steps] first, so it always covers the
+        checkpoint's steps)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_history(self.directory, elbo)
+        self.manager.save(checkpoint_number=self.num_steps)
+        self.saved_at = self.num_steps
+
+    def restore(self, model: SVIGPLVM) -> np.ndarray | None:
+        """Load the latest readable checkpoint into the objects; returns the ELBO [steps] of its
+        steps (NaN where the history has none), or None when the folder holds no checkpoint.
+
+        A checkpoint of a model with other shapes or another q(u) covariance layout, or written
+        while training on other data or with another batch size (unless ``allow_new_data``), is
+        a ``ValueError`` that names the difference; the checkpoint files are left as they are. A
+        checkpoint that cannot be read (truncated, missing or damaged files) is passed over for
+        the newest older one, with a warning naming both.
+        """
+        if not self.manager.checkpoints:
+            return None
+        unreadable: list[str] = []
+        for path in reversed(self.manager.checkpoints):
+            if self._load(model, path, unreadable):
+                if unreadable:
+                    warnings.warn(
+                        f"Could not read the newer checkpoint(s) {'; '.join(unreadable)}; resumed "
+                        f"from {path}, step {self.num_steps}.",
+                        stacklevel=3,
+                    )
+                self.saved_at = self.num_steps
+                return read_history(self.directory, self.num_steps)
+        raise ValueError(
+            f"No checkpoint in {self.manager.directory} can be read: {'; '.join(unreadable)}. "
+            "Delete the folder to start afresh, or use another checkpoint_dir."
+        )
+
+    def _load(self, model: SVIGPLVM, path: str, unreadable: list[str]) -> bool:
+        """Restore the checkpoint at ``path``; False (and a note in ``unreadable``) when its
+        files cannot be read, a ``ValueError`` when it belongs to another model or data."""
+        try:
+            reader = tf.train.load_checkpoint(path)
+            shapes = reader.get_variable_to_shape_map()
+            stored = TrainingData.stored_in(reader)
+        except (tf.errors.OpError, OSError, IndexError, ValueError) as error:
+            unreadable.append(f"{path} ({_first_line(error)})")
+            return False
+        _check_covariance_layout(model, path, shapes)
+        if not self.allow_new_data:
+            self.data.check_against(stored, path)
+        status = None
+        try:
+            status = self.manager.checkpoint.restore(path)
+            status.assert_existing_objects_matched()
+        except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
+            if status is not None:
+                status.expect_partial()  # refused as a whole: no warning per value
+            raise ValueError(
+                f"The checkpoint {path} does not fit this model ({error}). Resume with a "
+                "model built exactly like the one that wrote it and the same q_u_optimizer "
+                f"(this run has {self.q_u_optimizer!r}), or use another checkpoint_dir."
+            ) from error
+        except tf.errors.OpError as error:  # values that cannot be read back
+            unreadable.append(f"{path} ({_first_line(error)})")
+            return False
+        return True
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _check_covariance_layout(model: SVIGPLVM, path: str, shapes: dict) -> None:
+    """A checkpoint (its variables' ``shapes``) of the other q(u) covariance layout is a
+    ValueError naming both."""
+    stored = shapes.get("model/q_sqrt/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
+    if stored is None or stored[0] == model.q_sqrt.shape[0]:
+        return
+    written_shared = stored[0] == 1
+    raise ValueError(
+        f"The checkpoint {path} was written by a model with "
+        f"{covariance_layout(written_shared, model.data_dim)}, but this model has "
+        f"{model.covariance_layout}. Build the model with "
+        f"shared_covariance={written_shared} to resume, or use another checkpoint_dir."
+    )
