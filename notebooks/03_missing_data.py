@@ -38,7 +38,7 @@ from gpflow_svi_gplvm.metrics import rmse
 from gpflow_svi_gplvm.plotting import plot_elbo, plot_image_grid, plot_latent_space
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and rows
-ITERATIONS = 200 if FAST else 3000
+ITERATIONS = 100 if FAST else 3000
 NUM_IMAGES = 300 if FAST else 2000  # MNIST training images (the paper uses 15,000)
 NUM_FACES = 300 if FAST else 1965  # Brendan faces frames (1965 in all)
 NUM_INDUCING = 20 if FAST else 100

@@ -38,7 +38,7 @@ from gpflow_svi_gplvm.metrics import rmse
 from gpflow_svi_gplvm.plotting import plot_elbo, plot_variance_against
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and users
-ITERATIONS = 200 if FAST else 3000
+ITERATIONS = 100 if FAST else 3000
 NUM_USERS = 200 if FAST else 943
 NUM_SAMPLES = 16 if FAST else 64  # draws of x_n behind each predictive
 

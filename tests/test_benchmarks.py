@@ -40,25 +40,20 @@ def test_high_dimensional_speed_benchmark_quick():
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
-    or not all(
-        (Path(os.environ["GPFLOW_SVI_GPLVM_DATA"]) / name).exists()
-        for name in ("mnist", "movielens100k")
-    ),
+    or not (Path(os.environ["GPFLOW_SVI_GPLVM_DATA"]) / "mnist").exists(),
     reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA",
 )
-@pytest.mark.parametrize(
-    "experiment, expected",
-    [("movielens", "held-out ratings"), ("encoders", "values + mask, 20% hidden")],
-)
-def test_missing_data_benchmark_quick(experiment, expected):
-    # The MNIST and motion-capture tables run in test_reproduce's `all --quick`.
-    out = _run(str(BENCHMARKS / "missing_data.py"), experiment, "--quick")
-    assert expected in out
+def test_missing_data_benchmark_quick():
+    # The MNIST, MovieLens, Brendan faces and motion-capture tables run in test_reproduce's
+    # `all --quick`; the encoder comparison is this script's own.
+    out = _run(str(BENCHMARKS / "missing_data.py"), "encoders", "--quick")
+    assert "values + mask, 20% hidden" in out
 
 
 def _benchmark_module(name: str, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their siblings
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)  # dataclasses look themselves up
     spec.loader.exec_module(module)
