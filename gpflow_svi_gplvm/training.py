@@ -540,13 +540,12 @@ def fit(
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data`` is the training Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed) or a
-    ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. With ``checkpoint_dir`` the run is
-    checkpointed every ``checkpoint_every`` steps; ``resume=True`` continues from the latest
-    checkpoint there up to ``iterations`` steps in all, exactly as if never interrupted, and refuses
-    (``ValueError``) a checkpoint written on other data (other values, gaps or row order) or with
-    another ``batch_size`` unless ``allow_new_data=True``. ``seed`` fixes the batch order and the
-    latent samples; the other settings are :class:`Trainer`'s and :meth:`Trainer.train`'s.
+    ``data``: the training Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed) or a
+    ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: checkpoints every
+    ``checkpoint_every`` steps; ``resume=True`` continues from the latest one up to ``iterations``
+    steps in all, exactly as if never interrupted, refusing (``ValueError``) one written on other
+    data (values, gaps or row order) or with another ``batch_size`` unless ``allow_new_data``.
+    ``seed`` fixes the batch order and latent samples; the rest are :class:`Trainer`'s settings.
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
     if resume and checkpoint_dir is None:
