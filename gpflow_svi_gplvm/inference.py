@@ -169,9 +169,7 @@ class LatentInference(tf.Module):
         on the observed entries :math:`o_{nd}`, minimising
         :math:`\sum_d o_{nd} (y_{nd} - \mu_{cd})^2` (zero for a row with nothing observed)."""
         model = self.model
-        # Per-row families read only idx; the rows' data is not at hand, and not needed.
-        unread = tf.zeros([self._num_candidates, model.data_dim], Y.dtype)
-        trained = model.latent.moments(self._candidate_rows, unread)[0]
+        trained = model.latent.moments(self._candidate_rows)[0]
         candidates = tf.concat([model.inducing_variable.Z, trained], axis=0)
         decoded = model.predict_y(candidates)[0]  # [C, D]
         observed = tf.logical_not(tf.math.is_nan(Y))

@@ -117,8 +117,9 @@ class LatentVariables(Module, abc.ABC):
 
     @abc.abstractmethod
     @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: [batch, Q]", "return[1]: [batch, Q]")
-    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean and marginal variance of q(x_n), both [B, Q]."""
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and marginal variance of q(x_n), both [B, Q]. ``Y`` [B, D], the rows' data, is
+        needed by amortised families only (per-row families read their tables by ``idx``)."""
 
     @abc.abstractmethod
     @check_shapes(
@@ -225,7 +226,7 @@ class RowLatentVariables(LatentVariables):
         """Starting parameter rows for new data whose latent means start at ``mean`` [B, Q]."""
 
     @inherit_check_shapes
-    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         return self.moments_of(self.rows(idx))
 
     @inherit_check_shapes
@@ -573,7 +574,11 @@ class EncoderLatent(LatentVariables):
         return self.mean_network(inputs), self.scale_tril(inputs)
 
     @inherit_check_shapes
-    def moments(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def moments(self, idx: tf.Tensor, Y: tf.Tensor | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        if Y is None:
+            raise ValueError(
+                "An amortised q(x) is computed from the data: pass the rows Y with their indices."
+            )
         mean, scale = self._mean_and_scale(Y)
         return mean, tf.reduce_sum(tf.square(scale), axis=-1)
 

@@ -26,7 +26,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 from check_shapes import check_shapes, inherit_check_shapes
-from gpflow.config import default_float
 from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
 from gpflow.mean_functions import MeanFunction
@@ -324,7 +323,8 @@ class SVIGPLVM(SVGP):
         """
         return self._training_loss(data, training=training)
 
-    def _all_rows(self, Y) -> tuple[tf.Tensor, tf.Tensor]:
+    def _all_rows(self, Y) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """Indices of all training rows [N] and, for an amortised q(x), their data [N, D]."""
         if self.latent.amortised:
             if Y is None:
                 raise ValueError(
@@ -333,8 +333,7 @@ class SVIGPLVM(SVGP):
                 )
             Y = tf.convert_to_tensor(check_observations(Y, "Y", self.data_dim))
             return tf.range(tf.shape(Y)[0], dtype=tf.int64), Y
-        empty = tf.zeros([self.num_data, self.data_dim], dtype=default_float())
-        return tf.range(self.num_data, dtype=tf.int64), empty
+        return tf.range(self.num_data, dtype=tf.int64), None
 
     @check_shapes("return: [Q]")
     def ard_relevance(self) -> np.ndarray:

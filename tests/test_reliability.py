@@ -2,7 +2,7 @@
 
 Where the other fault cases live: exports killed at random moments of an overwrite and exports
 that never delete a user's files in ``test_export_folder.py``; damaged checkpoints, other data
-and another batch size on resume in ``test_checkpoint.py``; the table of bad inputs at every
+and another batch size on resume in ``test_checkpoints.py``; the table of bad inputs at every
 boundary in ``test_validation.py``, the command line's in ``test_cli.py``.
 """
 
@@ -38,7 +38,7 @@ def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_run(tmp_
     rng = np.random.default_rng(0)
     data = np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
     np.save(tmp_path / "data.npy", data)
-    # Monte Carlo steps repeat bit for bit (closed-form ones to round-off: test_checkpoint.py).
+    # Monte Carlo steps repeat bit for bit (closed-form ones to round-off: test_checkpoints.py).
     straight = BayesianSVIGPLVM(data, Q, num_inducing=M, latent_expectation="monte-carlo")
     uninterrupted = fit(straight, data, iterations=ITERATIONS, **SETTINGS)
 

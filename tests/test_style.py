@@ -1,4 +1,4 @@
-"""The code base stays ruff-clean and ruff-formatted (100 columns, see pyproject.toml)."""
+"""The code base stays ruff-clean, ruff-formatted (100 columns) and mypy-clean (pyproject.toml)."""
 
 import shutil
 import subprocess
@@ -13,4 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("command", [["ruff", "check", "."], ["ruff", "format", "--check", "."]])
 def test_ruff(command):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("mypy") is None, reason="mypy is installed by the [test] extra")
+def test_mypy():
+    result = subprocess.run(["mypy"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
