@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
-from .likelihoods import MaskedLikelihood
+from .likelihoods import MaskedLikelihood, base_likelihood
 from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
@@ -493,8 +493,8 @@ def _sum_over_replicas(
 def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
     """ "natgrad" or "adam"; None chooses natural gradients for a Gaussian likelihood."""
     if choice is None:
-        base = getattr(model.likelihood, "base", model.likelihood)
-        return "natgrad" if isinstance(base, gpflow.likelihoods.Gaussian) else "adam"
+        gaussian = isinstance(base_likelihood(model.likelihood), gpflow.likelihoods.Gaussian)
+        return "natgrad" if gaussian else "adam"
     if choice not in ("natgrad", "adam"):
         raise ValueError(
             f"q_u_optimizer must be 'natgrad' (natural-gradient steps on q(u)), 'adam' (q(u) "
