@@ -1,4 +1,5 @@
 import logging
+from pathlib import Path
 
 import pytest
 from check_shapes import set_enable_check_shapes
@@ -18,3 +19,26 @@ def _no_autograph_fallback(caplog):
         yield
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "AutoGraph could not transform" in m]
+
+
+# The files that take longest (minutes, mostly tracing), longest first. pytest-xdist hands out
+# whole files (--dist loadfile) in collection order (--no-loadscope-reorder, pyproject.toml):
+# starting the long ones first keeps one worker from finishing minutes after the other.
+LONGEST_FILES = (
+    "test_notebooks.py",
+    "test_sklearn.py",
+    "test_training.py",
+    "test_benchmarks.py",
+    "test_export.py",
+    "test_reproduce.py",
+    "test_checkpoints.py",
+    "test_distributed.py",
+    "test_inference.py",
+    "test_readme.py",
+    "test_missing.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
