@@ -124,7 +124,6 @@ class LatentInference(tf.Module):
         model.latent.check_new_rows()
         rows = np.random.default_rng(seed).permutation(int(model.num_data or 0))[:max_candidates]
         self._candidate_rows = tf.constant(rows, dtype=tf.int64)
-        self._num_candidates = len(rows)
         self._fit = NewRowFit(
             objective=self._row_bounds,
             initial_mean=self._initial_means,
