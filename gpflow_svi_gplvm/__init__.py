@@ -1,5 +1,6 @@
 """Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
 
+from .distributed import RowShard, WorkerLostError
 from .export import export_saved_model
 from .inference import LatentInference, log_predictive_density
 from .latents import (
@@ -39,6 +40,8 @@ __all__ = [
     "MaskedLikelihood",
     "fit",
     "Trainer",
+    "RowShard",
+    "WorkerLostError",
     "LatentInference",
     "log_predictive_density",
     "export_saved_model",

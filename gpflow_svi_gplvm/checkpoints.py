@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
+from .distributed import Workers
 from .models import SVIGPLVM, covariance_layout
 from .validation import check_integer, row_blocks
 
@@ -36,22 +38,36 @@ class TrainingData(tf.train.experimental.PythonState):
         self.current = current
 
     @classmethod
-    def of(cls, Y: np.ndarray, batch_size: int) -> TrainingData:
-        """The record of training on Y [N, D] with a (checked) ``batch_size``."""
+    def of(
+        cls,
+        Y: np.ndarray | tf.Tensor,
+        batch_size: int,
+        rows: np.ndarray | None = None,
+        workers: Workers | None = None,
+    ) -> TrainingData:
+        """The record of training on Y [N, D] with a (checked) ``batch_size``; or, with
+        ``workers``, on their shards: Y [n, D] is this worker's, ``rows`` [n] its row numbers,
+        and the record (the same on every worker) holds a hash per worker."""
+        workers = workers or Workers()
         digest = hashlib.blake2b(digest_size=16)
+        if rows is not None:
+            digest.update(np.asarray(rows, np.int64).tobytes())
         for block in row_blocks(Y):
             missing = np.isnan(block)
             digest.update(np.packbits(missing).tobytes())
             digest.update(np.where(missing, 0.0, block).tobytes())
-        num_rows, num_columns = Y.shape
-        return cls(
-            {
-                "rows": num_rows,
-                "columns": num_columns,
-                "batch_size": int(batch_size),
-                "values and gaps": digest.hexdigest(),
-            }
-        )
+        record = {
+            "rows": int(workers.sum(Y.shape[0])),
+            "columns": int(Y.shape[1]),
+            "batch_size": int(batch_size),
+            "values and gaps": digest.hexdigest(),
+        }
+        if workers.count > 1:
+            hashes = workers.stack(np.frombuffer(digest.digest(), np.uint8).astype(np.int64))
+            shards = [bytes(row.astype(np.uint8)).hex() for row in hashes]
+            record["values and gaps"] = hashlib.blake2b("".join(shards).encode()).hexdigest()[:32]
+            record["shards"] = shards
+        return cls(record)
 
     def serialize(self) -> str:
         return json.dumps(self.current)
@@ -79,8 +95,14 @@ class TrainingData(tf.train.experimental.PythonState):
         differ = [
             f"{name} {stored[name]} there, {value} here"
             for name, value in self.current.items()
-            if name != "batch_size" and name in stored and stored[name] != value
+            if name not in ("batch_size", "shards") and name in stored and stored[name] != value
         ]
+        shards = stored.get("shards", [None]), self.current.get("shards", [None])
+        if differ and len(shards[0]) == len(shards[1]) > 1:
+            odd = [f"worker {i}" for i, (a, b) in enumerate(zip(*shards)) if a != b]
+            differ.append(f"the rows of {', '.join(odd)} differ")
+        elif differ and len(shards[0]) != len(shards[1]):
+            differ.append(f"{len(shards[0])} worker(s) there, {len(shards[1])} here")
         if differ:
             raise ValueError(
                 f"The checkpoint {path} was written while training on other data "
@@ -123,7 +145,11 @@ class Checkpoints:
     checkpoint exactly, refusing one written by another model, another ``q_u_optimizer`` or on
     other ``data`` (unless ``allow_new_data``).
 
-    ``step_count`` (an int64 variable among ``objects``) numbers the checkpoints.
+    ``step_count`` (an int64 variable among ``objects``) numbers the checkpoints. Of several
+    ``workers`` only the chief writes the folder and the history; the others take part in each
+    save (as TensorFlow's multi-worker saving expects) into a temporary folder of their own that
+    is deleted at once. Every worker restores from the folder, so it must be one that all of them
+    read (a shared file system); workers that restore different steps are a ``ValueError``.
     """
 
     def __init__(
@@ -136,7 +162,9 @@ class Checkpoints:
         every: int = 1000,
         max_to_keep: int = 3,
         allow_new_data: bool = False,
+        workers: Workers | None = None,
     ) -> None:
+        self.workers = workers or Workers()
         self.every = check_integer(every, "checkpoint_every")
         max_to_keep = check_integer(max_to_keep, "max_to_keep")
         checkpoint = tf.train.Checkpoint(**objects, step_count=step_count, data=data)
@@ -161,10 +189,15 @@ class Checkpoints:
 
     def save(self, elbo: np.ndarray) -> None:
         """Write a checkpoint now (history ``elbo`` [steps] first, so it always covers the
-        checkpoint's steps)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_history(self.directory, elbo)
-        self.manager.save(checkpoint_number=self.num_steps)
+        checkpoint's steps); on a worker other than the chief, write it to a temporary folder
+        and delete that."""
+        if self.workers.chief:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_history(self.directory, elbo)
+            self.manager.save(checkpoint_number=self.num_steps)
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"gplvm-{self.workers.name}-") as scratch:
+                self.manager.checkpoint.write(os.path.join(scratch, "ckpt"))
         self.saved_at = self.num_steps
 
     def restore(self, model: SVIGPLVM) -> np.ndarray | None:
@@ -177,6 +210,27 @@ class Checkpoints:
         checkpoint that cannot be read (truncated, missing or damaged files) is passed over for
         the newest older one, with a warning naming both.
         """
+        with self.workers.agreeing():
+            path = self._restore_latest(model)
+        restored = -1 if path is None else self.num_steps
+        if self.workers.differing(restored):
+            steps = self.workers.stack(restored)
+            found = ", ".join(
+                f"worker {i}: {'nothing' if step < 0 else f'step {step}'}"
+                for i, step in enumerate(steps)
+            )
+            raise ValueError(
+                f"The workers restored different checkpoints from {self.directory} ({found}): "
+                "checkpoint_dir must be one folder that every worker reads (a shared file "
+                "system), with the same path on each."
+            )
+        if path is None:
+            return None
+        self.saved_at = self.num_steps
+        return read_history(self.directory, self.num_steps)
+
+    def _restore_latest(self, model: SVIGPLVM) -> str | None:
+        """Load the latest readable checkpoint; its path, or None when there is none."""
         if not self.manager.checkpoints:
             return None
         unreadable: list[str] = []
@@ -186,10 +240,9 @@ class Checkpoints:
                     warnings.warn(
                         f"Could not read the newer checkpoint(s) {'; '.join(unreadable)}; resumed "
                         f"from {path}, step {self.num_steps}.",
-                        stacklevel=3,
+                        stacklevel=4,
                     )
-                self.saved_at = self.num_steps
-                return read_history(self.directory, self.num_steps)
+                return path
         raise ValueError(
             f"No checkpoint in {self.manager.directory} can be read: {'; '.join(unreadable)}. "
             "Delete the folder to start afresh, or use another checkpoint_dir."

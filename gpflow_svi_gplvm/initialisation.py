@@ -17,8 +17,9 @@ from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.likelihoods import Gaussian, Likelihood, Poisson
 from gpflow.mean_functions import Constant, MeanFunction
 
+from .distributed import Workers
 from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
-from .validation import ROWS_PER_BLOCK, check_integer, row_blocks
+from .validation import check_integer, row_blocks
 
 __all__ = [
     "SHARED_COVARIANCE_MIN_OUTPUTS",
@@ -51,40 +52,55 @@ class ModelComponents(NamedTuple):
     mean_function: MeanFunction
 
 
-def column_moments(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def column_moments(
+    Y: np.ndarray, workers: Workers | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Observed count, mean and variance (ddof 0) [D] of each column of Y [N, D] (NaN =
     missing), read in row blocks; mean and variance are 0 for a column with nothing observed.
+    With ``workers``, Y [n, D] is this worker's rows and the moments are those of all workers'.
 
     A mean or variance beyond float64's range (entries near 1e154 and above) is a ``ValueError``:
     no model can be fitted on that scale, and standardising would turn the data into zeros.
     """
+    workers = workers or Workers()
     count, total, squares = (np.zeros(Y.shape[1]) for _ in range(3))
     with np.errstate(over="ignore", invalid="ignore"):
         for block in row_blocks(Y):
             observed = ~np.isnan(block)
             count += observed.sum(axis=0)
             total += np.where(observed, block, 0.0).sum(axis=0)
+        count, total = workers.sum(np.stack([count, total]))
         mean = total / np.maximum(count, 1)
         for block in row_blocks(Y):
             squares += np.square(np.where(np.isnan(block), 0.0, block - mean)).sum(axis=0)
-    variance = squares / np.maximum(count, 1)
+        variance = workers.sum(squares) / np.maximum(count, 1)
     if not (np.isfinite(mean).all() and np.isfinite(variance).all()):
+        largest = max(np.nanmax(np.abs(block), initial=0.0) for block in row_blocks(Y))
         raise ValueError(
             f"The column variances of Y overflow float64 (its largest magnitude is "
-            f"{np.nanmax(np.abs(Y)):.3g}). Rescale Y before training: standardise each column, "
+            f"{largest:.3g}). Rescale Y before training: standardise each column, "
             "or divide by a power of ten."
         )
     return count, mean, variance
 
 
-def column_location_and_scale(Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Means and standard deviations [D] of the observed entries of each column of Y [N, D]; an
-    empty column gets (0, 1) and a constant one the scale 1, so (Y - mean) / scale is defined."""
-    _, mean, variance = column_moments(Y)
+def column_location_and_scale(
+    Y: np.ndarray, workers: Workers | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Means and standard deviations [D] of the observed entries of each column of Y [N, D] (of
+    all ``workers``' rows); an empty column gets (0, 1) and a constant one the scale 1, so
+    (Y - mean) / scale is defined."""
+    _, mean, variance = column_moments(Y, workers)
     return mean, np.where(variance > 0, np.sqrt(variance), 1.0)
 
 
-def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:
+def pca_latents(
+    Y: np.ndarray,
+    latent_dim: int,
+    seed: int = 0,
+    rows: np.ndarray | None = None,
+    workers: Workers | None = None,
+) -> np.ndarray:
     r"""Principal-component scores [N, Q] of Y [N, D] with NaNs imputed by their column means:
 
     .. math::
@@ -97,44 +113,65 @@ def pca_latents(Y: np.ndarray, latent_dim: int, seed: int = 0) -> np.ndarray:
     keep their relative scale. Dimensions beyond the rank of Y
     are filled with small noise (sd 0.01), so that no two latent dimensions start identical.
 
-    V_Q comes from a randomised subspace iteration (Halko et al., 2011) over row blocks, with Q + 10
-    directions and 4 power steps: O(N D Q) time and O((N + D) Q) memory besides Y, exact up to
-    rounding when min(N, D) <= Q + 10. Signs are fixed: each singular vector's largest entry is
-    positive.
+    V_Q comes from a randomised subspace iteration (Halko et al., 2011) with Q + 10 directions and
+    5 products with :math:`\tilde Y_c^\top \tilde Y_c` (:math:`\tilde Y_c` centred), read in row
+    blocks, then the singular vectors of :math:`\tilde Y_c` projected on them from a QR of the
+    projection (no squared singular values): O(N D Q) time and O((N + D) Q) memory besides Y,
+    exact up to rounding when min(N, D) <= Q + 10. Signs are fixed: each singular vector's largest
+    entry is positive.
+
+    With ``workers``, Y [n, D] is this worker's rows (``rows`` [n] among all N; the noise of a row
+    is the same as on one machine) and the basis is that of all workers' rows: each pass over the
+    data is a sum over workers, and the QR of the projection stacks the workers' R factors.
     """
-    Y = np.asarray(Y, dtype=float)
-    _, column_means, _ = column_moments(Y)
-    num_data, data_dim = Y.shape
+    workers = workers or Workers()
+    Y = np.asarray(Y, dtype=float) if isinstance(Y, (list, tuple)) else Y
+    _, column_means, _ = column_moments(Y, workers)
+    num_data = int(workers.sum(Y.shape[0])) if rows is not None else Y.shape[0]
+    data_dim = Y.shape[1]
 
     def centred(block: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(block), column_means, block) - column_means
 
-    def times(matrix: np.ndarray) -> np.ndarray:  # centred Y @ matrix [N, k]
+    def times(matrix: np.ndarray) -> np.ndarray:  # centred Y @ matrix [n, k]
         return np.concatenate([centred(block) @ matrix for block in row_blocks(Y)])
 
-    def transposed_times(matrix: np.ndarray) -> np.ndarray:  # centred Y^T @ matrix [D, k]
+    def gram_times(matrix: np.ndarray) -> np.ndarray:  # centred Y^T centred Y @ matrix [D, k]
         product = np.zeros((data_dim, matrix.shape[1]))
-        for start, block in zip(range(0, num_data, ROWS_PER_BLOCK), row_blocks(Y)):
-            product += centred(block).T @ matrix[start : start + len(block)]
-        return product
+        for block in row_blocks(Y):
+            product += centred(block).T @ (centred(block) @ matrix)
+        return workers.sum(product)
 
     width = min(latent_dim + 10, num_data, data_dim)
     rng = np.random.default_rng(seed)
-    basis = np.linalg.qr(times(rng.standard_normal((data_dim, width))))[0]
+    basis = np.linalg.qr(gram_times(rng.standard_normal((data_dim, width))))[0]
     for _ in range(4):
-        basis = np.linalg.qr(times(np.linalg.qr(transposed_times(basis))[0]))[0]
-    _, singular_values, vt = np.linalg.svd(transposed_times(basis).T, full_matrices=False)
+        basis = np.linalg.qr(gram_times(basis))[0]
+    singular_values, vt = _projected_svd(times(basis), workers)
     rank = int(np.sum(singular_values > singular_values[0] * 1e-10)) if singular_values[0] else 0
-    vt = vt[: min(latent_dim, rank)]
+    vt = vt[: min(latent_dim, rank)] @ basis.T
     vt *= np.sign(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)])[:, None]
     scores = times(vt.T)
-    scale = scores[:, 0].std() if scores.shape[1] else 0.0
+    first = workers.sum([scores[:, 0].sum(), np.square(scores[:, 0]).sum()]) if rank else [0, 0]
+    scale = np.sqrt(max(first[1] / num_data - (first[0] / num_data) ** 2, 0.0))
     scores = scores / (scale if scale > 0 else 1.0)
     missing = latent_dim - scores.shape[1]
     if missing > 0:
-        noise = 0.01 * np.random.default_rng(seed).standard_normal((Y.shape[0], missing))
-        scores = np.concatenate([scores, noise], axis=1)
+        noise = 0.01 * np.random.default_rng(seed).standard_normal((num_data, missing))
+        scores = np.concatenate([scores, noise if rows is None else noise[rows]], axis=1)
     return scores
+
+
+def _projected_svd(projected: np.ndarray, workers: Workers) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values [k] and right singular vectors (rows of [k, k]) of all workers' rows of
+    ``projected`` [n, k] together, from the R factor of the QR of their stacked R factors."""
+    width = projected.shape[1]
+    factor = np.zeros((width, width))
+    local = np.linalg.qr(projected, mode="r")
+    factor[: len(local)] = local
+    stacked = workers.stack(factor).reshape(-1, width)
+    _, singular_values, vt = np.linalg.svd(np.linalg.qr(stacked, mode="r"))
+    return singular_values, vt
 
 
 def random_latents(num_data: int, latent_dim: int, seed: int = 0) -> np.ndarray:
@@ -150,14 +187,17 @@ def inducing_inputs(latents: np.ndarray, num_inducing: int, seed: int = 0) -> np
     return np.array(latents[rows], dtype=float)
 
 
-def initial_offset(likelihood: Likelihood, Y: np.ndarray) -> np.ndarray:
+def initial_offset(
+    likelihood: Likelihood, Y: np.ndarray, workers: Workers | None = None
+) -> np.ndarray:
     """A per-output constant [D] for the mean function so that f starts at the data's level.
 
-    Gaussian: the observed column means. Poisson with the exp link: their logs. Other
-    likelihoods: zeros (the offset is trained either way; this only shortens the start).
+    Gaussian: the observed column means (of all ``workers``' rows). Poisson with the exp link:
+    their logs. Other likelihoods: zeros (the offset is trained either way; this only shortens
+    the start).
     """
     base = base_likelihood(likelihood)
-    means = column_moments(Y)[1]  # 0 for a column with nothing observed
+    means = column_moments(Y, workers)[1]  # 0 for a column with nothing observed
     if isinstance(base, Gaussian):
         return means
     if isinstance(base, Poisson) and base.invlink is tf.exp:
@@ -195,14 +235,30 @@ def default_shared_covariance(shared_covariance: bool | None, data_dim: int) -> 
     return bool(shared_covariance)
 
 
-def initial_latents(Y: np.ndarray, latent_dim: int, latent_init: str, seed: int = 0) -> np.ndarray:
+def initial_latents(
+    Y: np.ndarray,
+    latent_dim: int,
+    latent_init: str,
+    seed: int = 0,
+    rows: np.ndarray | None = None,
+    workers: Workers | None = None,
+) -> np.ndarray:
     """Initial latents [N, Q] for Y [N, D]: ``latent_init`` "pca" (:func:`pca_latents`) or
-    "random" (:func:`random_latents`)."""
-    if latent_init == "pca":
-        return pca_latents(Y, latent_dim, seed=seed)
+    "random" (:func:`random_latents`). With ``workers``, Y [n, D] is this worker's rows
+    (``rows`` [n] among the N) and the result is the table of all N rows, the same on every
+    worker."""
+    if latent_init not in ("pca", "random"):
+        raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
+    workers = workers or Workers()
+    num_data = Y.shape[0] if rows is None else int(workers.sum(Y.shape[0]))
     if latent_init == "random":
-        return random_latents(Y.shape[0], latent_dim, seed=seed)
-    raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
+        return random_latents(num_data, latent_dim, seed=seed)
+    scores = pca_latents(Y, latent_dim, seed=seed, rows=rows, workers=workers)
+    if rows is None:
+        return scores
+    table = np.zeros((num_data, latent_dim))
+    table[rows] = scores
+    return workers.sum(table)
 
 
 def default_components(
@@ -211,8 +267,10 @@ def default_components(
     kernel: Kernel | None = None,
     likelihood: Likelihood | None = None,
     mean_function: MeanFunction | None = None,
+    workers: Workers | None = None,
 ) -> ModelComponents:
-    r"""The given components, with defaults for those that are None, for checked data Y [N, D].
+    r"""The given components, with defaults for those that are None, for checked data Y [N, D]
+    (with ``workers``: this worker's rows of the data of all workers).
 
     With :math:`\bar v` the mean over columns of the observed entries' variances (at least
     :math:`10^{-3}`): a Gaussian likelihood of variance :math:`0.1 \bar v`; a squared-exponential
@@ -222,7 +280,8 @@ def default_components(
     the likelihood is wrapped in :class:`MaskedLikelihood` (with a warning); data outside its
     support is a ``ValueError``, and rows or columns with nothing observed are warned about.
     """
-    count, _, variance = column_moments(Y)
+    workers = workers or Workers()
+    count, _, variance = column_moments(Y, workers)
     # Columns with no observed entry have no variance; _warn_unobserved names them.
     data_variance = max(float(np.mean(variance[count > 0])), 1e-3)
     if likelihood is None:
@@ -232,25 +291,27 @@ def default_components(
         kernel = SquaredExponential(
             variance=data_variance if gaussian else 1.0, lengthscales=np.ones(latent_dim)
         )
-    if np.isnan(Y).any() and not isinstance(likelihood, MaskedLikelihood):
+    entries = float(workers.sum(Y.shape[0])) * Y.shape[1]
+    if count.sum() < entries and not isinstance(likelihood, MaskedLikelihood):
         warnings.warn(
-            f"{np.isnan(Y).mean():.1%} of the entries of data are missing (NaN): the "
+            f"{1 - count.sum() / entries:.1%} of the entries of data are missing (NaN): the "
             "likelihood is wrapped in MaskedLikelihood so that only observed entries count.",
             stacklevel=_USER_FRAME,
         )
         likelihood = MaskedLikelihood(likelihood)
-    check_likelihood_support(likelihood, Y)
-    _warn_unobserved(Y)
+    with workers.agreeing():
+        check_likelihood_support(likelihood, Y)
+    _warn_unobserved(Y, count)
     if mean_function is None:
-        mean_function = Constant(initial_offset(likelihood, Y))
+        mean_function = Constant(initial_offset(likelihood, Y, workers))
     return ModelComponents(kernel, likelihood, mean_function)
 
 
-def _warn_unobserved(Y: np.ndarray) -> None:
-    """Rows or columns with no observed entry are legal but learn nothing: say so."""
-    observed = ~np.isnan(Y)
-    empty_rows = int((~observed.any(axis=1)).sum())
-    empty_columns = int((~observed.any(axis=0)).sum())
+def _warn_unobserved(Y: np.ndarray, column_counts: np.ndarray) -> None:
+    """Rows (of Y [n, D]) or columns (``column_counts`` [D] observed entries, of all rows) with no
+    observed entry are legal but learn nothing: say so."""
+    empty_rows = sum(int((np.isnan(block).all(axis=1)).sum()) for block in row_blocks(Y))
+    empty_columns = int((column_counts == 0).sum())
     if empty_rows:
         warnings.warn(
             f"{empty_rows} row(s) of data have no observed entry: they contribute only their "

@@ -32,8 +32,10 @@ from gpflow.mean_functions import MeanFunction
 from gpflow.models import SVGP
 from gpflow.posteriors import PrecomputeCacheType, create_posterior
 from gpflow.utilities import triangular
+from numpy.typing import ArrayLike
 
 from . import inference
+from .distributed import RowShard, Workers
 from .initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
     check_sizes,
@@ -54,7 +56,7 @@ from .latents import (
 )
 from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
-from .validation import check_observations
+from .validation import check_observations, row_blocks
 
 __all__ = [
     "SVIGPLVM",
@@ -101,6 +103,11 @@ class SVIGPLVM(SVGP):
     rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed). Defaults for the
     kernel, likelihood and mean function come from
     :func:`~gpflow_svi_gplvm.initialisation.default_components`.
+
+    ``data`` may be a :class:`~gpflow_svi_gplvm.distributed.RowShard` (this worker's rows of a data
+    set split over the workers of a ``tf.distribute.MultiWorkerMirroredStrategy``): built inside
+    ``strategy.scope()`` on every worker, the model is the one built from all the rows (the same
+    statistics, PCA and initial latents), while no worker reads another's rows.
     """
 
     def __init__(
@@ -121,14 +128,16 @@ class SVIGPLVM(SVGP):
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
     ):
-        Y = check_observations(data, "data", mask=mask)
-        num_data, data_dim = Y.shape
+        Y, rows, num_data, workers = _local_rows(data, mask)
+        data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
-        initial = initial_latents(Y, latent_dim, latent_init, seed=seed)
-        components = default_components(Y, latent_dim, kernel, likelihood, mean_function)
+        initial = initial_latents(Y, latent_dim, latent_init, seed, rows, workers)
+        components = default_components(
+            Y, latent_dim, kernel, likelihood, mean_function, workers=workers
+        )
         super().__init__(
             components.kernel,
             components.likelihood,
@@ -145,19 +154,27 @@ class SVIGPLVM(SVGP):
         if shared:
             self.q_diag = False
             self.q_sqrt = gpflow.Parameter(np.eye(num_inducing)[None], transform=triangular())
-        self.latent = _check_latent(self._build_latent(latent, initial, Y), num_data, latent_dim)
+        self.latent = _check_latent(
+            self._build_latent(latent, initial, Y, workers), num_data, latent_dim
+        )
         self.data_dim = data_dim
         self.latent_dim = latent_dim
         self.num_samples = num_samples
         self.closed_form = _closed_form(self, latent_expectation)
 
     def _build_latent(
-        self, latent: LatentFactory | None, initial_latents: np.ndarray, Y: np.ndarray
+        self,
+        latent: LatentFactory | None,
+        initial_latents: np.ndarray,
+        Y: np.ndarray | tf.Tensor,
+        workers: Workers,
     ) -> LatentVariables:
         """The latent module: ``latent(initial_latents)``, from the initial latents [N, Q].
 
         A subclass whose module is built from the data overrides this; it receives the checked
-        data Y [N, D] (NaN where missing, ``mask`` applied) besides.
+        data Y [N, D] (NaN where missing, ``mask`` applied) besides, or, when the model is built
+        from a :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows of it and the
+        ``workers`` to sum statistics over (see :mod:`gpflow_svi_gplvm.distributed`).
         """
         if latent is None:
             raise ValueError(
@@ -494,17 +511,23 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         super().__init__(data, latent_dim, num_inducing, *args, seed=seed, mask=mask, **kwargs)
 
     def _build_latent(
-        self, latent: LatentFactory | None, initial_latents: np.ndarray, Y: np.ndarray
+        self,
+        latent: LatentFactory | None,
+        initial_latents: np.ndarray,
+        Y: np.ndarray | tf.Tensor,
+        workers: Workers,
     ) -> LatentVariables:
-        """The encoder for the checked data Y [N, D]; the initial latents give only Q."""
+        """The encoder for the checked data Y [N, D] (of all ``workers``); the initial latents
+        give only Q."""
         options = self._encoder_options
         location, scale = (
-            column_location_and_scale(Y) if options.standardise_inputs else (None, None)
+            column_location_and_scale(Y, workers) if options.standardise_inputs else (None, None)
         )
         hide_fraction = options.hide_fraction
         if hide_fraction is None:
             sees_mask = options.missing_aware or options.set_size is not None
-            hide_fraction = 0.2 if sees_mask and np.isnan(Y).any() else 0.0
+            gaps = workers.sum(sum(int(np.isnan(block).sum()) for block in row_blocks(Y))) > 0
+            hide_fraction = 0.2 if sees_mask and gaps else 0.0
         return EncoderLatent(
             Y.shape[1],
             initial_latents.shape[1],
@@ -536,6 +559,22 @@ class _EncoderOptions:
     covariance_hidden_sizes: Sequence[int] | None
     standardise_inputs: bool
     seed: int
+
+
+def _local_rows(
+    data: ArrayLike | RowShard, mask: ArrayLike | None
+) -> tuple[np.ndarray | tf.Tensor, np.ndarray | None, int, Workers]:
+    """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
+    :class:`RowShard`), their row numbers (None for all rows in order), N and the workers
+    holding them; a shard is checked against the other workers' (under the strategy in scope)."""
+    if not isinstance(data, RowShard):
+        Y = check_observations(data, "data", mask=mask)
+        return Y, None, Y.shape[0], Workers()
+    if mask is not None:
+        raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
+    workers = Workers.of()
+    data.check(workers)
+    return data.Y, data.rows, data.num_data, workers
 
 
 def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 import warnings
 from collections.abc import Callable
@@ -18,12 +19,12 @@ from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
+from .distributed import LOST_WORKER_ERRORS, RowShard, WorkerLostError, Workers
 from .likelihoods import MaskedLikelihood, base_likelihood
 from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .validation import (
-    ROWS_PER_BLOCK,
     check_integer,
     check_learning_rate,
     check_observations,
@@ -53,26 +54,37 @@ class History:
     """How often the compiled step was traced (1 for a healthy run)."""
 
 
-def minibatch_indices(num_data: int, batch_size: int, seed: int = 0) -> tf.data.Dataset:
+def minibatch_indices(
+    num_data: int,
+    batch_size: int,
+    seed: int = 0,
+    stream: int = 0,
+    num_streams: int = 1,
+    start: int = 0,
+) -> tf.data.Dataset:
     r"""Endless shuffled minibatches of row indices ``idx`` [B] int64, B = min(batch_size, N).
 
-    Each epoch is a fresh permutation of the N rows (stateless, from ``seed`` and the epoch
-    number) cut into :math:`\lfloor N / B \rfloor` batches; the :math:`N \bmod B` rows at its
-    end sit that epoch out. The pipeline costs a few operations per batch, not per row, its
-    checkpointed state is an epoch number and a position, and batches have a fixed size, so a
-    step taking them traces once.
+    Each epoch e is a fresh permutation of the N rows (stateless, from ``seed`` and
+    :math:`e S + s` for stream s of S, so that the workers of a cluster, one stream each, shuffle
+    their rows apart) cut into :math:`\lfloor N / B \rfloor` batches; the :math:`N \bmod B` rows at
+    its end sit that epoch out. The stream begins at its batch number ``start``, so that a
+    resumed run continues it without storing it. The pipeline costs a few operations per batch,
+    not per row, and batches have a fixed size, so a step taking them traces once.
     """
     batch_size = min(check_integer(batch_size, "batch_size"), num_data)
     num_batches = num_data // batch_size
+    first_epoch, skipped = divmod(check_integer(start, "start", minimum=0), num_batches)
 
     def epoch(number: tf.Tensor) -> tf.data.Dataset:
+        shuffle_seed = tf.stack([tf.constant(seed, tf.int64), number * num_streams + stream])
         order = tf.random.experimental.stateless_shuffle(
-            tf.range(num_data, dtype=tf.int64), seed=tf.stack([tf.constant(seed, tf.int64), number])
+            tf.range(num_data, dtype=tf.int64), seed=shuffle_seed
         )
         batches = tf.reshape(order[: num_batches * batch_size], [num_batches, batch_size])
         return tf.data.Dataset.from_tensor_slices(batches)
 
-    return tf.data.Dataset.counter().flat_map(epoch).prefetch(tf.data.AUTOTUNE)
+    batches = tf.data.Dataset.counter(first_epoch).flat_map(epoch)
+    return (batches.skip(skipped) if skipped else batches).prefetch(tf.data.AUTOTUNE)
 
 
 def make_dataset(
@@ -100,35 +112,69 @@ def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.
             f"data has {Y.shape[0]} rows but the model was built for N={model.num_data}: "
             "train on the rows the model was constructed with."
         )
-    if np.isnan(Y).any() and not isinstance(model.likelihood, MaskedLikelihood):
+    _check_gaps(model, bool(np.isnan(Y).any()))
+    return Y
+
+
+def _check_gaps(model: SVIGPLVM, gaps: bool) -> None:
+    """A ``ValueError`` when data with gaps meets a model that counts every entry."""
+    if gaps and not isinstance(model.likelihood, MaskedLikelihood):
         raise ValueError(
             "data has missing entries but the model was built on complete data, so its "
             "likelihood counts every entry. Build the model with the incomplete data (it then "
             "wraps its likelihood in MaskedLikelihood), or pass likelihood=MaskedLikelihood(...)."
         )
-    return Y
 
 
-def _data_variable(Y: np.ndarray) -> tf.Variable:
-    """Y [N, D] in a non-trainable variable, filled in row blocks, so that besides Y itself it
-    costs one copy and no temporary as large as Y (``tf.Variable(Y)`` briefly holds two)."""
-    rows = tf.Variable(lambda: tf.zeros(Y.shape, Y.dtype), trainable=False, name="training_data")
-    for start, block in zip(range(0, Y.shape[0], ROWS_PER_BLOCK), row_blocks(Y)):
-        indices = tf.range(start, start + len(block), dtype=tf.int64)
-        rows.scatter_update(tf.IndexedSlices(tf.constant(block), indices))
-    return rows
+def _training_shard(
+    model: SVIGPLVM,
+    data: ArrayLike | RowShard,
+    mask: ArrayLike | None,
+    workers: Workers,
+) -> RowShard:
+    """The rows this worker trains on: a given shard checked against the model and the other
+    workers' shards, or this worker's block of Y [N, D] (all of Y for one worker)."""
+    if not isinstance(data, RowShard):
+        Y = _training_data(model, data, mask)
+        if workers.count == 1:
+            return RowShard(Y, np.arange(len(Y)), len(Y))
+        return RowShard.for_worker(Y, workers.strategy)
+    if mask is not None:
+        raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
+    data.check(workers)
+    with workers.agreeing():
+        if (data.num_data, data.data_dim) != (model.num_data, model.data_dim):
+            raise ValueError(
+                f"the shard holds rows of a data set of N={data.num_data}, D={data.data_dim}, but "
+                f"the model was built for N={model.num_data}, D={model.data_dim}: train on the "
+                "rows the model was built from."
+            )
+    gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(data.Y))
+    _check_gaps(model, workers.sum(gaps) > 0)
+    return data
 
 
 class Trainer:
     """Holds a model, its optimiser and a data iterator, and runs compiled training steps.
 
-    ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once in
-    a non-trainable variable (``rows``) from which each step gathers its batch of shuffled row
-    indices (:func:`minibatch_indices`), or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``.
-    One compiled step with the iterator's ``element_spec`` as input signature (so it traces once),
-    run ``k`` times inside one compiled loop per Python call to keep dispatch cost off each step.
-    A step whose loss is not finite applies no update, so the model keeps its last good state.
-    ``strategy``: train under a ``tf.distribute.Strategy`` (build the model in its scope).
+    ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once
+    in a tensor on the CPU from which each step gathers its batch of shuffled rows
+    (:func:`minibatch_indices`); or, on each of several workers, a
+    :class:`~gpflow_svi_gplvm.distributed.RowShard` of its own rows; or a ``tf.data.Dataset`` of
+    ``(idx [B] int64, Y [B, D])`` (one worker). One compiled step with the iterator's
+    ``element_spec`` as input signature (so it traces once), run ``k`` times inside one compiled
+    loop per Python call to keep dispatch cost off each step. A step whose loss is not finite
+    applies no update, so the model keeps its last good state.
+
+    ``strategy``: train under a ``tf.distribute.Strategy`` (build the model in its scope):
+    ``MirroredStrategy`` over the devices of one machine, or ``MultiWorkerMirroredStrategy`` over
+    the workers of ``TF_CONFIG``. ``batch_size`` is the global batch, split evenly over the
+    replicas; each worker draws its replicas' batches from its own rows. The loss and gradients
+    are summed over every replica of every worker inside the step (all-reduced; the rows of the
+    latent tables gathered), so that every worker applies the same update and all hold the same
+    parameters. A worker that stops makes the others raise
+    :class:`~gpflow_svi_gplvm.distributed.WorkerLostError`; with checkpoints, restarting every
+    worker with ``resume=True`` continues the run exactly.
 
     ``q_u_optimizer="natgrad"`` trains q(u) by natural-gradient steps of size ``natgrad_gamma``
     (:class:`~gpflow_svi_gplvm.natural_gradients.InducingNaturalGradient`) and everything else
@@ -139,16 +185,17 @@ class Trainer:
     missing), where 0.1 fell behind Adam after 1000 steps (``benchmarks/convergence.py``).
 
     With ``checkpoint_dir``, a :class:`~gpflow_svi_gplvm.checkpoints.Checkpoints` folder keeps
-    the model, the optimiser, the data iterator (with its shuffling state), the latent module's
-    random generator and the step count every ``checkpoint_every`` steps and at the end of each
-    :meth:`train`, beside the ELBO history; :meth:`restore` resumes exactly where the latest
-    checkpoint left off.
+    the model, the optimiser, the latent module's random generator and the step count (from
+    which the batches follow; a user's dataset's iterator besides) every ``checkpoint_every``
+    steps and at the end of each :meth:`train`, beside the ELBO history; :meth:`restore` resumes
+    exactly where the latest checkpoint left off. Under several workers only the chief (worker
+    0) writes to the folder, which every worker must be able to read.
     """
 
     def __init__(
         self,
         model: SVIGPLVM,
-        data: ArrayLike | tf.data.Dataset,
+        data: ArrayLike | RowShard | tf.data.Dataset,
         batch_size: int = 100,
         learning_rate: float = 1e-2,
         optimizer: tf_keras.optimizers.Optimizer | None = None,
@@ -164,44 +211,139 @@ class Trainer:
         natgrad_gamma: float = 0.03,
     ) -> None:
         self.strategy = strategy or tf.distribute.get_strategy()
+        self.workers = Workers.of(strategy) if strategy is not None else Workers()
         if strategy is not None:
-            _check_distributed(model, strategy, jit_compile)
+            _check_distributed(model, strategy, jit_compile, self.workers)
+        settings = dict(
+            batch_size=batch_size,
+            seed=seed,
+            learning_rate=learning_rate,
+            natgrad_gamma=natgrad_gamma,
+            q_u_optimizer=q_u_optimizer,
+            checkpoints=checkpoint_dir is not None,
+            checkpoint_every=checkpoint_every,
+        )
+        self._agree_on("settings", settings)
         model.latent.generator.reset_from_seed(seed)
-        self.model = model
-        dataset, Y = self._dataset(data, mask, batch_size, seed)
-        if strategy is not None:
-            dataset = strategy.experimental_distribute_dataset(dataset)
-        self.iterator = iter(dataset)
+        self.model, self.seed, self.jit_compile = model, seed, jit_compile
+        self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
+        self.shard, dataset = self._data(data, mask, batch_size)
         self.q_u_optimizer = _check_q_u_optimizer(model, q_u_optimizer)
         self._build_optimizers(optimizer, learning_rate, natgrad_gamma)
+        self._start(dataset if self.shard is None else self._stream(0))
+        self.elbo: list[np.ndarray] = []
+        self.checkpoints: Checkpoints | None = None
+        if checkpoint_dir is not None:
+            self.checkpoints = self._checkpoints(
+                checkpoint_dir,
+                self._record(batch_size),
+                checkpoint_every,
+                max_to_keep,
+                allow_new_data,
+            )
+
+    def _agree_on(self, what: str, settings: dict) -> None:
+        """A ``ValueError`` on every worker when some worker was given other ``settings`` (the
+        arguments of fit that must be the same on all), naming them and the workers."""
+        if self.workers.count == 1:
+            return
+        values = np.array([_comparable(value) for value in settings.values()])
+        table = self.workers.stack(values)
+        odd = {
+            name: column
+            for name, column in zip(settings, table.T)
+            if not np.all(column == column[0])
+        }
+        if odd:
+            differences = "; ".join(
+                f"{name}: " + ", ".join(f"worker {i} {_shown(v)}" for i, v in enumerate(column))
+                for name, column in odd.items()
+            )
+            raise ValueError(
+                f"The workers called fit with other {what} ({differences}): every worker must "
+                "make the same call, with only its data differing."
+            )
+
+    def _data(
+        self, data: ArrayLike | RowShard | tf.data.Dataset, mask: ArrayLike | None, batch_size: int
+    ) -> tuple[RowShard | None, tf.data.Dataset | None]:
+        """This worker's rows (held once, on its CPU: each step gathers its batch from them) and
+        :attr:`replica_batch`, the rows of a replica's batch; or a user's dataset, as it is."""
+        if isinstance(data, tf.data.Dataset):
+            if self.workers.count > 1:
+                raise ValueError(
+                    f"{self.workers.name}: a tf.data.Dataset cannot be split over "
+                    f"{self.workers.count} workers here; give each worker its rows as a RowShard "
+                    "(gpflow_svi_gplvm.RowShard) instead."
+                )
+            return None, data
+        shard = _training_shard(self.model, data, mask, self.workers)
+        self.replica_batch = self._replica_batch_size(batch_size, shard)
+        with tf.device(shard.Y.device):
+            self._row_numbers = tf.constant(shard.rows)
+        return shard, None
+
+    def _replica_batch_size(self, batch_size: int, shard: RowShard) -> int:
+        """The rows of each replica's batch: ``batch_size`` (at most N on one worker) split evenly
+        over the replicas, every worker holding at least that many rows; else a ``ValueError``."""
+        batch_size = check_integer(batch_size, "batch_size")
+        if self.workers.count == 1:
+            batch_size = min(batch_size, shard.num_rows)
+        replicas = self.strategy.num_replicas_in_sync
+        if batch_size % replicas:
+            raise ValueError(
+                f"{self.workers.name}: batch_size={batch_size} cannot be split evenly over the "
+                f"{replicas} replicas ({self.workers.count} worker(s) x "
+                f"{self.workers.local_replicas} device(s)): choose a multiple of {replicas}, e.g. "
+                f"{max(replicas, batch_size // replicas * replicas)}."
+            )
+        with self.workers.agreeing():
+            if shard.num_rows < batch_size // replicas:
+                raise ValueError(
+                    f"it holds {shard.num_rows} rows, fewer than a replica's batch of "
+                    f"{batch_size // replicas}: lower batch_size, or give it more rows."
+                )
+        return batch_size // replicas
+
+    def _stream(self, first_step: int) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+        """The row positions [replica_batch] in this worker's shard of every replica's batch, from
+        step ``first_step`` on: one stream of the worker's own shuffled rows, a batch per local
+        replica and step (:func:`minibatch_indices`), a function of the seed and the step only."""
+        shard, workers = self.shard, self.workers
+        assert shard is not None
+
+        def worker_stream(context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+            start = first_step * workers.local_replicas
+            return minibatch_indices(
+                shard.num_rows, self.replica_batch, self.seed, workers.index, workers.count, start
+            )
+
+        if workers.strategy is None:
+            return worker_stream()
+        return self.strategy.distribute_datasets_from_function(worker_stream)
+
+    def _start(self, dataset: tf.data.Dataset | tf.distribute.DistributedDataset) -> None:
+        """Iterate over ``dataset`` (a user's dataset is distributed here) and compile the step,
+        with the iterator's ``element_spec`` as input signature (so it traces once), and the
+        loop of steps."""
+        if self.shard is None and self.workers.strategy is not None:
+            dataset = self.strategy.experimental_distribute_dataset(dataset)
+        self.iterator = iter(dataset)
         self.step = tf.function(
-            self._step, input_signature=[self.iterator.element_spec], jit_compile=jit_compile
+            self._step, input_signature=[self.iterator.element_spec], jit_compile=self.jit_compile
         )
         # The loop is an explicit tf.while_loop: nothing in it is left to AutoGraph.
         self.run = tf.function(
             self._run, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False
         )
-        self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
-        self.elbo: list[np.ndarray] = []
-        self.checkpoints: Checkpoints | None = None
-        if checkpoint_dir is not None:
-            record = TrainingData({}) if Y is None else TrainingData.of(Y, batch_size)
-            self.checkpoints = self._checkpoints(
-                checkpoint_dir, record, checkpoint_every, max_to_keep, allow_new_data
-            )
 
-    def _dataset(
-        self, data: ArrayLike | tf.data.Dataset, mask: ArrayLike | None, batch_size: int, seed: int
-    ) -> tuple[tf.data.Dataset, np.ndarray | None]:
-        """The dataset of steps and the checked Y [N, D], held in :attr:`rows` (under the
-        strategy) for batches of row indices; a user's dataset as it is, with no Y."""
-        self.rows: tf.Variable | None = None
-        if isinstance(data, tf.data.Dataset):
-            return data, None
-        Y = _training_data(self.model, data, mask)
-        with self.strategy.scope():
-            self.rows = _data_variable(Y)
-        return minibatch_indices(Y.shape[0], batch_size, seed), Y
+    def _record(self, batch_size: int) -> TrainingData:
+        """What this run trains on, for its checkpoints (nothing to record of a user's dataset)."""
+        if self.shard is None:
+            return TrainingData({})
+        rows = self.shard.rows
+        whole = self.workers.count == 1 and np.array_equal(rows, np.arange(len(rows)))
+        return TrainingData.of(self.shard.Y, batch_size, None if whole else rows, self.workers)
 
     def _build_optimizers(
         self,
@@ -244,16 +386,18 @@ class Trainer:
         max_to_keep: int,
         allow_new_data: bool,
     ) -> Checkpoints:
-        """The checkpoint folder of this run's model, optimiser, iterator, generator and steps."""
+        """The checkpoint folder of this run's model, optimiser, generator and steps (and the
+        iterator of a user's dataset: the batches of rows held here follow from the step)."""
         # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
         # so a checkpoint of the other choice is refused, not restored into the wrong slots.
         optimizer_key = "optimizer" if self.natural_gradient is None else "optimizer_natgrad"
         objects = {
             "model": self.model,
             optimizer_key: self.optimizer,
-            "iterator": self.iterator,
             "generator": self.model.latent.generator,
         }
+        if self.shard is None:
+            objects["iterator"] = self.iterator
         return Checkpoints(
             directory,
             objects,
@@ -263,6 +407,7 @@ class Trainer:
             every=every,
             max_to_keep=max_to_keep,
             allow_new_data=allow_new_data,
+            workers=self.workers,
         )
 
     @property
@@ -275,72 +420,68 @@ class Trainer:
         """Steps taken so far, restored ones included."""
         return int(self.step_count.numpy())
 
-    def _replica_gradients(
-        self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]
-    ) -> tuple[tf.Tensor, list, tf.Tensor]:
-        """One replica's loss, gradients and 1.0 where a gradient is not finite (0.0 else), from
-        its row indices (gathered from :attr:`rows`) or its ``(idx, Y)``."""
-        if self.rows is None:
+    def _replica_gradients(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tuple:
+        """The loss and gradients of the whole step, summed over all replicas of all workers, from
+        this replica's rows: its positions in the shard, or a user's ``(idx, Y)``."""
+        if self.shard is None:
             idx, Y = element
         else:
-            idx, Y = element, tf.gather(self.rows, element)
-        return self._gradients(idx, Y)
+            # Gathered where the rows are, so that only the batch moves to the replica's device.
+            with tf.device(self.shard.Y.device):
+                idx, Y = tf.gather(self._row_numbers, element), tf.gather(self.shard.Y, element)
+        return _sum_over_replicas(*self._gradients(idx, Y))
 
-    @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: []", "return[2]: []")
-    def _gradients(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, list, tf.Tensor]:
+    @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: []")
+    def _gradients(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, list]:
         # Each replica's bound is scaled by N / (its batch); their mean is the global estimate,
-        # and the optimiser sums the replicas' gradients.
+        # and the replicas' gradients are summed.
         replicas = tf.cast(self.strategy.num_replicas_in_sync, default_float())
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(self.variables)
             loss = self.model.training_loss((idx, Y), training=True) / replicas
-        gradients = tape.gradient(loss, self.variables)
-        finite = [
+        return loss, tape.gradient(loss, self.variables)
+
+    def _replica_apply(self, gradients: list) -> None:
+        """A Keras optimiser's update of each replica's copy, from gradients already summed."""
+        optimizer = self.optimizer
+        assert not isinstance(optimizer, RowSparseAdam), "RowSparseAdam steps outside replicas"
+        optimizer.apply_gradients(
+            zip(gradients, self.optimizer_variables), skip_gradients_aggregation=True
+        )
+
+    def _apply(self, gradients: list) -> None:
+        """Apply the summed gradients of :attr:`variables` (Adam's first, q(u)'s last)."""
+        split = len(self.optimizer_variables)
+        adam_gradients, natural_gradients = gradients[:split], gradients[split:]
+        if isinstance(self.optimizer, RowSparseAdam):
+            # Every copy of every variable takes the same update.
+            self.optimizer.apply_gradients(adam_gradients)
+        else:
+            self.strategy.run(self._replica_apply, args=(adam_gradients,))
+        if self.natural_gradient is not None:
+            self.natural_gradient.apply_gradients(natural_gradients)
+
+    def _step(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+        """One update from one element of the iterator (row positions, or a user's
+        ``(idx, Y)``); returns the loss, or NaN when the loss or a gradient is not finite (and
+        then applies nothing)."""
+        summed = self.strategy.run(self._replica_gradients, args=(element,))
+        # Every replica of every worker holds the same sums: each worker updates from its first.
+        loss, gradients = tf.nest.map_structure(
+            lambda value: self.strategy.experimental_local_results(value)[0], summed
+        )
+        finite = [tf.math.is_finite(loss)] + [
             tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
             for g in gradients
             if g is not None
         ]
-        not_finite = tf.cast(tf.logical_not(tf.reduce_all(finite)), loss.dtype)
-        return loss, gradients, not_finite
-
-    def _replica_apply(self, gradients: list) -> None:
-        """Each replica applies its own gradients with a Keras optimiser (which synchronises)."""
-        optimizer = self.optimizer
-        assert not isinstance(optimizer, RowSparseAdam), "RowSparseAdam steps outside replicas"
-        optimizer.apply_gradients(zip(gradients, self.optimizer_variables))
-
-    def _apply(self, gradients: list) -> None:
-        """Apply the replicas' gradients of :attr:`variables` (Adam's first, q(u)'s last)."""
-        split = len(self.optimizer_variables)
-        adam_gradients, natural_gradients = gradients[:split], gradients[split:]
-        if isinstance(self.optimizer, RowSparseAdam):
-            # Every replica's gradients in one update, applied to all copies of the variables.
-            self.optimizer.apply_gradients(
-                [_sum_over_replicas(self.strategy, g) for g in adam_gradients]
-            )
-        else:
-            self.strategy.run(self._replica_apply, args=(adam_gradients,))
-        if self.natural_gradient is not None:
-            self.natural_gradient.apply_gradients(
-                [_sum_over_replicas(self.strategy, g) for g in natural_gradients]
-            )
-
-    def _step(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
-        """One update from one element of the iterator (row indices, or a user's ``(idx, Y)``);
-        returns the loss, or NaN when the loss or a gradient is not finite (and then applies
-        nothing)."""
-        losses, gradients, not_finite = self.strategy.run(self._replica_gradients, args=(element,))
-        total = self.strategy.reduce("SUM", losses, axis=None)
-        healthy = tf.logical_and(
-            tf.math.is_finite(total), self.strategy.reduce("SUM", not_finite, axis=None) == 0
-        )
 
         def apply() -> tf.Tensor:
             self._apply(gradients)
-            return total
+            return loss
 
-        # The condition sits outside the replicas, where synchronisation may be conditional.
-        return tf.cond(healthy, apply, lambda: tf.constant(np.nan, total.dtype))
+        # The same decision on every worker: it reads the same sums.
+        return tf.cond(tf.reduce_all(finite), apply, lambda: tf.constant(np.nan, loss.dtype))
 
     def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
         """Up to ``num_steps`` steps; returns their ELBOs [<= num_steps], stopping after a
@@ -382,6 +523,8 @@ class Trainer:
         if elbo is None:
             return False
         self.elbo = [elbo]
+        if self.shard is not None:
+            self._start(self._stream(self.num_steps))
         return True
 
     def save(self) -> None:
@@ -410,6 +553,16 @@ class Trainer:
         callback_every = check_integer(callback_every, "callback_every")
         start = time.perf_counter()
         target = self.num_steps + iterations
+        # Workers step together: each must stop at the same step, with checkpoints between.
+        self._agree_on(
+            "iterations",
+            dict(
+                iterations=target,
+                steps_per_call=steps_per_call,
+                callback_every=callback_every,
+                callback=callback is not None,
+            ),
+        )
         rejected = self._rejected_natural_steps()
         with tqdm(total=iterations, disable=not progress, desc="fit", unit="step") as bar:
             while self.num_steps < target:
@@ -434,7 +587,12 @@ class Trainer:
         """Run ``num_steps`` compiled steps and record their ELBOs [num_steps]; a
         :class:`NonFiniteLossError` after a non-finite one (the model keeps its last good
         state, and no checkpoint is written)."""
-        values = self.run(tf.constant(num_steps, tf.int32)).numpy()
+        try:
+            values = self.run(tf.constant(num_steps, tf.int32)).numpy()
+        except LOST_WORKER_ERRORS as error:
+            if self.workers.count == 1:
+                raise
+            raise WorkerLostError(self._lost_worker(error)) from error
         self.elbo.append(values)
         self.step_count.assign_add(len(values))
         if not np.all(np.isfinite(values)):
@@ -447,6 +605,21 @@ class Trainer:
                 self._history(start),
             )
         return values
+
+    def _lost_worker(self, error: tf.errors.OpError) -> str:
+        """What to do when another worker stopped answering (``error``) after this one's step."""
+        saved = None if self.checkpoints is None else self.checkpoints.saved_at
+        where = (
+            "no checkpoint was written (pass checkpoint_dir to fit to resume after a loss)"
+            if saved is None
+            else f"the last checkpoint is step {saved} in {self.checkpoints.directory}"
+        )
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return (
+            f"{self.workers.name}: another worker stopped or cannot be reached after step "
+            f"{self.num_steps} ({message}); {where}. Start every worker again with the same "
+            "command and resume=True."
+        )
 
     def _rejected_natural_steps(self) -> int:
         if self.natural_gradient is None:
@@ -471,23 +644,40 @@ class Trainer:
         return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
 
 
-def _sum_over_replicas(
-    strategy: tf.distribute.Strategy, gradient: tf.Tensor | tf.IndexedSlices | None
-) -> tf.Tensor | tf.IndexedSlices | None:
-    """The replicas' gradients of one table as one gradient; row slices are concatenated
-    (repeated rows are summed by the optimiser)."""
-    if gradient is None:
-        return None
-    local = strategy.experimental_local_results(gradient)
-    if len(local) == 1:
-        return local[0]
-    if isinstance(local[0], tf.IndexedSlices):
-        return tf.IndexedSlices(
-            tf.concat([g.values for g in local], axis=0),
-            tf.concat([tf.cast(g.indices, tf.int64) for g in local], axis=0),
-            local[0].dense_shape,
-        )
-    return tf.add_n(list(local))
+def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, list]:
+    """In a replica: the ``loss`` and ``gradients`` summed over all replicas of all workers, the
+    same on every replica. Dense ones are all-reduced; the row slices of a table (``IndexedSlices``)
+    are gathered, every replica's rows after the last's (repeated rows are summed by the
+    optimiser)."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return loss, gradients
+    dense = [i for i, g in enumerate(gradients) if isinstance(g, tf.Tensor)]
+    sparse = [i for i, g in enumerate(gradients) if isinstance(g, tf.IndexedSlices)]
+    loss, *sums = context.all_reduce(
+        tf.distribute.ReduceOp.SUM, [loss] + [gradients[i] for i in dense]
+    )
+    summed = list(gradients)
+    for i, total in zip(dense, sums):
+        summed[i] = total
+    if sparse:
+        parts = [(gradients[i].values, tf.cast(gradients[i].indices, tf.int64)) for i in sparse]
+        for i, (values, indices) in zip(sparse, context.all_gather(parts, axis=0)):
+            summed[i] = tf.IndexedSlices(values, indices, gradients[i].dense_shape)
+    return loss, summed
+
+
+def _comparable(value: object) -> float:
+    """A setting as a number that equals another worker's exactly when the settings are equal:
+    numbers as they are, anything else by a hash of its text."""
+    if isinstance(value, (bool, int, float, np.number)):
+        return float(value)
+    digest = hashlib.blake2b(repr(value).encode(), digest_size=6).digest()
+    return float(int.from_bytes(digest, "little"))
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}" if abs(value) < 2**40 else "(another value)"
 
 
 def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
@@ -505,20 +695,22 @@ def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
 
 
 def _check_distributed(
-    model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool
+    model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool, workers: Workers
 ) -> None:
+    """A ``ValueError`` (the same on every worker) for what a strategy cannot train."""
+    where = f"{workers.name}: " if workers.count > 1 else ""
     if jit_compile:
-        raise ValueError("jit_compile=True is not supported with a strategy: leave it False.")
+        raise ValueError(f"{where}jit_compile=True is not supported with a strategy: leave it off.")
     if not all(strategy.extended.variable_created_in_scope(v) for v in model.variables):
         raise ValueError(
-            "The model's variables were not created under this strategy: build the model inside "
-            "`with strategy.scope():` and pass the same strategy to fit."
+            f"{where}The model's variables were not created under this strategy: build the model "
+            "inside `with strategy.scope():` and pass the same strategy to fit."
         )
 
 
 def fit(
     model: SVIGPLVM,
-    data: ArrayLike | tf.data.Dataset,
+    data: ArrayLike | RowShard | tf.data.Dataset,
     iterations: int = 1000,
     batch_size: int = 100,
     learning_rate: float = 1e-2,
@@ -540,8 +732,9 @@ def fit(
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data``: the training Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed) or a
-    ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: checkpoints every
+    ``data``: the training Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed), this
+    worker's :class:`~gpflow_svi_gplvm.distributed.RowShard` under a multi-worker ``strategy``,
+    or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: checkpoints every
     ``checkpoint_every`` steps; ``resume=True`` continues from the latest one up to ``iterations``
     steps in all, exactly as if never interrupted, refusing (``ValueError``) one written on other
     data (values, gaps or row order) or with another ``batch_size`` unless ``allow_new_data``.

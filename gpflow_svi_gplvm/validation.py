@@ -23,10 +23,11 @@ ROWS_PER_BLOCK = 4096
 """Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
 
 
-def row_blocks(Y: np.ndarray, rows: int = ROWS_PER_BLOCK):
-    """Consecutive views Y[i : i + rows] [<= rows, D] covering Y [N, D]."""
+def row_blocks(Y, rows: int = ROWS_PER_BLOCK):
+    """Consecutive blocks Y[i : i + rows] [<= rows, D] covering Y [N, D], as NumPy arrays: views
+    of an array, copies of a block of a tensor."""
     for start in range(0, Y.shape[0], rows):
-        yield Y[start : start + rows]
+        yield np.asarray(Y[start : start + rows])
 
 
 def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=None) -> np.ndarray:

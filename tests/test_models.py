@@ -49,7 +49,7 @@ def test_the_latent_hook_receives_the_checked_data(Y):
     seen = []
 
     class Recording(SVIGPLVM):
-        def _build_latent(self, latent, initial_latents, data):
+        def _build_latent(self, latent, initial_latents, data, workers):
             seen.append(data)
             return PointLatent(initial_latents)
 

@@ -1,0 +1,278 @@
+"""Several workers: which worker this process is, sums over workers, and each worker's rows.
+
+Under ``tf.distribute.MultiWorkerMirroredStrategy`` every worker runs the same program on its own
+rows of Y (a :class:`RowShard`). The model's variables are mirrored, so every worker holds the
+same parameters; what differs between workers is only their data. Statistics of the whole data
+(column moments, the PCA basis, checks) are sums over the workers' rows (:meth:`Workers.sum`),
+and a check that fails on one worker fails on all of them, with the worker named
+(:meth:`Workers.agreeing`), so that no worker is left waiting for the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+from numpy.typing import ArrayLike
+
+from .validation import check_integer, check_observations, row_blocks
+
+__all__ = ["RowShard", "Workers", "WorkerLostError", "worker_rows", "LOST_WORKER_ERRORS"]
+
+LOST_WORKER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+)
+"""What a collective operation raises when a peer worker has stopped or cannot be reached."""
+
+_MESSAGE_BYTES = 2048
+
+
+class WorkerLostError(RuntimeError):
+    """A worker of the cluster stopped or could not be reached; restart every worker (with
+    ``resume=True`` to continue from the last checkpoint)."""
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The workers of a ``tf.distribute`` strategy as seen from one of them: its ``index``
+    (0 = the chief) among ``count``. One process (no strategy, ``MirroredStrategy``, or a
+    ``MultiWorkerMirroredStrategy`` without a cluster) is one worker, whatever its devices."""
+
+    strategy: tf.distribute.Strategy | None = None
+    index: int = 0
+    count: int = 1
+
+    @classmethod
+    def of(cls, strategy: tf.distribute.Strategy | None = None) -> Workers:
+        """The workers of ``strategy`` (default: the strategy in scope)."""
+        strategy = strategy or tf.distribute.get_strategy()
+        resolver = getattr(strategy, "cluster_resolver", None)
+        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+        if not spec:
+            return cls(strategy)
+        unknown = set(spec) - {"chief", "worker"}
+        if unknown or resolver.task_type not in ("chief", "worker"):
+            raise ValueError(
+                f"The cluster has task types {sorted(spec)} and this task is "
+                f"{resolver.task_type!r}: training runs on 'worker' tasks (and at most one "
+                "'chief'), all with MultiWorkerMirroredStrategy."
+            )
+        chiefs = len(spec.get("chief", []))
+        index = resolver.task_id if resolver.task_type == "chief" else chiefs + resolver.task_id
+        return cls(strategy, int(index), chiefs + len(spec.get("worker", [])))
+
+    @property
+    def chief(self) -> bool:
+        """Whether this is the worker that writes checkpoints, histories and outputs."""
+        return self.index == 0
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.index}"
+
+    @property
+    def local_replicas(self) -> int:
+        """The replicas (devices) of this worker."""
+        if self.strategy is None:
+            return 1
+        return len(self.strategy.extended.worker_devices)
+
+    def sum(self, array: ArrayLike) -> np.ndarray:
+        """The sum over the workers of each worker's ``array`` (same shape and dtype on every
+        worker); ``array`` itself for one worker. Every worker must call it, in the same order."""
+        array = np.asarray(array)
+        if self.count == 1:
+            return array
+        value = tf.constant(array.astype(np.int64) if array.dtype == bool else array)
+        local = self.local_replicas
+
+        def first_local_replica(context: tf.distribute.experimental.ValueContext) -> tf.Tensor:
+            # Replicas are numbered worker by worker; each worker's value counts once.
+            first = context.replica_id_in_sync_group % local == 0
+            return value if first else tf.zeros_like(value)
+
+        values = self.strategy.experimental_distribute_values_from_function(first_local_replica)
+        try:
+            total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None)
+        except LOST_WORKER_ERRORS as error:
+            raise WorkerLostError(
+                f"{self.name}: another worker stopped or cannot be reached ({_first_line(error)}). "
+                "Look at its output for the reason, then start every worker again."
+            ) from error
+        return total.numpy()
+
+    def stack(self, array: ArrayLike) -> np.ndarray:
+        """Every worker's ``array`` [...] stacked in worker order: [count, ...]."""
+        array = np.asarray(array)
+        slots = np.zeros((self.count,) + array.shape, array.dtype)
+        slots[self.index] = array
+        return self.sum(slots)
+
+    def differing(self, value: ArrayLike) -> list[int]:
+        """The workers whose ``value`` differs from the chief's (none for one worker)."""
+        values = self.stack(value)
+        return [i for i in range(self.count) if not np.array_equal(values[i], values[0])]
+
+    @contextlib.contextmanager
+    def agreeing(self) -> Iterator[None]:
+        """Run a block of checks on every worker; a ``ValueError`` raised in it on any worker is
+        raised on all of them, naming the worker(s) and their messages. One worker: as is."""
+        if self.count == 1:
+            yield
+            return
+        error: ValueError | None = None
+        try:
+            yield
+        except ValueError as raised:
+            error = raised
+        messages = [_decode(row) for row in self.stack(_encode(str(error) if error else ""))]
+        failed = [(i, text) for i, text in enumerate(messages) if text]
+        if failed:
+            raise ValueError("; ".join(f"worker {i}: {text}" for i, text in failed)) from error
+
+
+def _encode(text: str) -> np.ndarray:
+    """``text`` as UTF-8 codes [_MESSAGE_BYTES] int64, cut if longer, zero-padded."""
+    codes = np.frombuffer(text.encode()[:_MESSAGE_BYTES], np.uint8)
+    padded = np.zeros(_MESSAGE_BYTES, np.int64)
+    padded[: len(codes)] = codes
+    return padded
+
+
+def _decode(codes: np.ndarray) -> str:
+    return bytes(codes[codes > 0].astype(np.uint8)).decode(errors="replace")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def worker_rows(num_data: int, worker: int, num_workers: int) -> np.ndarray:
+    """The rows [n] of worker ``worker`` of ``num_workers`` when N rows are split into contiguous
+    blocks of sizes differing by at most one: :math:`[\\lfloor wN/W \\rfloor,
+    \\lfloor (w+1)N/W \\rfloor)`."""
+    start, stop = (num_data * w // num_workers for w in (worker, worker + 1))
+    return np.arange(start, stop, dtype=np.int64)
+
+
+class RowShard:
+    """The rows of a data set Y [N, D] that one worker holds: ``Y`` [n, D] (NaN = missing, or
+    ``mask`` [n, D], True = observed) and their row numbers ``rows`` [n] in Y, for training on
+    several workers without any of them holding all of Y.
+
+    A model built from a shard inside ``strategy.scope()`` and ``fit(model, shard,
+    strategy=strategy)`` train on the union of the workers' shards: every row 0..N-1 on exactly
+    one worker. The shard keeps its rows once, in a TensorFlow tensor on this worker's CPU (a
+    copy of ``Y``: drop your array, or pass a memory-mapped one, to keep one copy resident);
+    :meth:`for_worker` takes this worker's block of a (memory-mapped) array.
+    """
+
+    def __init__(self, Y: ArrayLike, rows: ArrayLike, num_data: int, mask: ArrayLike | None = None):
+        Y = check_observations(Y, "the shard's Y", mask=mask)
+        self.num_data = check_integer(num_data, "num_data", hint="N, the rows of all shards")
+        self.rows = _check_rows(rows, len(Y), self.num_data)
+        with tf.device("/cpu:0"):
+            self.Y = tf.constant(Y)
+
+    @classmethod
+    def for_worker(
+        cls,
+        Y: ArrayLike,
+        strategy: tf.distribute.Strategy | None = None,
+        mask: ArrayLike | None = None,
+    ) -> RowShard:
+        """This worker's contiguous block of the rows of Y [N, D] (:func:`worker_rows`), for a
+        ``strategy`` (default: the one in scope). With ``np.load(path, mmap_mode="r")`` only
+        those rows are read."""
+        workers = Workers.of(strategy)
+        rows = worker_rows(len(Y), workers.index, workers.count)
+        block = slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) else slice(0, 0)
+        mask = None if mask is None else np.asarray(mask)[block]
+        return cls(np.asarray(Y[block]), rows, len(Y), mask=mask)
+
+    @property
+    def num_rows(self) -> int:
+        """n, the rows this worker holds."""
+        return int(self.Y.shape[0])
+
+    @property
+    def data_dim(self) -> int:
+        return int(self.Y.shape[1])
+
+    def check(self, workers: Workers) -> None:
+        """A ``ValueError`` on every worker unless the workers' shards have one N and one D and
+        hold every row exactly once; it names the workers to change."""
+        layout = workers.stack([self.num_data, self.data_dim])
+        for column, what in enumerate(("N (num_data)", "D (columns)")):
+            odd = [i for i in range(workers.count) if layout[i, column] != layout[0, column]]
+            if odd:
+                sizes = ", ".join(f"worker {i}: {layout[i, column]}" for i in range(workers.count))
+                raise ValueError(
+                    f"The workers' shards disagree on {what} ({sizes}): give every worker rows "
+                    f"of the same data set, with the same num_data."
+                )
+        held = workers.sum(np.bincount(self.rows, minlength=self.num_data).astype(np.int32))
+        twice = workers.stack(int(np.sum(held[self.rows] > 1)))
+        if twice.any():
+            owners = ", ".join(f"worker {i}" for i in np.flatnonzero(twice))
+            first = int(np.flatnonzero(held > 1)[0])
+            raise ValueError(
+                f"{int(np.sum(held > 1))} rows are held by more than one worker ({owners} hold "
+                f"some, e.g. row {first}): give each worker rows no other worker has."
+            )
+        if (held == 0).any() and workers.count == 1:
+            raise ValueError(
+                f"This process holds {self.num_rows} of the N={self.num_data} rows and no other "
+                "worker is in sight: build the model inside `with strategy.scope():` of the "
+                "MultiWorkerMirroredStrategy whose workers hold the other rows, and pass that "
+                "strategy to fit (or give the shard every row)."
+            )
+        if (held == 0).any():
+            missing = np.flatnonzero(held == 0)
+            raise ValueError(
+                f"{len(missing)} of the N={self.num_data} rows are held by no worker (e.g. row "
+                f"{int(missing[0])}): the shards must cover every row 0..N-1, or build the shards "
+                "with num_data equal to the rows they hold."
+            )
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """This worker's rows in blocks (NumPy copies of a bounded size)."""
+        return row_blocks(self.Y)
+
+
+def _check_rows(rows: ArrayLike, num_rows: int, num_data: int) -> np.ndarray:
+    """``rows`` as int64 [n], or a ``ValueError``: not integers, not one per row of the shard,
+    repeated, or outside [0, num_data)."""
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or not np.issubdtype(rows.dtype, np.integer) or len(rows) != num_rows:
+        raise ValueError(
+            f"rows must be the shard's {num_rows} row numbers in the whole data set, a 1-D integer "
+            f"array, got {rows.dtype} {rows.shape}."
+        )
+    if num_rows and (rows.min() < 0 or rows.max() >= num_data):
+        raise ValueError(
+            f"rows must lie in [0, num_data={num_data}), got {rows.min()}..{rows.max()}: pass "
+            "num_data = the rows of all shards together."
+        )
+    if len(np.unique(rows)) != num_rows:
+        raise ValueError("rows repeats a row number: each row of the data set appears once.")
+    return rows.astype(np.int64)
+
+
+def cluster_from_environment() -> dict:
+    """``TF_CONFIG`` as a dict (empty when unset); a ``ValueError`` when it is not JSON."""
+    text = os.environ.get("TF_CONFIG", "")
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {text[:200]!r}") from error

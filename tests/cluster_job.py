@@ -1,0 +1,195 @@
+"""One worker of a test cluster: ``python cluster_job.py JOB SETTINGS_JSON OUTPUT``.
+
+The tests start one process per worker with ``TF_CONFIG`` set (tests/test_multiworker.py), or one
+process with two logical CPUs for the reference run. Each job writes what the tests compare to
+``OUTPUT`` (a .npz), with its errors as text.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+JOB, SETTINGS, OUTPUT = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+tf.config.threading.set_inter_op_parallelism_threads(1)
+tf.config.threading.set_intra_op_parallelism_threads(1)
+if JOB == "reference":  # one process, two logical CPUs: set before TensorFlow starts
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    STRATEGY = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+else:  # the strategy comes before any other TensorFlow op
+    STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
+
+import gpflow_svi_gplvm as package  # noqa: E402
+from gpflow_svi_gplvm.distributed import Workers, worker_rows  # noqa: E402
+from gpflow_svi_gplvm.training import minibatch_indices  # noqa: E402
+
+N, D, Q, M = 80, 5, 2, 8
+BATCH = 20  # global: 10 rows per replica
+MODELS = {
+    "point": ("PointGPLVM", {}),
+    "map": ("MAPGPLVM", {"shared_covariance": True}),
+    "bsvi": ("BayesianSVIGPLVM", {}),
+    "bsvi_mc": ("BayesianSVIGPLVM", {"latent_expectation": "monte-carlo"}),
+    "aeb": ("AmortisedBayesianGPLVM", {}),
+}
+
+
+def data() -> np.ndarray:
+    """Y [N, D] with 20% of the entries missing, the same in every process."""
+    rng = np.random.default_rng(0)
+    Y = np.tanh(rng.standard_normal((N, 2)) @ rng.standard_normal((2, D)))
+    Y[rng.random(Y.shape) < 0.2] = np.nan
+    return Y
+
+
+def build(name: str, Y) -> package.SVIGPLVM:
+    class_name, options = MODELS[name]
+    with STRATEGY.scope():
+        return getattr(package, class_name)(Y, Q, num_inducing=M, **options)
+
+
+def parameters(model: package.SVIGPLVM) -> np.ndarray:
+    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+
+
+def train(name: str, Y, iterations: int, batches=None) -> dict:
+    """The model built on Y (a shard, or all rows) and trained on it, or on ``batches``, starting
+    from the state in SETTINGS["start"] (written by the chief of a cluster) when given. The chief
+    writes its model's initial state to SETTINGS["initial"]."""
+    model = build(name, Y)
+    initial = parameters(model)
+    if "start" in SETTINGS:
+        start = Path(SETTINGS["start"]) / name
+        deadline = time.monotonic() + 600
+        while not start.with_suffix(".index").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        tf.train.Checkpoint(model=model).read(str(start)).assert_existing_objects_matched()
+    elif "initial" in SETTINGS and Workers.of(STRATEGY).chief:
+        staging = Path(SETTINGS["initial"]) / "staging" / name
+        tf.train.Checkpoint(model=model).write(str(staging))
+        for part in staging.parent.glob(f"{name}.*"):  # the index last: readers wait for it
+            if part.suffix != ".index":
+                part.rename(Path(SETTINGS["initial"]) / part.name)
+        staging.with_suffix(".index").rename(Path(SETTINGS["initial"]) / f"{name}.index")
+    history = package.fit(
+        model,
+        Y if batches is None else batches,
+        iterations,
+        batch_size=BATCH,
+        strategy=STRATEGY,
+        seed=1,
+        progress=False,
+    )
+    return {
+        f"{name}_initial": initial,
+        f"{name}_final": parameters(model),
+        f"{name}_elbo": history.elbo,
+        f"{name}_traces": history.tracing_count,
+    }
+
+
+def agree() -> dict:
+    """Every model trained on this worker's shard of Y, and the rows the trainer held."""
+    workers = Workers.of(STRATEGY)
+    shard = package.RowShard.for_worker(data(), STRATEGY)
+    results = {"rows": shard.rows, "held": np.array(shard.Y.shape)}
+    for name in MODELS:
+        results.update(train(name, shard, SETTINGS.get("iterations", 200)))
+    trainer = package.Trainer(build("bsvi", shard), shard, batch_size=BATCH, strategy=STRATEGY)
+    results["trainer_rows"] = np.array(trainer.shard.Y.shape)
+    results["worker"] = workers.index
+    return results
+
+
+def reference() -> dict:
+    """The same runs in one process on two devices, fed each worker's batches as a replica's."""
+
+    def batches(worker: int) -> tf.data.Dataset:
+        rows = tf.constant(worker_rows(N, worker, 2))
+        positions = minibatch_indices(len(rows), BATCH // 2, seed=1, stream=worker, num_streams=2)
+        return positions.map(lambda p: tf.gather(rows, p))
+
+    Y = data()
+    rows = tf.constant(Y)
+    dataset = tf.data.Dataset.zip((batches(0), batches(1))).map(
+        lambda a, b: (tf.concat([a, b], 0), tf.gather(rows, tf.concat([a, b], 0)))
+    )
+    results = {}
+    for name in MODELS:
+        results.update(train(name, Y, SETTINGS.get("iterations", 200), dataset))
+    return results
+
+
+def resume() -> dict:
+    """B-SVI (Monte Carlo) checkpointed into a folder shared by the workers, resumed if asked;
+    slowed down so that a test can stop a worker while it runs."""
+    shard = package.RowShard.for_worker(data(), STRATEGY)
+    model = build("bsvi_mc", shard)
+    options = dict(checkpoint_dir=SETTINGS["folder"], checkpoint_every=SETTINGS["every"])
+    pause = SETTINGS.get("pause", 0.0)
+    history = package.fit(
+        model,
+        shard,
+        SETTINGS["iterations"],
+        batch_size=BATCH,
+        strategy=STRATEGY,
+        seed=1,
+        progress=False,
+        resume=SETTINGS["resume"],
+        callback=lambda step: time.sleep(pause),
+        callback_every=10,
+        **options,
+    )
+    return {"bsvi_mc_final": parameters(model), "bsvi_mc_elbo": history.elbo}
+
+
+def mistakes() -> dict:
+    """What each bad input does on this worker: the error message, or "no error"."""
+    workers = Workers.of(STRATEGY)
+    Y = data()
+    shard = package.RowShard.for_worker(Y, STRATEGY)
+    cases = {
+        "uneven batch": lambda: package.fit(
+            build("point", shard), shard, 2, batch_size=21, strategy=STRATEGY, progress=False
+        ),
+        "other D": lambda: build(
+            "point", package.RowShard.for_worker(Y if workers.index == 0 else Y[:, :4], STRATEGY)
+        ),
+        "overlapping rows": lambda: build(
+            "point", package.RowShard(Y[:50], np.arange(50), N) if workers.index else shard
+        ),
+        "outside the scope": lambda: package.fit(
+            package.PointGPLVM(Y, Q, num_inducing=M), shard, 2, strategy=STRATEGY
+        ),
+        "a shard outside the scope": lambda: package.PointGPLVM(shard, Q, num_inducing=M),
+        "other iterations": lambda: package.fit(
+            build("point", shard),
+            shard,
+            2 + workers.index,
+            batch_size=BATCH,
+            strategy=STRATEGY,
+            progress=False,
+        ),
+    }
+    results = {}
+    for case, run in cases.items():
+        try:
+            run()
+            results[case] = "no error"
+        except ValueError as error:
+            results[case] = str(error)
+    return {"messages": json.dumps(results)}
+
+
+JOBS = {"agree": agree, "reference": reference, "resume": resume, "mistakes": mistakes}
+
+if __name__ == "__main__":
+    try:
+        np.savez(OUTPUT, **JOBS[JOB]())
+    except Exception as error:  # the test reads the error from the output
+        np.savez(OUTPUT, error=f"{type(error).__name__}: {error}")
+        raise

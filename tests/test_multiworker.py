@@ -1,0 +1,190 @@
+"""Training on two worker processes (MultiWorkerMirroredStrategy over loopback, TF_CONFIG), each
+holding only its rows: the workers agree, equal a one-process two-device run fed the same
+batches, survive a killed worker, and refuse bad input before the first step.
+
+Each worker is a real process running tests/cluster_job.py, with one thread each.
+"""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+JOB = str(Path(__file__).with_name("cluster_job.py"))
+MODELS = ["point", "map", "bsvi", "bsvi_mc", "aeb"]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def environment(config: dict | None = None) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env.pop("TF_CONFIG", None)
+    if config is not None:
+        env["TF_CONFIG"] = json.dumps(config)
+    return env
+
+
+def start(job: str, settings: dict, folder: Path, workers: int = 2) -> list[subprocess.Popen]:
+    """One process per worker of a loopback cluster running ``job`` (or one "reference"
+    process without a cluster)."""
+    if job == "reference":
+        configs = [None]
+    else:
+        cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
+        configs = [{"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(workers)]
+    return [
+        subprocess.Popen(
+            [sys.executable, JOB, job, json.dumps(settings), str(folder / f"{job}-{i}.npz")],
+            env=environment(config),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i, config in enumerate(configs)
+    ]
+
+
+def finish(processes: list[subprocess.Popen], timeout: float = 600) -> list[str]:
+    """Wait for every process; their output. Kills them all if one hangs."""
+    deadline = time.monotonic() + timeout
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=max(deadline - time.monotonic(), 1))[0])
+    finally:
+        for process in processes:
+            process.kill()
+    return outputs
+
+
+def run(job: str, settings: dict, folder: Path, workers: int = 2) -> list[dict]:
+    processes = start(job, settings, folder, workers)
+    outputs = finish(processes)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-4000:]
+    count = 1 if job == "reference" else workers
+    return [dict(np.load(folder / f"{job}-{i}.npz")) for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cluster")
+
+
+@pytest.fixture(scope="module")
+def agreed(folder):
+    """Every model trained for 200 steps by two workers, and by one process on two devices from
+    the workers' initial state (the same to round-off: checked below)."""
+    initial = folder / "initial"
+    initial.mkdir()
+    processes = start("agree", {"initial": str(initial)}, folder)
+    processes += start("reference", {"start": str(initial)}, folder)
+    outputs = finish(processes)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-4000:]
+    workers = [dict(np.load(folder / f"agree-{i}.npz")) for i in range(2)]
+    return workers, dict(np.load(folder / "reference-0.npz"))
+
+
+def relative(a, b):
+    return np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_the_workers_hold_the_same_parameters_after_every_run(agreed, name):
+    (first, second), _ = agreed
+    assert relative(first[f"{name}_initial"], second[f"{name}_initial"]) == 0
+    assert relative(first[f"{name}_final"], second[f"{name}_final"]) <= 1e-12
+    np.testing.assert_array_equal(first[f"{name}_elbo"], second[f"{name}_elbo"])
+    assert first[f"{name}_traces"] == 1
+    # Trained: the parameters moved and the ELBO rose.
+    assert relative(first[f"{name}_final"], first[f"{name}_initial"]) > 1e-3
+    elbo = first[f"{name}_elbo"]
+    assert np.mean(elbo[-50:]) > np.mean(elbo[:50])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_two_workers_equal_one_process_on_two_devices_fed_the_same_batches(agreed, name):
+    (first, _), reference = agreed
+    # Built from the shards (sums over workers) or from all of Y: the same model to round-off
+    # (the reference then starts from the workers' state, so that only the steps are compared).
+    assert relative(first[f"{name}_initial"], reference[f"{name}_initial"]) <= 1e-12
+    assert relative(first[f"{name}_final"], reference[f"{name}_final"]) <= 1e-10
+    np.testing.assert_allclose(first[f"{name}_elbo"], reference[f"{name}_elbo"], rtol=1e-10)
+
+
+@pytest.mark.slow
+def test_each_worker_holds_only_its_own_rows(agreed):
+    workers, _ = agreed
+    rows = [worker["rows"] for worker in workers]
+    np.testing.assert_array_equal(rows[0], np.arange(40))
+    np.testing.assert_array_equal(rows[1], np.arange(40, 80))
+    for worker in workers:
+        assert tuple(worker["held"]) == (40, 5)
+        assert tuple(worker["trainer_rows"]) == (40, 5)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
+    (uninterrupted, _), _ = agreed
+    checkpoints = folder / "checkpoints"
+    settings = {"folder": str(checkpoints), "every": 40, "iterations": 200, "resume": False}
+    processes = start("resume", {**settings, "pause": 0.3}, folder)
+    deadline = time.monotonic() + 300
+    while not (checkpoints / "ckpt-40.index").exists():
+        assert time.monotonic() < deadline and processes[0].poll() is None, "no checkpoint"
+        time.sleep(0.05)
+    os.kill(processes[1].pid, signal.SIGKILL)
+    chief_output = finish(processes, timeout=120)[0]
+    assert processes[0].returncode != 0
+    assert "WorkerLostError" in chief_output and "resume=True" in chief_output
+    saved = sorted(int(p.name[5:-6]) for p in checkpoints.glob("ckpt-*.index"))
+    assert saved and max(saved) < 200
+    resumed = run("resume", {**settings, "resume": True}, folder)
+    for worker in resumed:
+        np.testing.assert_allclose(
+            worker["bsvi_mc_final"], uninterrupted["bsvi_mc_final"], rtol=1e-10, atol=1e-12
+        )
+        np.testing.assert_allclose(worker["bsvi_mc_elbo"][max(saved) :], uninterrupted[
+            "bsvi_mc_elbo"
+        ][max(saved) :], rtol=1e-10)
+    # Nothing of the chief's folder was lost: every checkpoint in it is readable.
+    for path in tf.train.get_checkpoint_state(str(checkpoints)).all_model_checkpoint_paths:
+        assert tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    assert len(np.load(checkpoints / "elbo_history.npy")) == 200
+
+
+@pytest.mark.slow
+def test_bad_input_is_the_same_clear_error_on_every_worker(folder):
+    messages = [json.loads(str(worker["messages"])) for worker in run("mistakes", {}, folder)]
+    # No worker was left waiting: each raised, the same error but for the worker it names.
+    for case in messages[0]:
+        unnamed = [re.sub(r"^worker \d: ", "", worker[case]) for worker in messages]
+        assert unnamed[0] == unnamed[1]
+    said = messages[0]
+    assert "batch_size=21 cannot be split evenly over the 2 replicas" in said["uneven batch"]
+    assert "disagree on D (columns) (worker 0: 5, worker 1: 4)" in said["other D"]
+    assert "held by more than one worker (worker 0, worker 1" in said["overlapping rows"]
+    for i, worker in enumerate(messages):
+        assert f"worker {i}: The model's variables were not created" in worker["outside the scope"]
+    assert "no other worker is in sight" in said["a shard outside the scope"]
+    assert "other iterations (iterations: worker 0 2, worker 1 3)" in said["other iterations"]
