@@ -48,7 +48,9 @@ def start(job: str, settings: dict, folder: Path, workers: int = 2) -> list[subp
         configs = [None]
     else:
         cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
-        configs = [{"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(workers)]
+        configs = [
+            {"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(workers)
+        ]
     return [
         subprocess.Popen(
             [sys.executable, JOB, job, json.dumps(settings), str(folder / f"{job}-{i}.npz")],
@@ -164,9 +166,11 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
         np.testing.assert_allclose(
             worker["bsvi_mc_final"], uninterrupted["bsvi_mc_final"], rtol=1e-10, atol=1e-12
         )
-        np.testing.assert_allclose(worker["bsvi_mc_elbo"][max(saved) :], uninterrupted[
-            "bsvi_mc_elbo"
-        ][max(saved) :], rtol=1e-10)
+        np.testing.assert_allclose(
+            worker["bsvi_mc_elbo"][max(saved) :],
+            uninterrupted["bsvi_mc_elbo"][max(saved) :],
+            rtol=1e-10,
+        )
     # Nothing of the chief's folder was lost: every checkpoint in it is readable.
     for path in tf.train.get_checkpoint_state(str(checkpoints)).all_model_checkpoint_paths:
         assert tf.train.load_checkpoint(path).get_variable_to_shape_map()
