@@ -5,11 +5,16 @@
 
 It prints a short summary and writes ``latent_space.png``, ``ard.png``, ``elbo.png`` and
 ``metrics.json`` to the output folder.
+
+On several workers, start the same command on each with its ``TF_CONFIG`` (``--distributed``
+says so explicitly): each trains on its block of the rows under a
+``MultiWorkerMirroredStrategy``, and only the chief (worker 0) writes the outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -18,8 +23,16 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import tensorflow as tf
 
 from . import datasets, plotting
+from .distributed import (
+    RowShard,
+    WorkerLostError,
+    Workers,
+    cluster_from_environment,
+    worker_rows,
+)
 from .initialisation import column_location_and_scale
 from .metrics import rmse
 from .models import MODELS, SVIGPLVM, lookup_model
@@ -58,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep a data file's columns as they are (default: centre and scale each column)",
     )
     parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="train on the workers of TF_CONFIG (implied when TF_CONFIG is set): start the same "
+        "command on every worker; each trains on its block of rows, the chief writes the outputs",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error"
@@ -71,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, WorkerLostError) as error:
         if args.debug:
             raise
         print(f"error: {error}", file=sys.stderr)
@@ -83,10 +102,21 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"--output {args.output} is a file: name a folder for the results.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     matplotlib.use("Agg")
+    strategy = _strategy(args.distributed)  # before any other TensorFlow operation
+    workers = Workers.of(strategy)
     data = _load_data(args.data, standardise=not args.no_standardise)
     Y = data.Y
-    print(f"data: {data.description or args.data} -> Y {Y.shape}, {np.isnan(Y).mean():.1%} missing")
-    model, history, seconds = _train(args, Y)
+    if workers.chief:
+        missing = f"{np.isnan(Y).mean():.1%} missing"
+        print(f"data: {data.description or args.data} -> Y {Y.shape}, {missing}")
+    model, history, seconds = _train(args, Y, strategy)
+    if not workers.chief:
+        rows = worker_rows(len(Y), workers.index, workers.count)
+        print(
+            f"{workers.name} of {workers.count}: trained on rows {rows[0]}-{rows[-1]}; the chief "
+            "(worker 0) writes the outputs."
+        )
+        return 0
     amortised_rows = Y if model.latent.amortised else None
     metrics = _metrics(args, data, model, history, seconds)
     args.output.mkdir(parents=True, exist_ok=True)
@@ -111,24 +141,45 @@ def _load_data(path: Path | None, standardise: bool) -> datasets.DataSet:
     return data
 
 
-def _train(args: argparse.Namespace, Y: np.ndarray) -> tuple[SVIGPLVM, History, float]:
-    """The model that ``--model`` names, built on Y [N, D] and trained; with the seconds taken."""
-    model = lookup_model(args.model)(
-        Y,
-        args.latent_dim,
-        num_inducing=args.num_inducing,
-        seed=args.seed,
-        shared_covariance=args.shared_covariance,
-    )
+def _strategy(distributed: bool) -> tf.distribute.Strategy | None:
+    """A ``MultiWorkerMirroredStrategy`` over the workers of ``TF_CONFIG`` when it is set (or
+    ``--distributed`` asks for one), else None."""
+    if not (distributed or os.environ.get("TF_CONFIG")):
+        return None
+    config = cluster_from_environment()
+    if not config.get("cluster"):
+        raise ValueError(
+            "--distributed needs TF_CONFIG naming the cluster and this worker, e.g. "
+            '\'{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
+            '"index": 0}}\' on the first machine and "index": 1 on the second.'
+        )
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _train(
+    args: argparse.Namespace, Y: np.ndarray, strategy: tf.distribute.Strategy | None
+) -> tuple[SVIGPLVM, History, float]:
+    """The model that ``--model`` names, built on Y [N, D] (this worker's block of its rows under
+    a ``strategy``) and trained; with the seconds taken."""
+    data = Y if strategy is None else RowShard.for_worker(Y, strategy)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = lookup_model(args.model)(
+            data,
+            args.latent_dim,
+            num_inducing=args.num_inducing,
+            seed=args.seed,
+            shared_covariance=args.shared_covariance,
+        )
     start = time.perf_counter()
     history = fit(
         model,
-        Y,
+        data,
         iterations=args.iterations,
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         seed=args.seed,
         progress=not args.no_progress,
+        strategy=strategy,
     )
     return model, history, time.perf_counter() - start
 

@@ -56,7 +56,7 @@ class Workers:
         strategy = strategy or tf.distribute.get_strategy()
         resolver = getattr(strategy, "cluster_resolver", None)
         spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-        if not spec:
+        if resolver is None or not spec:
             return cls(strategy)
         unknown = set(spec) - {"chief", "worker"}
         if unknown or resolver.task_type not in ("chief", "worker"):
@@ -89,7 +89,7 @@ class Workers:
         """The sum over the workers of each worker's ``array`` (same shape and dtype on every
         worker); ``array`` itself for one worker. Every worker must call it, in the same order."""
         array = np.asarray(array)
-        if self.count == 1:
+        if self.count == 1 or self.strategy is None:
             return array
         value = tf.constant(array.astype(np.int64) if array.dtype == bool else array)
         local = self.local_replicas
@@ -185,13 +185,14 @@ class RowShard:
     @classmethod
     def for_worker(
         cls,
-        Y: ArrayLike,
+        Y: np.ndarray,
         strategy: tf.distribute.Strategy | None = None,
         mask: ArrayLike | None = None,
     ) -> RowShard:
         """This worker's contiguous block of the rows of Y [N, D] (:func:`worker_rows`), for a
         ``strategy`` (default: the one in scope). With ``np.load(path, mmap_mode="r")`` only
         those rows are read."""
+        Y = Y if hasattr(Y, "shape") else np.asarray(Y)
         workers = Workers.of(strategy)
         rows = worker_rows(len(Y), workers.index, workers.count)
         block = slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) else slice(0, 0)

@@ -9,6 +9,7 @@ and the sizes and options a model is built with are checked here (:func:`check_s
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -113,16 +114,13 @@ def pca_latents(
     keep their relative scale. Dimensions beyond the rank of Y
     are filled with small noise (sd 0.01), so that no two latent dimensions start identical.
 
-    V_Q comes from a randomised subspace iteration (Halko et al., 2011) with Q + 10 directions and
-    5 products with :math:`\tilde Y_c^\top \tilde Y_c` (:math:`\tilde Y_c` centred), read in row
-    blocks, then the singular vectors of :math:`\tilde Y_c` projected on them from a QR of the
-    projection (no squared singular values): O(N D Q) time and O((N + D) Q) memory besides Y,
-    exact up to rounding when min(N, D) <= Q + 10. Signs are fixed: each singular vector's largest
-    entry is positive.
-
-    With ``workers``, Y [n, D] is this worker's rows (``rows`` [n] among all N; the noise of a row
-    is the same as on one machine) and the basis is that of all workers' rows: each pass over the
-    data is a sum over workers, and the QR of the projection stacks the workers' R factors.
+    V_Q comes from a randomised subspace iteration (Halko et al., 2011): Q + 10 directions, 5
+    products with :math:`\tilde Y_c^\top \tilde Y_c` (:math:`\tilde Y_c` centred) in row blocks,
+    then the SVD of :math:`\tilde Y_c` projected on them from its QR (no squared singular values):
+    O(N D Q) time, O((N + D) Q) memory besides Y, exact up to rounding when min(N, D) <= Q + 10.
+    Signs are fixed: each singular vector's largest entry is positive. With ``workers``, Y [n, D]
+    is this worker's rows (``rows`` [n] among all N, whose noise is as on one machine) and every
+    pass over the data a sum over workers (the QR stacks the workers' R factors).
     """
     workers = workers or Workers()
     Y = np.asarray(Y, dtype=float) if isinstance(Y, (list, tuple)) else Y
@@ -142,11 +140,7 @@ def pca_latents(
             product += centred(block).T @ (centred(block) @ matrix)
         return workers.sum(product)
 
-    width = min(latent_dim + 10, num_data, data_dim)
-    rng = np.random.default_rng(seed)
-    basis = np.linalg.qr(gram_times(rng.standard_normal((data_dim, width))))[0]
-    for _ in range(4):
-        basis = np.linalg.qr(gram_times(basis))[0]
+    basis = _subspace(gram_times, data_dim, min(latent_dim + 10, num_data, data_dim), seed)
     singular_values, vt = _projected_svd(times(basis), workers)
     rank = int(np.sum(singular_values > singular_values[0] * 1e-10)) if singular_values[0] else 0
     vt = vt[: min(latent_dim, rank)] @ basis.T
@@ -160,6 +154,17 @@ def pca_latents(
         noise = 0.01 * np.random.default_rng(seed).standard_normal((num_data, missing))
         scores = np.concatenate([scores, noise if rows is None else noise[rows]], axis=1)
     return scores
+
+
+def _subspace(
+    gram_times: Callable[[np.ndarray], np.ndarray], data_dim: int, width: int, seed: int
+) -> np.ndarray:
+    """An orthonormal basis [D, width] of the leading right singular subspace: 5 products of a
+    random start with the Gram matrix (``gram_times``), each orthonormalised."""
+    basis = np.random.default_rng(seed).standard_normal((data_dim, width))
+    for _ in range(5):
+        basis = np.linalg.qr(gram_times(basis))[0]
+    return basis
 
 
 def _projected_svd(projected: np.ndarray, workers: Workers) -> tuple[np.ndarray, np.ndarray]:

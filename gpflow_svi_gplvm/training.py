@@ -150,7 +150,7 @@ def _training_shard(
                 "rows the model was built from."
             )
     gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(data.Y))
-    _check_gaps(model, workers.sum(gaps) > 0)
+    _check_gaps(model, bool(workers.sum(gaps) > 0))
     return data
 
 
@@ -608,12 +608,11 @@ class Trainer:
 
     def _lost_worker(self, error: tf.errors.OpError) -> str:
         """What to do when another worker stopped answering (``error``) after this one's step."""
-        saved = None if self.checkpoints is None else self.checkpoints.saved_at
-        where = (
-            "no checkpoint was written (pass checkpoint_dir to fit to resume after a loss)"
-            if saved is None
-            else f"the last checkpoint is step {saved} in {self.checkpoints.directory}"
-        )
+        checkpoints = self.checkpoints
+        if checkpoints is None or checkpoints.saved_at is None:
+            where = "no checkpoint was written (pass checkpoint_dir to fit to resume after a loss)"
+        else:
+            where = f"the last checkpoint is step {checkpoints.saved_at} in {checkpoints.directory}"
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return (
             f"{self.workers.name}: another worker stopped or cannot be reached after step "
@@ -646,25 +645,50 @@ class Trainer:
 
 def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, list]:
     """In a replica: the ``loss`` and ``gradients`` summed over all replicas of all workers, the
-    same on every replica. Dense ones are all-reduced; the row slices of a table (``IndexedSlices``)
-    are gathered, every replica's rows after the last's (repeated rows are summed by the
-    optimiser)."""
+    same on every replica, from one all-reduce. A table's row slices (``IndexedSlices``) are
+    concatenated, every replica's rows after the previous replica's (repeated rows are summed by
+    the optimiser): each replica places its rows, with their row numbers, in its own block of a
+    buffer of zeros that the all-reduce sums."""
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return loss, gradients
     dense = [i for i, g in enumerate(gradients) if isinstance(g, tf.Tensor)]
     sparse = [i for i, g in enumerate(gradients) if isinstance(g, tf.IndexedSlices)]
+    rows = [_rows_with_numbers(gradients[i]) for i in sparse]
+    if rows:
+        replicas, replica = context.num_replicas_in_sync, context.replica_id_in_sync_group
+        batch = tf.shape(rows[0])[0]
+        before, after = replica * batch, (replicas - 1 - replica) * batch
+        rows = [tf.pad(tf.concat(rows, axis=1), [[before, after], [0, 0]])]
     loss, *sums = context.all_reduce(
-        tf.distribute.ReduceOp.SUM, [loss] + [gradients[i] for i in dense]
+        tf.distribute.ReduceOp.SUM, [loss] + [gradients[i] for i in dense] + rows
     )
     summed = list(gradients)
     for i, total in zip(dense, sums):
         summed[i] = total
     if sparse:
-        parts = [(gradients[i].values, tf.cast(gradients[i].indices, tf.int64)) for i in sparse]
-        for i, (values, indices) in zip(sparse, context.all_gather(parts, axis=0)):
-            summed[i] = tf.IndexedSlices(values, indices, gradients[i].dense_shape)
+        widths = [int(np.prod(gradients[i].values.shape[1:])) + 1 for i in sparse]
+        for i, block in zip(sparse, tf.split(sums[-1], widths, axis=1)):
+            values = tf.reshape(
+                block[:, 1:], tf.concat([[-1], tf.shape(gradients[i].values)[1:]], 0)
+            )
+            summed[i] = tf.IndexedSlices(
+                values, tf.cast(block[:, 0], tf.int64), gradients[i].dense_shape
+            )
     return loss, summed
+
+
+def _rows_with_numbers(gradient: tf.IndexedSlices) -> tf.Tensor:
+    """A table's gradient rows [B, ...] as [B, 1 + k]: the row number (exact in float64 up to
+    2^53), then the row's k values."""
+    values = gradient.values
+    if values.dtype != tf.float64:
+        raise ValueError(
+            f"Training under a strategy sums the latent tables' rows in float64; this model's "
+            f"are {values.dtype.name}: build it with gpflow.config.set_default_float(np.float64)."
+        )
+    flat = tf.reshape(values, [tf.shape(values)[0], -1])
+    return tf.concat([tf.cast(gradient.indices, values.dtype)[:, None], flat], axis=1)
 
 
 def _comparable(value: object) -> float:

@@ -42,22 +42,28 @@ def environment(config: dict | None = None) -> dict:
 
 
 def start(job: str, settings: dict, folder: Path, workers: int = 2) -> list[subprocess.Popen]:
-    """One process per worker of a loopback cluster running ``job`` (or one "reference"
-    process without a cluster)."""
-    if job == "reference":
-        configs = [None]
-    else:
-        cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
-        configs = [
-            {"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(workers)
-        ]
+    """One process per worker of a loopback cluster running ``job`` of cluster_job.py (or one
+    "reference" process without a cluster)."""
+    settings_text = json.dumps(settings)
+    return start_command(
+        lambda i: [sys.executable, JOB, job, settings_text, str(folder / f"{job}-{i}.npz")],
+        1 if job == "reference" else workers,
+    )
+
+
+def start_command(command, workers: int, cwd: Path | None = None) -> list[subprocess.Popen]:
+    """``command(i)`` for each worker i of a loopback cluster (no cluster for one worker), run in
+    ``cwd``."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(workers)]}
+    configs = [{"cluster": cluster, "task": {"type": "worker", "index": i}} for i in range(workers)]
     return [
         subprocess.Popen(
-            [sys.executable, JOB, job, json.dumps(settings), str(folder / f"{job}-{i}.npz")],
-            env=environment(config),
+            command(i),
+            env=environment(config if workers > 1 else None),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            cwd=cwd,
         )
         for i, config in enumerate(configs)
     ]
@@ -192,3 +198,61 @@ def test_bad_input_is_the_same_clear_error_on_every_worker(folder):
         assert f"worker {i}: The model's variables were not created" in worker["outside the scope"]
     assert "no other worker is in sight" in said["a shard outside the scope"]
     assert "other iterations (iterations: worker 0 2, worker 1 3)" in said["other iterations"]
+
+
+@pytest.mark.slow
+def test_the_command_line_trains_on_every_worker_and_only_the_chief_writes(tmp_path):
+    rng = np.random.default_rng(0)
+    Y = np.tanh(rng.standard_normal((60, 2)) @ rng.standard_normal((2, 5)))
+    np.save(tmp_path / "mine.npy", Y)
+    options = ["--data", str(tmp_path / "mine.npy"), "--latent-dim", "2", "--num-inducing", "8"]
+    options += ["--iterations", "20", "--batch-size", "20", "--no-progress", "--distributed"]
+    processes = start_command(
+        lambda i: [
+            sys.executable,
+            "-m",
+            "gpflow_svi_gplvm",
+            *options,
+            "--output",
+            str(tmp_path / f"out{i}"),
+        ],
+        2,
+    )
+    outputs = finish(processes)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 0, output[-3000:]
+    assert "worker 1 of 2: trained on rows 30-59" in outputs[1]
+    assert "wrote metrics.json" in outputs[0] and "wrote" not in outputs[1]
+    assert json.loads((tmp_path / "out0" / "metrics.json").read_text())["N"] == 60
+    assert not (tmp_path / "out1").exists()
+
+
+@pytest.mark.slow
+def test_the_tutorials_script_trains_on_two_workers_and_resumes(tmp_path):
+    tutorial = Path(__file__).resolve().parents[1] / "tutorials" / "05_scaling_out.md"
+    marker = "<!-- the two-worker test (tests/test_multiworker.py) runs this block -->\n```python\n"
+    text = tutorial.read_text()
+    script = text[text.index(marker) + len(marker) :].split("```")[0]
+    # The tutorial's run length is for real data; everything else runs as printed.
+    script = script.replace("iterations=10_000", "iterations=ITERATIONS").replace(
+        "import numpy as np", "import numpy as np\nimport sys\nITERATIONS = int(sys.argv[1])"
+    )
+    (tmp_path / "train.py").write_text(script)
+    rng = np.random.default_rng(0)
+    Y = np.tanh(rng.standard_normal((1200, 2)) @ rng.standard_normal((2, 6)))
+    Y[rng.random(Y.shape) < 0.1] = np.nan
+    np.save(tmp_path / "cells.npy", Y)
+    for iterations in (20, 30):  # the second run resumes the first's checkpoint at step 20
+        processes = start_command(
+            lambda i, n=iterations: [sys.executable, str(tmp_path / "train.py"), str(n)],
+            2,
+            tmp_path,
+        )
+        for process, output in zip(processes, finish(processes)):
+            assert process.returncode == 0, output[-3000:]
+        history = np.load(tmp_path / "checkpoints" / "elbo_history.npy")
+        assert len(history) == iterations and np.all(np.isfinite(history))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("ckpt-*.index")) == [
+        "ckpt-20.index",
+        "ckpt-30.index",
+    ]

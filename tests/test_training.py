@@ -498,14 +498,14 @@ def test_same_seed_gives_identical_elbo_histories(seeded_run, small_Y):
     assert not np.allclose(run(4), reference.elbo)
 
 
-def test_rows_held_in_a_variable_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y):
-    """Given Y, the Trainer holds it once in a variable and gathers each batch inside the step;
+def test_held_rows_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y):
+    """Given Y, the Trainer holds it once in a tensor and gathers each batch inside the step;
     fed make_dataset's (idx, Y) pairs of the same seed it takes the very same steps."""
     reference, _ = seeded_run
     model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
     dataset = sg.training.make_dataset(model, small_Y, BATCH, seed=3)
     trainer = sg.Trainer(model, dataset, seed=3)
-    assert trainer.rows is None
+    assert trainer.shard is None
     np.testing.assert_array_equal(trainer.train(25, progress=False).elbo, reference.elbo)
 
 
@@ -514,9 +514,9 @@ def test_the_held_rows_are_the_data_and_stay_out_of_the_model_and_checkpoints(sm
     Y[3, 1] = np.nan
     model = sg.PointGPLVM(Y, Q, M_SMALL)
     trainer = sg.Trainer(model, Y, batch_size=BATCH, checkpoint_dir=tmp_path)
-    np.testing.assert_array_equal(trainer.rows.numpy(), Y)  # NaN where missing, bit for bit
-    assert not trainer.rows.trainable
-    assert all(v is not trainer.rows for v in model.variables)
+    np.testing.assert_array_equal(trainer.shard.Y.numpy(), Y)  # NaN where missing, bit for bit
+    np.testing.assert_array_equal(trainer.shard.rows, np.arange(len(Y)))
+    assert "CPU" in trainer.shard.Y.device
     trainer.save()
     stored = tf.train.list_variables(str(tmp_path))
     assert all(tuple(shape) != Y.shape for _, shape in stored), stored

@@ -1,0 +1,323 @@
+"""Training on several workers: speed, memory and what crosses the network per step.
+
+Usage::
+
+    python benchmarks/multiworker.py [--shape single-cell] [--rows N] [--repeats 3] [--quick]
+
+1. **One worker against two** (``MultiWorkerMirroredStrategy`` over loopback, one process per
+   worker, one thread each, on this machine): a B-SVI step at the ``--shape`` of
+   ``benchmarks/high_dim.py`` (default single-cell: N = 100,000, D = 2,000, Q = 10, M = 100,
+   Poisson counts, one shared q(u) covariance), each worker with the single worker's batch
+   (so the two train on twice the rows per step). A step's time is the difference of two run
+   lengths of one compiled ``Trainer`` over the difference in steps, the median of ``--repeats``.
+   Each process reads its rows from one ``.npy`` file (memory-mapped: a worker reads only its
+   block into a :class:`~gpflow_svi_gplvm.RowShard`) and reports its resident memory: before
+   the data, once its rows are held, and at the end of training.
+2. **Bytes summed across workers per step**, counted from the model's gradients at the MNIST and
+   single-cell shapes: the dense gradients (all-reduced) and the batch's rows of the latent
+   tables with their row numbers (all-gathered).
+3. **A model of the step at 8 and 32 workers** on a 10 Gbit/s network: the step measured above
+   plus a ring all-reduce of the dense bytes and an all-gather of the rows, each
+   :math:`2 (W - 1)` messages of 50 microseconds latency plus the bytes over the bandwidth,
+   with the single-cell shape at N = 10^7 as the worked example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from high_dim import Shape, shapes, synthetic  # noqa: E402
+
+BANDWIDTH = 10e9 / 8  # bytes per second: 10 Gbit/s
+LATENCY = 50e-6  # seconds per message
+TARGET_SECONDS = 3.0  # length of the shorter timed run
+
+
+def resident_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+# ------------------------------------------------------------------------------ one process
+
+
+def run_process(request: dict) -> dict:
+    """Build and time B-SVI in this process: alone, or as one worker of ``TF_CONFIG``'s cluster."""
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if os.environ.get("TF_CONFIG") else None
+    import gpflow
+
+    import gpflow_svi_gplvm as svi
+    from gpflow_svi_gplvm.distributed import Workers
+
+    shape = Shape(**request["shape"])
+    workers = Workers.of(strategy)
+    before = resident_mib()
+    data = svi.RowShard.for_worker(np.load(request["path"], mmap_mode="r"), strategy)
+    held = resident_mib()
+    shard_mib = data.num_rows * data.data_dim * 8 / 2**20
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = svi.BayesianSVIGPLVM(
+            data,
+            shape.latent_dim,
+            shape.num_inducing,
+            likelihood=gpflow.likelihoods.Poisson(),
+            shared_covariance=True,
+        )
+    built = resident_mib()
+    trainer = svi.Trainer(
+        model, data, batch_size=shape.batch_size * workers.count, strategy=strategy
+    )
+    trainer.train(1, steps_per_call=1, progress=False)  # traces: not timed
+
+    def timed(steps: int) -> float:
+        begin = time.perf_counter()
+        trainer.train(steps, steps_per_call=steps, progress=False)
+        return time.perf_counter() - begin
+
+    estimate = _agreed(workers, timed(3) / 3)
+    short = max(2, int(request["target_seconds"] / estimate))
+    per_step = [(timed(3 * short) - timed(short)) / (2 * short) for _ in range(request["repeats"])]
+    return {
+        "worker": workers.index,
+        "workers": workers.count,
+        "seconds_per_step": statistics.median(per_step),
+        "spread": [min(per_step), max(per_step)],
+        "rows_per_step": shape.batch_size * workers.count,
+        "shard_rows": data.num_rows,
+        "shard_mib": shard_mib,
+        "resident_before_mib": before,
+        "resident_held_mib": held,
+        "resident_built_mib": built,
+        "resident_end_mib": resident_mib(),
+        "peak_mib": peak_mib(),
+        "traces": trainer.tracing_count,
+    }
+
+
+def _agreed(workers, value: float) -> float:
+    """The chief's ``value`` on every worker (their run lengths must match)."""
+    return float(workers.stack(value)[0])
+
+
+# ------------------------------------------------------------------------------ the parent
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def launch(request: dict, num_workers: int) -> list[dict]:
+    """``num_workers`` processes (a loopback cluster when more than one); their results."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(num_workers)]}
+    processes = []
+    for index in range(num_workers):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        env.pop("TF_CONFIG", None)
+        if num_workers > 1:
+            env["TF_CONFIG"] = json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            )
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--process", json.dumps(request)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    results = []
+    for process in processes:
+        out, err = process.communicate()
+        lines = out.strip().splitlines()
+        if process.returncode != 0 or not lines:
+            raise RuntimeError(f"a worker failed (exit {process.returncode}): {err[-2000:]}")
+        results.append(json.loads(lines[-1]))
+    return results
+
+
+def write_data(shape: Shape, folder: Path) -> Path:
+    path = folder / f"Y_{shape.num_data}x{shape.data_dim}.npy"
+    if not path.exists():
+        np.save(path, synthetic(shape))
+    return path
+
+
+def gradient_bytes(shape: Shape, num_workers: int) -> dict:
+    """Bytes a step sums across workers at ``shape``: the dense gradients (all-reduced, float64)
+    and the rows of the latent tables with their row numbers (gathered from every replica)."""
+    import gpflow
+
+    import gpflow_svi_gplvm as svi
+
+    rng = np.random.default_rng(0)
+    small = np.abs(rng.standard_normal((max(shape.num_inducing, 200), shape.data_dim)))
+    model = svi.BayesianSVIGPLVM(
+        np.round(small),
+        shape.latent_dim,
+        shape.num_inducing,
+        likelihood=gpflow.likelihoods.Poisson(),
+        shared_covariance=shape.data_dim >= 100,
+    )
+    tables = {id(p.unconstrained_variable) for p in model.latent.row_parameters}
+    dense = sum(int(np.prod(v.shape)) * 8 for v in model.trainable_variables if id(v) not in tables)
+    global_batch = shape.batch_size * num_workers
+    rows = len(tables) * global_batch * (shape.latent_dim * 8 + 8)
+    return {"dense": dense, "rows": rows}
+
+
+def ring_seconds(workers: int, all_reduce_bytes: float, gathered_bytes: float) -> float:
+    """A ring all-reduce (each worker sends and receives 2 (W-1)/W of the bytes) and a ring
+    all-gather (each receives (W-1)/W of all rows), each in 2 (W - 1) and W - 1 messages."""
+    if workers == 1:
+        return 0.0
+    reduce = (
+        2 * (workers - 1) * LATENCY + 2 * (workers - 1) / workers * all_reduce_bytes / BANDWIDTH
+    )
+    gather = (workers - 1) * LATENCY + (workers - 1) / workers * gathered_bytes / BANDWIDTH
+    return reduce + gather
+
+
+def report(single: dict, pair: list[dict], shape: Shape) -> None:
+    one = single["seconds_per_step"]
+    two = max(worker["seconds_per_step"] for worker in pair)
+    print("\n| run | s/step | steps/s | rows/step | rows/s | vs one worker |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        f"| one worker, 1 thread | {one:.4f} | {1 / one:.1f} | {shape.batch_size} "
+        f"| {shape.batch_size / one:.0f} | 1.00x |"
+    )
+    rows = pair[0]["rows_per_step"]
+    print(
+        f"| two workers, 1 thread each | {two:.4f} | {1 / two:.1f} | {rows} | {rows / two:.0f} "
+        f"| {rows / two / (shape.batch_size / one):.2f}x |"
+    )
+    print(
+        "\n| process | rows held | their MiB | resident before data | with its rows held "
+        "| model built | end of training | peak |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, result in [("one worker", single)] + [(f"worker {r['worker']}", r) for r in pair]:
+        print(
+            f"| {name} | {result['shard_rows']} | {result['shard_mib']:.0f} "
+            f"| {result['resident_before_mib']:.0f} | {result['resident_held_mib']:.0f} "
+            f"| {result['resident_built_mib']:.0f} | {result['resident_end_mib']:.0f} "
+            f"| {result['peak_mib']:.0f} |"
+        )
+    for result in pair:
+        grew = result["resident_held_mib"] - result["resident_before_mib"]
+        print(
+            f"worker {result['worker']}: holding its rows added {grew:.0f} MiB to its resident "
+            f"memory, {grew / result['shard_mib']:.3f}x its shard of {result['shard_mib']:.0f} MiB"
+        )
+
+
+def projection(seconds_per_step: float, shape: Shape, num_data: int = 10**7) -> None:
+    """The step and an epoch of ``num_data`` rows at 1, 2, 8 and 32 workers on 10 Gbit/s."""
+    print(
+        f"\nModel at N = {num_data:.0e} ({shape.data_dim} columns, Q={shape.latent_dim}, "
+        f"M={shape.num_inducing}, {shape.batch_size} rows per worker and step): measured "
+        f"step {seconds_per_step * 1e3:.1f} ms plus communication on a 10 Gbit/s network"
+    )
+    print(
+        "\n| workers | bytes all-reduced | bytes gathered | communication ms | step ms "
+        "| rows/s | epoch | Y per worker (float64) | latent tables per worker |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    tables = 6 * num_data * shape.latent_dim * 8  # mean, variance, two Adam moments of each
+    for workers in (1, 2, 8, 32):
+        sizes = gradient_bytes(shape, workers)
+        comm = ring_seconds(workers, sizes["dense"], sizes["rows"])
+        step = seconds_per_step + comm
+        rows_per_second = shape.batch_size * workers / step
+        print(
+            f"| {workers} | {sizes['dense'] / 2**20:.2f} MiB | {sizes['rows'] / 2**10:.0f} KiB "
+            f"| {comm * 1e3:.2f} | {step * 1e3:.1f} | {rows_per_second:.0f} "
+            f"| {num_data / rows_per_second / 3600:.1f} h "
+            f"| {num_data * shape.data_dim * 8 / workers / 2**30:.1f} GiB "
+            f"| {tables / 2**30:.1f} GiB |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", default="single-cell", choices=sorted(shapes()))
+    parser.add_argument("--rows", type=int, help="N (default: the shape's)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--folder", type=Path, help="where the data file goes (default: a temp)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    args = parser.parse_args(argv)
+    shape = shapes()[args.shape]
+    if args.rows:
+        shape = Shape(**{**shape.__dict__, "num_data": args.rows})
+    target = TARGET_SECONDS
+    if args.quick:
+        shape = Shape(400, 30, 3, 10, 40, 0.0, "poisson", 1)
+        target = 0.1
+    print("Bytes summed across workers per step (float64; gradients of B-SVI, shared q(u)):")
+    print(
+        "\n| shape | D | Q | M | rows per worker | dense, all-reduced | table rows, gathered "
+        "from 2 / 32 workers |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in ("mnist", "single-cell"):
+        size = shapes()[name]
+        two, many = gradient_bytes(size, 2), gradient_bytes(size, 32)
+        print(
+            f"| {name} | {size.data_dim} | {size.latent_dim} | {size.num_inducing} "
+            f"| {size.batch_size} | {two['dense'] / 2**20:.2f} MiB "
+            f"| {two['rows'] / 2**10:.0f} / {many['rows'] / 2**10:.0f} KiB |"
+        )
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.folder or Path(scratch)
+        request = {
+            "shape": shape.__dict__,
+            "path": str(write_data(shape, folder)),
+            "repeats": 1 if args.quick else args.repeats,
+            "target_seconds": target,
+        }
+        print(
+            f"\n{args.shape}: N={shape.num_data} D={shape.data_dim} Q={shape.latent_dim} "
+            f"M={shape.num_inducing}, {shape.batch_size} rows per worker and step, Poisson, "
+            "one thread per process",
+            flush=True,
+        )
+        single = launch(request, 1)[0]
+        pair = launch(request, 2)
+    report(single, pair, shape)
+    projection(single["seconds_per_step"], shape)
+    return 0
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--process"]:
+    print(json.dumps(run_process(json.loads(sys.argv[2]))))
+elif __name__ == "__main__":
+    sys.exit(main())
