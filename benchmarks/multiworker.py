@@ -2,7 +2,8 @@
 
 Usage::
 
-    python benchmarks/multiworker.py [--shape single-cell] [--rows N] [--repeats 3] [--quick]
+    python benchmarks/multiworker.py [--shape single-cell] [--rows N] [--batches 256 ...]
+                                     [--repeats 3] [--quick]
 
 1. **One worker against two** (``MultiWorkerMirroredStrategy`` over loopback, one process per
    worker, one thread each, on this machine): a B-SVI step at the ``--shape`` of
@@ -14,18 +15,19 @@ Usage::
    block into a :class:`~gpflow_svi_gplvm.RowShard`) and reports its resident memory: before
    the data, once its rows are held, and at the end of training.
 2. **Bytes summed across workers per step**, counted from the model's gradients at the MNIST and
-   single-cell shapes: the dense gradients (all-reduced) and the batch's rows of the latent
-   tables with their row numbers (all-gathered).
-3. **A model of the step at 8 and 32 workers** on a 10 Gbit/s network: the step measured above
-   plus a ring all-reduce of the dense bytes and an all-gather of the rows, each
-   :math:`2 (W - 1)` messages of 50 microseconds latency plus the bytes over the bandwidth,
-   with the single-cell shape at N = 10^7 as the worked example.
+   single-cell shapes: the step's one all-reduce carries the dense gradients and a buffer of
+   the batch's rows of the latent tables, with their row numbers, each replica's in its block.
+3. **A model of the step at 8 and 32 workers** on a 10 Gbit/s network: the one-worker step
+   measured above plus the step's one ring all-reduce (dense gradients and the tables' rows),
+   :math:`2 (W - 1)` messages of 50 microseconds latency each carrying 1/W of the bytes, with
+   the single-cell shape at N = 10^7 as the worked example.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import resource
@@ -48,8 +50,14 @@ TARGET_SECONDS = 3.0  # length of the shorter timed run
 
 
 def resident_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    """This process's anonymous resident memory (what it allocated; pages of a memory-mapped file
+    are the file system's cache, counted apart by the kernel), after a garbage collection."""
+    gc.collect()
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
 
 
 def peak_mib() -> float:
@@ -71,8 +79,9 @@ def run_process(request: dict) -> dict:
     import gpflow_svi_gplvm as svi
     from gpflow_svi_gplvm.distributed import Workers
 
-    shape = Shape(**request["shape"])
+    shape = Shape(**{**request["shape"], "batch_size": request["batch_size"]})
     workers = Workers.of(strategy)
+    tf.constant(1.0).numpy()  # TensorFlow's runtime starts before the baseline
     before = resident_mib()
     data = svi.RowShard.for_worker(np.load(request["path"], mmap_mode="r"), strategy)
     held = resident_mib()
@@ -172,8 +181,9 @@ def write_data(shape: Shape, folder: Path) -> Path:
 
 
 def gradient_bytes(shape: Shape, num_workers: int) -> dict:
-    """Bytes a step sums across workers at ``shape``: the dense gradients (all-reduced, float64)
-    and the rows of the latent tables with their row numbers (gathered from every replica)."""
+    """Bytes of the one all-reduce of a step at ``shape`` (float64): the dense gradients and the
+    buffer of the latent tables' rows, each table's rows with their row numbers in their
+    replica's block (``num_workers`` replicas of ``shape.batch_size`` rows)."""
     import gpflow
 
     import gpflow_svi_gplvm as svi
@@ -189,42 +199,39 @@ def gradient_bytes(shape: Shape, num_workers: int) -> dict:
     )
     tables = {id(p.unconstrained_variable) for p in model.latent.row_parameters}
     dense = sum(int(np.prod(v.shape)) * 8 for v in model.trainable_variables if id(v) not in tables)
-    global_batch = shape.batch_size * num_workers
-    rows = len(tables) * global_batch * (shape.latent_dim * 8 + 8)
+    rows = len(tables) * shape.batch_size * num_workers * (shape.latent_dim + 1) * 8
     return {"dense": dense, "rows": rows}
 
 
-def ring_seconds(workers: int, all_reduce_bytes: float, gathered_bytes: float) -> float:
-    """A ring all-reduce (each worker sends and receives 2 (W-1)/W of the bytes) and a ring
-    all-gather (each receives (W-1)/W of all rows), each in 2 (W - 1) and W - 1 messages."""
+def ring_seconds(workers: int, size: dict) -> float:
+    """A ring all-reduce of ``size``'s bytes: 2 (W - 1) messages, each worker sending and
+    receiving 2 (W - 1) / W of the bytes."""
     if workers == 1:
         return 0.0
-    reduce = (
-        2 * (workers - 1) * LATENCY + 2 * (workers - 1) / workers * all_reduce_bytes / BANDWIDTH
-    )
-    gather = (workers - 1) * LATENCY + (workers - 1) / workers * gathered_bytes / BANDWIDTH
-    return reduce + gather
+    total = size["dense"] + size["rows"]
+    return 2 * (workers - 1) * (LATENCY + total / workers / BANDWIDTH)
 
 
-def report(single: dict, pair: list[dict], shape: Shape) -> None:
-    one = single["seconds_per_step"]
-    two = max(worker["seconds_per_step"] for worker in pair)
-    print("\n| run | s/step | steps/s | rows/step | rows/s | vs one worker |")
-    print("|---|---:|---:|---:|---:|---:|")
+def report(runs: dict[int, tuple[dict, list[dict]]], shape: Shape) -> None:
     print(
-        f"| one worker, 1 thread | {one:.4f} | {1 / one:.1f} | {shape.batch_size} "
-        f"| {shape.batch_size / one:.0f} | 1.00x |"
+        "\n| rows per worker and step | one worker: s/step | rows/s | two workers: s/step "
+        "| rows/s | rows/s, two over one |"
     )
-    rows = pair[0]["rows_per_step"]
+    print("|---:|---:|---:|---:|---:|---:|")
+    for batch, (single, pair) in runs.items():
+        one = single["seconds_per_step"]
+        two = max(worker["seconds_per_step"] for worker in pair)
+        print(
+            f"| {batch} | {one:.4f} | {batch / one:.0f} | {two:.4f} | {2 * batch / two:.0f} "
+            f"| {2 * batch / two / (batch / one):.2f}x |"
+        )
+    print("\nResident anonymous memory (MiB), after a garbage collection, at the first batch size:")
     print(
-        f"| two workers, 1 thread each | {two:.4f} | {1 / two:.1f} | {rows} | {rows / two:.0f} "
-        f"| {rows / two / (shape.batch_size / one):.2f}x |"
-    )
-    print(
-        "\n| process | rows held | their MiB | resident before data | with its rows held "
-        "| model built | end of training | peak |"
+        "\n| process | rows held | their MiB | before the data | its rows held | model built "
+        "| end of training | peak RSS |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    single, pair = next(iter(runs.values()))
     for name, result in [("one worker", single)] + [(f"worker {r['worker']}", r) for r in pair]:
         print(
             f"| {name} | {result['shard_rows']} | {result['shard_mib']:.0f} "
@@ -232,11 +239,12 @@ def report(single: dict, pair: list[dict], shape: Shape) -> None:
             f"| {result['resident_built_mib']:.0f} | {result['resident_end_mib']:.0f} "
             f"| {result['peak_mib']:.0f} |"
         )
-    for result in pair:
+    for result in [single] + pair:
         grew = result["resident_held_mib"] - result["resident_before_mib"]
         print(
-            f"worker {result['worker']}: holding its rows added {grew:.0f} MiB to its resident "
-            f"memory, {grew / result['shard_mib']:.3f}x its shard of {result['shard_mib']:.0f} MiB"
+            f"worker {result['worker']} of {result['workers']}: holding its rows "
+            f"added {grew:.0f} MiB, {grew / result['shard_mib']:.3f}x their "
+            f"{result['shard_mib']:.0f} MiB"
         )
 
 
@@ -244,24 +252,25 @@ def projection(seconds_per_step: float, shape: Shape, num_data: int = 10**7) -> 
     """The step and an epoch of ``num_data`` rows at 1, 2, 8 and 32 workers on 10 Gbit/s."""
     print(
         f"\nModel at N = {num_data:.0e} ({shape.data_dim} columns, Q={shape.latent_dim}, "
-        f"M={shape.num_inducing}, {shape.batch_size} rows per worker and step): measured "
-        f"step {seconds_per_step * 1e3:.1f} ms plus communication on a 10 Gbit/s network"
+        f"M={shape.num_inducing}, {shape.batch_size} rows per worker and step): the measured "
+        f"one-worker step, {seconds_per_step * 1e3:.1f} ms, plus a ring all-reduce on a "
+        "10 Gbit/s network (50 us per message)"
     )
     print(
-        "\n| workers | bytes all-reduced | bytes gathered | communication ms | step ms "
-        "| rows/s | epoch | Y per worker (float64) | latent tables per worker |"
+        "\n| workers | all-reduced per step | communication ms | step ms | rows/s | epoch "
+        "| Y per worker (float64) | latent tables per worker |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     tables = 6 * num_data * shape.latent_dim * 8  # mean, variance, two Adam moments of each
     for workers in (1, 2, 8, 32):
-        sizes = gradient_bytes(shape, workers)
-        comm = ring_seconds(workers, sizes["dense"], sizes["rows"])
+        size = gradient_bytes(shape, workers)
+        comm = ring_seconds(workers, size)
         step = seconds_per_step + comm
         rows_per_second = shape.batch_size * workers / step
         print(
-            f"| {workers} | {sizes['dense'] / 2**20:.2f} MiB | {sizes['rows'] / 2**10:.0f} KiB "
+            f"| {workers} | {(size['dense'] + size['rows']) / 2**20:.2f} MiB "
             f"| {comm * 1e3:.2f} | {step * 1e3:.1f} | {rows_per_second:.0f} "
-            f"| {num_data / rows_per_second / 3600:.1f} h "
+            f"| {num_data / rows_per_second / 60:.0f} min "
             f"| {num_data * shape.data_dim * 8 / workers / 2**30:.1f} GiB "
             f"| {tables / 2**30:.1f} GiB |"
         )
@@ -271,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", default="single-cell", choices=sorted(shapes()))
     parser.add_argument("--rows", type=int, help="N (default: the shape's)")
+    parser.add_argument("--batches", type=int, nargs="+", help="rows per worker and step")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--folder", type=Path, help="where the data file goes (default: a temp)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
@@ -282,10 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         shape = Shape(400, 30, 3, 10, 40, 0.0, "poisson", 1)
         target = 0.1
-    print("Bytes summed across workers per step (float64; gradients of B-SVI, shared q(u)):")
+    batches = args.batches or [shape.batch_size]
+    print("Bytes of a step's all-reduce (float64; B-SVI, shared q(u)):")
     print(
-        "\n| shape | D | Q | M | rows per worker | dense, all-reduced | table rows, gathered "
-        "from 2 / 32 workers |"
+        "\n| shape | D | Q | M | rows per worker | dense gradients | table rows, 2 / 32 workers |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in ("mnist", "single-cell"):
@@ -296,24 +306,28 @@ def main(argv: list[str] | None = None) -> int:
             f"| {size.batch_size} | {two['dense'] / 2**20:.2f} MiB "
             f"| {two['rows'] / 2**10:.0f} / {many['rows'] / 2**10:.0f} KiB |"
         )
+    runs = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.folder or Path(scratch)
-        request = {
-            "shape": shape.__dict__,
-            "path": str(write_data(shape, folder)),
-            "repeats": 1 if args.quick else args.repeats,
-            "target_seconds": target,
-        }
+        path = str(write_data(shape, folder))
         print(
             f"\n{args.shape}: N={shape.num_data} D={shape.data_dim} Q={shape.latent_dim} "
-            f"M={shape.num_inducing}, {shape.batch_size} rows per worker and step, Poisson, "
-            "one thread per process",
+            f"M={shape.num_inducing}, Poisson, one thread per process",
             flush=True,
         )
-        single = launch(request, 1)[0]
-        pair = launch(request, 2)
-    report(single, pair, shape)
-    projection(single["seconds_per_step"], shape)
+        for batch in batches:
+            request = {
+                "shape": shape.__dict__,
+                "path": path,
+                "batch_size": batch,
+                "repeats": 1 if args.quick else args.repeats,
+                "target_seconds": target,
+            }
+            runs[batch] = (launch(request, 1)[0], launch(request, 2))
+            print(f"  {batch} rows per worker: done", flush=True)
+    report(runs, shape)
+    first = batches[0]
+    projection(runs[first][0]["seconds_per_step"], Shape(**{**shape.__dict__, "batch_size": first}))
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from numpy.typing import ArrayLike
 
-from .validation import check_integer, check_observations, row_blocks
+from .validation import check_integer, check_observations
 
 __all__ = ["RowShard", "Workers", "WorkerLostError", "worker_rows", "LOST_WORKER_ERRORS"]
 
@@ -33,6 +34,9 @@ LOST_WORKER_ERRORS = (
 """What a collective operation raises when a peer worker has stopped or cannot be reached."""
 
 _MESSAGE_BYTES = 2048
+# Rows copied at a time into a shard's variable: TensorFlow's CPU allocator keeps the buffers it
+# frees, so each block's temporary stays resident; small blocks keep that small.
+_COPY_ROWS = 256
 
 
 class WorkerLostError(RuntimeError):
@@ -170,8 +174,8 @@ class RowShard:
 
     A model built from a shard inside ``strategy.scope()`` and ``fit(model, shard,
     strategy=strategy)`` train on the union of the workers' shards: every row 0..N-1 on exactly
-    one worker. The shard keeps its rows once, in a TensorFlow tensor on this worker's CPU (a
-    copy of ``Y``: drop your array, or pass a memory-mapped one, to keep one copy resident);
+    one worker. The shard keeps its rows once, in a variable ``Y`` on this worker's CPU (a copy
+    of ``Y``: drop your array, or pass a memory-mapped one, to keep one copy resident);
     :meth:`for_worker` takes this worker's block of a (memory-mapped) array.
     """
 
@@ -179,8 +183,7 @@ class RowShard:
         Y = check_observations(Y, "the shard's Y", mask=mask)
         self.num_data = check_integer(num_data, "num_data", hint="N, the rows of all shards")
         self.rows = _check_rows(rows, len(Y), self.num_data)
-        with tf.device("/cpu:0"):
-            self.Y = tf.constant(Y)
+        self.Y = _rows_on_cpu(Y)
 
     @classmethod
     def for_worker(
@@ -244,9 +247,28 @@ class RowShard:
                 "with num_data equal to the rows they hold."
             )
 
-    def blocks(self) -> Iterator[np.ndarray]:
-        """This worker's rows in blocks (NumPy copies of a bounded size)."""
-        return row_blocks(self.Y)
+
+def _rows_on_cpu(Y: np.ndarray) -> tf.Variable:
+    """Y [n, D] in a non-trainable variable on this process's CPU, written in blocks of
+    :data:`_COPY_ROWS` rows so that besides Y it costs one copy and no larger temporary."""
+    made: list[tf.Variable] = []
+
+    def create() -> None:
+        with tf.device("/cpu:0"):
+            zeros = tf.fill(Y.shape, tf.constant(0, Y.dtype))
+            made.append(tf.Variable(zeros, trainable=False, name="rows"))
+
+    # A strategy's scope holds for its own thread only, and a worker's rows must never become a
+    # variable mirrored from the chief's (nor copied to every device): create it in another.
+    thread = threading.Thread(target=create)
+    thread.start()
+    thread.join()
+    rows = made[0]
+    for start in range(0, len(Y), _COPY_ROWS):
+        block = np.asarray(Y[start : start + _COPY_ROWS])
+        positions = tf.range(start, start + len(block), dtype=tf.int64)
+        rows.scatter_update(tf.IndexedSlices(tf.constant(block), positions))
+    return rows
 
 
 def _check_rows(rows: ArrayLike, num_rows: int, num_data: int) -> np.ndarray:

@@ -170,9 +170,9 @@ class Trainer:
     ``MirroredStrategy`` over the devices of one machine, or ``MultiWorkerMirroredStrategy`` over
     the workers of ``TF_CONFIG``. ``batch_size`` is the global batch, split evenly over the
     replicas; each worker draws its replicas' batches from its own rows. The loss and gradients
-    are summed over every replica of every worker inside the step (all-reduced; the rows of the
-    latent tables gathered), so that every worker applies the same update and all hold the same
-    parameters. A worker that stops makes the others raise
+    are summed over every replica of every worker inside the step, by one all-reduce (the
+    latent tables' rows each in their replica's block), so that every worker applies the same
+    update and all hold the same parameters. A worker that stops makes the others raise
     :class:`~gpflow_svi_gplvm.distributed.WorkerLostError`; with checkpoints, restarting every
     worker with ``resume=True`` continues the run exactly.
 
@@ -305,22 +305,23 @@ class Trainer:
                 )
         return batch_size // replicas
 
-    def _stream(self, first_step: int) -> tf.data.Dataset | tf.distribute.DistributedDataset:
-        """The row positions [replica_batch] in this worker's shard of every replica's batch, from
-        step ``first_step`` on: one stream of the worker's own shuffled rows, a batch per local
-        replica and step (:func:`minibatch_indices`), a function of the seed and the step only."""
+    def _stream(self, first_step: int) -> tf.data.Dataset:
+        """The row positions [local replicas, replica_batch] in this worker's shard of its
+        replicas' batches, step by step from ``first_step`` on: consecutive batches of one stream
+        of the worker's own shuffled rows (:func:`minibatch_indices`), a function of the seed and
+        the step only. A plain dataset of this worker's: :meth:`_step` hands its rows to the
+        replicas (a distributed dataset would agree across workers on every step's batch)."""
         shard, workers = self.shard, self.workers
         assert shard is not None
-
-        def worker_stream(context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
-            start = first_step * workers.local_replicas
-            return minibatch_indices(
-                shard.num_rows, self.replica_batch, self.seed, workers.index, workers.count, start
-            )
-
-        if workers.strategy is None:
-            return worker_stream()
-        return self.strategy.distribute_datasets_from_function(worker_stream)
+        local = workers.local_replicas
+        return minibatch_indices(
+            shard.num_rows,
+            self.replica_batch,
+            self.seed,
+            workers.index,
+            workers.count,
+            start=first_step * local,
+        ).batch(local, drop_remainder=True)
 
     def _start(self, dataset: tf.data.Dataset | tf.distribute.DistributedDataset) -> None:
         """Iterate over ``dataset`` (a user's dataset is distributed here) and compile the step,
@@ -465,6 +466,11 @@ class Trainer:
         """One update from one element of the iterator (row positions, or a user's
         ``(idx, Y)``); returns the loss, or NaN when the loss or a gradient is not finite (and
         then applies nothing)."""
+        if self.shard is not None:  # positions [local replicas, replica_batch]: one per replica
+            first = self.workers.index * self.workers.local_replicas
+            element = self.strategy.experimental_distribute_values_from_function(
+                lambda context: element[context.replica_id_in_sync_group - first]
+            )
         summed = self.strategy.run(self._replica_gradients, args=(element,))
         # Every replica of every worker holds the same sums: each worker updates from its first.
         loss, gradients = tf.nest.map_structure(

@@ -127,7 +127,8 @@ def test_eager_and_compiled_losses_agree(model_class, small_Y, monkeypatch):
     trainer = sg.Trainer(model, small_Y, batch_size=BATCH)
     before = values(trainer.variables)
     idx, _ = batch
-    compiled = trainer.step(idx).numpy()  # the step gathers these rows; the loss before the update
+    # The step gathers these rows (one replica's positions); the loss is from before the update.
+    compiled = trainer.step(idx[None]).numpy()
 
     np.testing.assert_allclose(compiled, eager, rtol=1e-10)
     changed = [not np.array_equal(a, v.numpy()) for a, v in zip(before, trainer.variables)]
