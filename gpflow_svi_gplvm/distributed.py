@@ -34,9 +34,9 @@ LOST_WORKER_ERRORS = (
 """What a collective operation raises when a peer worker has stopped or cannot be reached."""
 
 _MESSAGE_BYTES = 2048
-# Rows copied at a time into a shard's variable: TensorFlow's CPU allocator keeps the buffers it
-# frees, so each block's temporary stays resident; small blocks keep that small.
-_COPY_ROWS = 256
+# Bytes copied at a time into a shard's variable: the allocator keeps small freed buffers
+# resident, so small blocks keep that overhead small.
+_COPY_BYTES = 2**20
 
 
 class WorkerLostError(RuntimeError):
@@ -249,8 +249,8 @@ class RowShard:
 
 
 def _rows_on_cpu(Y: np.ndarray) -> tf.Variable:
-    """Y [n, D] in a non-trainable variable on this process's CPU, written in blocks of
-    :data:`_COPY_ROWS` rows so that besides Y it costs one copy and no larger temporary."""
+    """Y [n, D] in a non-trainable variable on this process's CPU, written in blocks of about a
+    MiB so that besides Y it costs one copy and no larger temporary."""
     made: list[tf.Variable] = []
 
     def create() -> None:
@@ -264,8 +264,9 @@ def _rows_on_cpu(Y: np.ndarray) -> tf.Variable:
     thread.start()
     thread.join()
     rows = made[0]
-    for start in range(0, len(Y), _COPY_ROWS):
-        block = np.asarray(Y[start : start + _COPY_ROWS])
+    step = max(1, _COPY_BYTES // max(1, Y.shape[1] * Y.itemsize))
+    for start in range(0, len(Y), step):
+        block = np.asarray(Y[start : start + step])
         positions = tf.range(start, start + len(block), dtype=tf.int64)
         rows.scatter_update(tf.IndexedSlices(tf.constant(block), positions))
     return rows

@@ -7,6 +7,7 @@ import numbers
 from collections.abc import Sequence
 
 import numpy as np
+import tensorflow as tf
 from gpflow.config import default_float
 
 __all__ = [
@@ -25,9 +26,14 @@ ROWS_PER_BLOCK = 4096
 
 def row_blocks(Y, rows: int = ROWS_PER_BLOCK):
     """Consecutive blocks Y[i : i + rows] [<= rows, D] covering Y [N, D], as NumPy arrays: views
-    of an array, copies of a block of a tensor."""
+    of an array, copies of a block of a tensor or variable."""
     for start in range(0, Y.shape[0], rows):
-        yield np.asarray(Y[start : start + rows])
+        if isinstance(Y, tf.Variable):
+            # A variable read sparsely (as training does) copies itself whole on a dense read.
+            positions = tf.range(start, min(start + rows, Y.shape[0]))
+            yield Y.sparse_read(positions).numpy()
+        else:
+            yield np.asarray(Y[start : start + rows])
 
 
 def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=None) -> np.ndarray:
