@@ -2,6 +2,7 @@
 
 from .distributed import RowShard, WorkerLostError
 from .export import export_saved_model
+from .flows import FlowLatent, JointFlowLatent, Planar
 from .inference import LatentInference, log_predictive_density
 from .latents import (
     EncoderLatent,
@@ -18,8 +19,10 @@ from .models import (
     SVIGPLVM,
     AmortisedBayesianGPLVM,
     BayesianSVIGPLVM,
+    FlowBayesianGPLVM,
     PointGPLVM,
 )
+from .posterior_check import latent_draws, mmd, posterior_draws, sliced_wasserstein
 from .training import History, NonFiniteLossError, Trainer, fit
 
 __version__ = "0.1.0"
@@ -30,6 +33,7 @@ __all__ = [
     "MAPGPLVM",
     "BayesianSVIGPLVM",
     "AmortisedBayesianGPLVM",
+    "FlowBayesianGPLVM",
     "LatentVariables",
     "RowLatentVariables",
     "LatentBatch",
@@ -37,6 +41,9 @@ __all__ = [
     "MAPLatent",
     "GaussianLatent",
     "EncoderLatent",
+    "FlowLatent",
+    "JointFlowLatent",
+    "Planar",
     "MaskedLikelihood",
     "fit",
     "Trainer",
@@ -45,6 +52,10 @@ __all__ = [
     "LatentInference",
     "log_predictive_density",
     "export_saved_model",
+    "posterior_draws",
+    "latent_draws",
+    "mmd",
+    "sliced_wasserstein",
     "History",
     "NonFiniteLossError",
 ]

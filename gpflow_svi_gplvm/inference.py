@@ -151,6 +151,14 @@ class LatentInference(tf.Module):
         missing) and per row [N*], for checked rows Y and targets [N*, D], in chunks."""
         return self._in_chunks(self.log_densities, self.num_samples, Y, targets)
 
+    def draws(self, Y: np.ndarray, num_draws: int) -> tf.Tensor:
+        """Draws [num_draws, N*, Q] of q(x*) for checked rows Y [N*, D], fitted as in
+        :meth:`infer`, each row with standard draws of its own (stateless, from the seed)."""
+        shape = [num_draws, len(Y), self.model.latent_dim]
+        noise = tf.random.stateless_normal(shape, seed=[self.seed, 2], dtype=default_float())
+        draw = tf.function(lambda Y: self._batch(Y, num_draws, noise).samples)
+        return draw(tf.convert_to_tensor(Y))
+
     def _in_chunks(
         self,
         function: tf.types.experimental.PolymorphicFunction,

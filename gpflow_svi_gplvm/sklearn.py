@@ -42,12 +42,13 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
     Parameters
     ----------
-    model : {"point", "map", "bsvi", "aeb"}, default="bsvi"
+    model : {"point", "map", "bsvi", "aeb", "flow"}, default="bsvi"
         The latent family (a name of :data:`gpflow_svi_gplvm.models.MODELS`): point estimates
         (:class:`~gpflow_svi_gplvm.PointGPLVM`), MAP under N(0, I)
         (:class:`~gpflow_svi_gplvm.MAPGPLVM`), Gaussian q(x_n) per row
-        (:class:`~gpflow_svi_gplvm.BayesianSVIGPLVM`) or an amortised MLP encoder
-        (:class:`~gpflow_svi_gplvm.AmortisedBayesianGPLVM`).
+        (:class:`~gpflow_svi_gplvm.BayesianSVIGPLVM`), an amortised MLP encoder
+        (:class:`~gpflow_svi_gplvm.AmortisedBayesianGPLVM`) or a per-row Gaussian pushed through
+        a normalising flow (:class:`~gpflow_svi_gplvm.FlowBayesianGPLVM`, its defaults).
     n_components : int, default=2
         Q, the number of latent dimensions (the output width of ``transform``; the models'
         ``latent_dim``).
