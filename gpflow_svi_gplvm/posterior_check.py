@@ -446,6 +446,16 @@ def sliced_wasserstein(
 
 def _sliced(px: np.ndarray, py: np.ndarray) -> float:
     """SW_2 from projected draws [n, P] and [m, P]."""
-    levels = (np.arange(max(len(px), len(py))) + 0.5) / max(len(px), len(py))
-    qx, qy = np.quantile(px, levels, axis=0), np.quantile(py, levels, axis=0)
+    size = max(len(px), len(py))
+    qx, qy = (_quantiles(np.sort(p, axis=0), size) for p in (px, py))
     return float(np.sqrt(np.mean(np.square(qx - qy))))
+
+
+def _quantiles(ordered: np.ndarray, size: int) -> np.ndarray:
+    """The quantiles [size, P] at levels (i + 1/2) / size of sorted columns [n, P], linearly
+    interpolated between order statistics (the order statistics themselves when size = n)."""
+    position = np.clip((np.arange(size) + 0.5) * len(ordered) / size - 0.5, 0, len(ordered) - 1)
+    below = np.floor(position).astype(int)
+    above = np.minimum(below + 1, len(ordered) - 1)
+    weight = (position - below)[:, None]
+    return (1 - weight) * ordered[below] + weight * ordered[above]
