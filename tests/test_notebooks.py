@@ -14,6 +14,7 @@ NOTEBOOKS = [
     "05_movielens.py",
     "06_new_data_and_serving.py",
     "07_bring_your_own.py",
+    "08_flows_and_hmc.py",
 ]
 # The folders of the data folder ($GPFLOW_SVI_GPLVM_DATA) that a notebook reads; the others
 # use scikit-learn's bundled digits only.
