@@ -27,11 +27,13 @@ own ``target="model"`` posterior (the best q(x_n) given their q(u)). Figure:
 test latents inferred with the model frozen, test RMSE and NLPD per test row) for B-SVI and the
 flow model (10 shared planar layers, its defaults), and for the first ``--rows`` test rows the
 MMD^2 between 2000 draws of the inferred q(x*) and NUTS draws of the model's own posterior of
-each row given its q(u) (``target="model"``, 4 chains of 500 after 500), per row in R^10.
+each row given its q(u) (``target="model"``, 4 chains of 1000 after 1000), per row in R^10.
+The flow model runs with its default four draws of x per step and with one.
 
 ``speed``: steps per second at the paper's oil-flow size (N=800, D=12, Q=10, M=25, batch 100),
 measured as ``speed.py`` does (warm-up, then interleaved rounds; median), for B-SVI with Monte
-Carlo over q(x) (one draw, as the flows take), B-SVI's defaults, and flows.
+Carlo over q(x) (one and four draws of x), B-SVI's defaults, and flows, each set beside B-SVI
+with as many draws.
 Data: $GPFLOW_SVI_GPLVM_DATA (oil flow).
 """
 
@@ -80,6 +82,13 @@ DEMO_NOISE = 0.1
 DRAWS = 2000
 FAMILIES = ("Gaussian (B-SVI)", "flow, shared", "flow, per-row", "flow, joint")
 FLOW_PARAMETERS = {"flow, shared": "shared", "flow, per-row": "per-row", "flow, joint": "joint"}
+# Oil flow: the defaults of both models, and the flow model with one draw of x (the other models'
+# default) instead of its four.
+OILFLOW_MODELS = {
+    "B-SVI": (BayesianSVIGPLVM, {}),
+    "B-SVI (flow)": (FlowBayesianGPLVM, {}),
+    "B-SVI (flow), 1 draw": (FlowBayesianGPLVM, {"num_samples": 1}),
+}
 
 
 # ----------------------------------------------------------------------------------------- demo
@@ -204,7 +213,7 @@ def _demo_figure(panels: dict) -> None:
 
 def oilflow(args) -> str:
     Y = np.asarray(load_oilflow().Y, dtype=float)
-    results: dict[str, list[dict]] = {"B-SVI": [], "B-SVI (flow)": []}
+    results: dict[str, list[dict]] = {name: [] for name in OILFLOW_MODELS}
     for seed in range(args.seeds):
         split = train_test_split(Y, 0.2, seed)
         for name in results:
@@ -227,8 +236,8 @@ def oilflow(args) -> str:
 
 def _oilflow_run(name: str, Y_train: np.ndarray, Y_test: np.ndarray, seed: int, args) -> dict:
     start = time.perf_counter()
-    model_class = BayesianSVIGPLVM if name == "B-SVI" else FlowBayesianGPLVM
-    model = model_class(Y_train, 10, 25, seed=seed)
+    model_class, options = OILFLOW_MODELS[name]
+    model = model_class(Y_train, 10, 25, seed=seed, **options)
     fit(model, Y_train, iterations=args.iterations, seed=seed, progress=False)
     inference = LatentInference(model, args.inference_iterations, seed=seed)
     mean, _ = inference.reconstruct(Y_test)
@@ -263,26 +272,40 @@ def _oilflow_run(name: str, Y_train: np.ndarray, Y_test: np.ndarray, seed: int, 
 
 def speed(args) -> str:
     Y = np.asarray(load_oilflow().Y[:800], dtype=float)
+    monte_carlo = dict(latent_expectation="monte-carlo")
+    # (model, draws of x): each is compared with B-SVI under Monte Carlo with as many draws.
     models = {
-        "B-SVI, Monte Carlo (1 draw)": lambda: BayesianSVIGPLVM(
-            Y, 10, 25, latent_expectation="monte-carlo"
+        ("B-SVI, Monte Carlo", 1): lambda: BayesianSVIGPLVM(
+            Y, 10, 25, num_samples=1, **monte_carlo
         ),
-        "B-SVI, defaults (closed form)": lambda: BayesianSVIGPLVM(Y, 10, 25),
-        "flow: 10 planar, shared": lambda: FlowBayesianGPLVM(Y, 10, 25),
-        "flow: 10 planar, per-row": lambda: FlowBayesianGPLVM(Y, 10, 25, flow_parameters="per-row"),
-        "flow: 4 inverse autoregressive, shared": lambda: FlowBayesianGPLVM(
+        ("B-SVI, Monte Carlo", 4): lambda: BayesianSVIGPLVM(
+            Y, 10, 25, num_samples=4, **monte_carlo
+        ),
+        ("B-SVI, defaults (closed form)", 1): lambda: BayesianSVIGPLVM(Y, 10, 25),
+        ("flow: 10 planar, shared", 1): lambda: FlowBayesianGPLVM(Y, 10, 25, num_samples=1),
+        ("flow: 10 planar, shared (defaults)", 4): lambda: FlowBayesianGPLVM(Y, 10, 25),
+        ("flow: 10 planar, per-row", 4): lambda: FlowBayesianGPLVM(
+            Y, 10, 25, flow_parameters="per-row"
+        ),
+        ("flow: 4 inverse autoregressive, shared", 4): lambda: FlowBayesianGPLVM(
             Y, 10, 25, flow="iaf", num_layers=4
         ),
     }
     entries = {
-        ("graph", name): (lambda make=make: Trainer(make(), Y, batch_size=100))
-        for name, make in models.items()
+        ("graph", f"{name}, {draws} draw(s)"): (
+            lambda make=make: Trainer(make(), Y, batch_size=100)
+        )
+        for (name, draws), make in models.items()
     }
     results = measure(entries, args.iterations, args.repeats, 100)["graph"]
-    baseline = results["B-SVI, Monte Carlo (1 draw)"].median
-    lines = ["| model | steps / s (median) | step time / B-SVI Monte Carlo's |", "|---|---:|---:|"]
-    for name, result in results.items():
-        lines.append(f"| {name} | {result.median:.0f} | {baseline / result.median:.2f} |")
+    lines = [
+        "| model | draws of x | steps / s (median) | step time / B-SVI Monte Carlo's, same draws |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, draws in models:
+        rate = results[f"{name}, {draws} draw(s)"].median
+        baseline = results[f"B-SVI, Monte Carlo, {draws} draw(s)"].median
+        lines.append(f"| {name} | {draws} | {rate:.0f} | {baseline / rate:.2f} |")
     return "\n".join(lines)
 
 
@@ -300,15 +323,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seeds, args.rows, args.repeats = 1, 2, 1
     for part in args.parts:
-        if part == "oilflow":
-            args.hmc_draws = 50 if args.quick else 500
         default = {"demo": 2000, "oilflow": 5000, "speed": 300}[part]
         iterations = args.iterations or (10 if args.quick else default)
         run = argparse.Namespace(**{**vars(args), "iterations": iterations})
         print(f"## {part}\n", flush=True)
         print({"demo": demo, "oilflow": oilflow, "speed": speed}[part](run), flush=True)
+        sizes = f" --seeds {args.seeds} --rows {args.rows}" if part == "oilflow" else ""
         quick = " --quick" if args.quick else ""
-        command = f"python benchmarks/flows.py {part} --iterations {iterations}{quick}"
+        command = f"python benchmarks/flows.py {part} --iterations {iterations}{sizes}{quick}"
         print(f"\n_`{command}`_\n", flush=True)
     return 0
 

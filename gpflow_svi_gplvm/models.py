@@ -556,10 +556,11 @@ class FlowBayesianGPLVM(SVIGPLVM):
     ``flow``: "planar" or "iaf" (inverse autoregressive layers, TFP's masked autoregressive flow
     inverted; ``hidden_sizes`` and ``context_size`` shape its networks). ``flow_parameters``:
     "shared" by all rows (default), "per-row" (each row's own, updated row-sparsely), or "joint"
-    (one flow over vec(X) of all rows: a few rows only, and no new rows). The row term is a
-    Monte Carlo estimate over the model's ``num_samples`` draws; mean and variance of q(x_n)
-    (:meth:`latent_mean`, :meth:`latent_variance`) are estimated from ``moment_draws`` fixed
-    draws. The data term is always taken by Monte Carlo.
+    (one flow over vec(X) of all rows: a few rows only, and no new rows). The data term and the
+    row term are Monte Carlo estimates over ``num_samples`` draws of each row's x_n, 4 by default
+    (the other models' default is 1; benchmarks/RESULTS.md, "Flow latents against HMC", compares
+    one and four draws on oil flow). Mean and variance of q(x_n) (:meth:`latent_mean`,
+    :meth:`latent_variance`) are estimated from ``moment_draws`` fixed draws.
     """
 
     def __init__(
@@ -567,7 +568,10 @@ class FlowBayesianGPLVM(SVIGPLVM):
         data,
         latent_dim: int,
         num_inducing: int = 25,
-        *args,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
+        num_samples: int = 4,
+        *,
         flow: str = "planar",
         num_layers: int = 10,
         flow_parameters: str = "shared",
@@ -593,7 +597,17 @@ class FlowBayesianGPLVM(SVIGPLVM):
                 seed,
             )
 
-        super().__init__(data, latent_dim, num_inducing, *args, latent=latent, seed=seed, **kwargs)
+        super().__init__(
+            data,
+            latent_dim,
+            num_inducing,
+            kernel,
+            likelihood,
+            num_samples,
+            latent=latent,
+            seed=seed,
+            **kwargs,
+        )
 
 
 @dataclass(frozen=True)
