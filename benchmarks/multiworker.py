@@ -270,7 +270,7 @@ def projection(seconds_per_step: float, shape: Shape, num_data: int = 10**7) -> 
         print(
             f"| {workers} | {(size['dense'] + size['rows']) / 2**20:.2f} MiB "
             f"| {comm * 1e3:.2f} | {step * 1e3:.1f} | {rows_per_second:.0f} "
-            f"| {num_data / rows_per_second / 60:.0f} min "
+            f"| {num_data / rows_per_second / 60:.1f} min "
             f"| {num_data * shape.data_dim * 8 / workers / 2**30:.1f} GiB "
             f"| {tables / 2**30:.1f} GiB |"
         )
