@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -180,6 +181,7 @@ def write_data(shape: Shape, folder: Path) -> Path:
     return path
 
 
+@functools.cache
 def gradient_bytes(shape: Shape, num_workers: int) -> dict:
     """Bytes of the one all-reduce of a step at ``shape`` (float64): the dense gradients and the
     buffer of the latent tables' rows, each table's rows with their row numbers in their
