@@ -37,7 +37,7 @@ from .initialisation import column_location_and_scale
 from .metrics import rmse
 from .models import MODELS, SVIGPLVM, lookup_model
 from .training import History, fit
-from .validation import check_observations
+from .validation import check_observations, check_writable_folder
 
 __all__ = ["RELEVANCE_KEPT", "build_parser", "main"]
 
@@ -98,12 +98,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.output.exists() and not args.output.is_dir():
-        raise ValueError(f"--output {args.output} is a file: name a folder for the results.")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     matplotlib.use("Agg")
     strategy = _strategy(args.distributed)  # before any other TensorFlow operation
     workers = Workers.of(strategy)
+    with workers.agreeing():  # a folder that cannot be written is found now, not after training
+        if workers.chief:
+            check_writable_folder(args.output, "--output")
     data = _load_data(args.data, standardise=not args.no_standardise)
     Y = data.Y
     if workers.chief:

@@ -21,18 +21,32 @@ signature runs ("expected to be a double tensor but is a float tensor").
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 import tensorflow as tf
 from gpflow.config import default_float
 
-from .export_folder import check_destination, replace_folder, write_marker
+from .export_folder import check_destination, make_staging, replace_folder, write_marker
 from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
 SIGNATURES = ("decode", "encode", "reconstruct", "serving_default")
+
+
+def _serving_dtype(dtype: object) -> tf.DType:
+    """``dtype`` (a ``tf.DType``, a NumPy dtype or a name such as "float32") as tf.float32 or
+    tf.float64, or a ``ValueError`` naming the choices."""
+    try:
+        found = tf.as_dtype(dtype)
+    except TypeError:
+        found = None
+    if found not in (tf.float64, tf.float32):
+        raise ValueError(
+            f"dtype must be float64 or float32 (tf.float64, np.float32, 'float32', ...), got "
+            f"{dtype!r}."
+        )
+    return found
 
 
 class ServingModule(tf.Module):
@@ -49,8 +63,7 @@ class ServingModule(tf.Module):
         chunk_size: int | None = None,
     ):
         super().__init__()
-        if dtype not in (tf.float64, tf.float32):
-            raise ValueError(f"dtype must be tf.float64 or tf.float32, got {dtype}.")
+        dtype = _serving_dtype(dtype)
         self.model = model
         self.inference = LatentInference(model, encode_iterations, learning_rate, num_samples, seed)
         # Rows per graph call of encode / reconstruct, so a request's peak memory does not grow
@@ -133,6 +146,7 @@ def export_saved_model(
     module = ServingModule(
         model, encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size
     )
+    dtype = module.dtype
     functions = {
         "decode": module.decode,
         "encode": module.encode,
@@ -141,7 +155,7 @@ def export_saved_model(
     }
     signatures = {name: function.get_concrete_function() for name, function in functions.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    staging = make_staging(path)
     try:
         tf.saved_model.save(module, str(staging), signatures=signatures)
         record = {

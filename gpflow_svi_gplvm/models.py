@@ -56,7 +56,7 @@ from .latents import (
 )
 from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
-from .validation import check_observations, row_blocks
+from .validation import check_observations, check_seed, row_blocks
 
 __all__ = [
     "SVIGPLVM",
@@ -128,6 +128,7 @@ class SVIGPLVM(SVGP):
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
     ):
+        seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
@@ -495,6 +496,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         mask=None,
         **kwargs,
     ):
+        seed = check_seed(seed)
         # Read by _build_latent, which SVIGPLVM.__init__ calls once the data is checked.
         self._encoder_options = _EncoderOptions(
             hidden_sizes=hidden_sizes,

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
 from .distributed import LOST_WORKER_ERRORS, RowShard, WorkerLostError, Workers
-from .likelihoods import MaskedLikelihood, base_likelihood
+from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
 from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
@@ -28,6 +28,7 @@ from .validation import (
     check_integer,
     check_learning_rate,
     check_observations,
+    check_seed,
     row_blocks,
 )
 
@@ -113,6 +114,7 @@ def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.
             "train on the rows the model was constructed with."
         )
     _check_gaps(model, bool(np.isnan(Y).any()))
+    check_likelihood_support(model.likelihood, Y)
     return Y
 
 
@@ -151,6 +153,8 @@ def _training_shard(
             )
     gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(data.Y))
     _check_gaps(model, bool(workers.sum(gaps) > 0))
+    with workers.agreeing():
+        check_likelihood_support(model.likelihood, data.Y)
     return data
 
 
@@ -209,7 +213,9 @@ class Trainer:
         allow_new_data: bool = False,
         q_u_optimizer: str | None = None,
         natgrad_gamma: float = 0.03,
+        overwrite: bool = False,
     ) -> None:
+        seed = check_seed(seed)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.workers = Workers.of(strategy) if strategy is not None else Workers()
         if strategy is not None:
@@ -240,7 +246,24 @@ class Trainer:
                 checkpoint_every,
                 max_to_keep,
                 allow_new_data,
+                overwrite,
             )
+
+    def close(self) -> None:
+        """Release the checkpoint folder to other processes (``fit`` does this at its end; a
+        Trainer also releases it when garbage collected or used in a ``with`` block)."""
+        if self.checkpoints is not None:
+            self.checkpoints.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "checkpoints", None) is not None:
+            self.close()
 
     def _agree_on(self, what: str, settings: dict) -> None:
         """A ``ValueError`` on every worker when some worker was given other ``settings`` (the
@@ -386,6 +409,7 @@ class Trainer:
         every: int,
         max_to_keep: int,
         allow_new_data: bool,
+        overwrite: bool,
     ) -> Checkpoints:
         """The checkpoint folder of this run's model, optimiser, generator and steps (and the
         iterator of a user's dataset: the batches of rows held here follow from the step)."""
@@ -409,6 +433,8 @@ class Trainer:
             max_to_keep=max_to_keep,
             allow_new_data=allow_new_data,
             workers=self.workers,
+            overwrite=overwrite,
+            model=_description(self.model, self.q_u_optimizer),
         )
 
     @property
@@ -557,6 +583,13 @@ class Trainer:
         iterations = check_integer(iterations, "iterations", minimum=0)
         steps_per_call = check_integer(steps_per_call, "steps_per_call")
         callback_every = check_integer(callback_every, "callback_every")
+        if callback is not None and not callable(callback):
+            raise ValueError(
+                f"callback must be a function of the step number (or a gpflow.monitor.Monitor), "
+                f"got {callback!r}."
+            )
+        if self.checkpoints is not None:
+            self.checkpoints.check_owner()  # before the first step, on every worker alike
         start = time.perf_counter()
         target = self.num_steps + iterations
         # Workers step together: each must stop at the same step, with checkpoints between.
@@ -710,6 +743,19 @@ def _shown(value: float) -> str:
     return f"{value:g}" if abs(value) < 2**40 else "(another value)"
 
 
+def _description(model: SVIGPLVM, q_u_optimizer: str) -> dict:
+    """A model in a few numbers, for the run record of a checkpoint folder."""
+    return {
+        "class": type(model).__name__,
+        "N": model.num_data,
+        "D": model.data_dim,
+        "Q": model.latent_dim,
+        "M": int(model.inducing_variable.num_inducing),
+        "shared_covariance": model.shared_covariance,
+        "q_u_optimizer": q_u_optimizer,
+    }
+
+
 def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
     """ "natgrad" or "adam"; None chooses natural gradients for a Gaussian likelihood."""
     if choice is None:
@@ -759,20 +805,25 @@ def fit(
     allow_new_data: bool = False,
     q_u_optimizer: str | None = None,
     natgrad_gamma: float = 0.03,
+    overwrite: bool = False,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
     ``data``: the training Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed), this
     worker's :class:`~gpflow_svi_gplvm.distributed.RowShard` under a multi-worker ``strategy``,
-    or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: checkpoints every
-    ``checkpoint_every`` steps; ``resume=True`` continues from the latest one up to ``iterations``
-    steps in all, exactly as if never interrupted, refusing (``ValueError``) one written on other
-    data (values, gaps or row order) or with another ``batch_size`` unless ``allow_new_data``.
-    ``seed`` fixes the batch order and latent samples; the rest are :class:`Trainer`'s settings.
+    or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: a folder of
+    this run's own, checkpointed every ``checkpoint_every`` steps; ``resume=True`` continues the
+    run whose checkpoints it holds up to ``iterations`` steps in all, exactly as if never
+    interrupted, refusing one written on other data (values, gaps, row order) or with another
+    ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh;
+    without either, a folder holding a run's checkpoints is a ``ValueError``. ``seed`` fixes the
+    batch order and latent samples; the rest are :class:`Trainer`'s settings.
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
-    if resume and checkpoint_dir is None:
-        raise ValueError("resume=True needs the checkpoint_dir of the run to resume.")
+    if (resume or overwrite) and checkpoint_dir is None:
+        raise ValueError("resume=True and overwrite=True need the checkpoint_dir of the run.")
+    if resume and overwrite:
+        raise ValueError("Pass resume=True (continue the run) or overwrite=True, not both.")
     trainer = Trainer(
         model,
         data,
@@ -788,13 +839,15 @@ def fit(
         allow_new_data=allow_new_data,
         q_u_optimizer=q_u_optimizer,
         natgrad_gamma=natgrad_gamma,
+        overwrite=overwrite,
     )
-    if resume:
-        trainer.restore()
-    return trainer.train(
-        max(iterations - trainer.num_steps, 0),
-        steps_per_call=steps_per_call,
-        progress=progress,
-        callback=callback,
-        callback_every=callback_every,
-    )
+    with trainer:
+        if resume:
+            trainer.restore()
+        return trainer.train(
+            max(iterations - trainer.num_steps, 0),
+            steps_per_call=steps_per_call,
+            progress=progress,
+            callback=callback,
+            callback_every=callback_every,
+        )
