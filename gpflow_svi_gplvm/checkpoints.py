@@ -216,8 +216,15 @@ class Checkpoints:
             return manager
         listed = sorted(set(on_disk) | set(manager.checkpoints), key=_step_of)
         if self.workers.chief:
+            # Listed with their files' times: the manager keeps (and later deletes, beyond
+            # max_to_keep) only checkpoints newer than the index's "last preserved" time.
+            times = [Path(path + ".index").stat().st_mtime for path in listed]
             tf.compat.v1.train.update_checkpoint_state(
-                str(self.directory), listed[-1], all_model_checkpoint_paths=listed
+                str(self.directory),
+                listed[-1],
+                all_model_checkpoint_paths=listed,
+                all_model_checkpoint_timestamps=times,
+                last_preserved_timestamp=min(times) - 1.0,
             )
         warnings.warn(
             f"The checkpoint index of {self.directory} is missing or damaged (it does not list "
