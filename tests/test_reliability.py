@@ -28,12 +28,15 @@ import pytest
 import tensorflow as tf
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, PointGPLVM, Trainer, export_saved_model, fit
-from gpflow_svi_gplvm.checkpoint_folder import LOCK_FILE, RUN_FILE
+from gpflow_svi_gplvm.checkpoint_folder import LOCK_FILE
 from gpflow_svi_gplvm.cli import main
 from gpflow_svi_gplvm.datasets import load_array_file
 from gpflow_svi_gplvm.export_folder import STAGING_MARKER
 from gpflow_svi_gplvm.inference import infer_latents
 from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import checkpoint_race  # noqa: E402  (the race and its check, shared with the benchmark)
 
 N, D, Q, M = 40, 4, 2, 6
 ITERATIONS, KILLS = 1500, 2
@@ -155,7 +158,9 @@ def test_a_second_writer_is_refused_naming_the_first(small, tmp_path):
     with pytest.raises(ValueError, match="held by another Trainer of this process"):
         point_run(small, folder)
     child = subprocess.run(
-        [sys.executable, "-c", RACER, str(folder), "0", "1"], capture_output=True, text=True
+        [sys.executable, "-c", checkpoint_race.RACER, str(folder), "0", "1"],
+        capture_output=True,
+        text=True,
     )
     assert child.returncode == 3, child.stderr[-2000:]
     assert f"being written by another process (process {os.getpid()}" in child.stdout
@@ -164,65 +169,11 @@ def test_a_second_writer_is_refused_naming_the_first(small, tmp_path):
     point_run(small, folder)  # free again: a new run
 
 
-# A process as a user would run it, racing another for one folder: resume whatever is there.
-# Exit status 3 when the folder is held by the other process.
-RACER = """
-import sys, numpy as np
-from gpflow_svi_gplvm import PointGPLVM, fit
-rng = np.random.default_rng(1)
-data = np.tanh(rng.standard_normal((30, 2)) @ rng.standard_normal((2, 4)))
-try:
-    fit(PointGPLVM(data, 2, num_inducing=5), data, int(sys.argv[2]), batch_size=10,
-        progress=False, checkpoint_every=int(sys.argv[3]), checkpoint_dir=sys.argv[1],
-        resume=True, steps_per_call=1)
-except ValueError as error:
-    print(error, flush=True)
-    sys.exit(3)
-"""
-
-
-def race(folder: Path, kills: int, seed: int = 0) -> list[str]:
-    """``kills`` rounds of two processes started at once on ``folder``, one SIGKILLed at a
-    random moment; what the survivors said."""
-    rng = np.random.default_rng(seed)
-    said = []
-    for _ in range(kills):
-        racers = [
-            subprocess.Popen(
-                [sys.executable, "-c", RACER, str(folder), "100000", "2"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
-        time.sleep(rng.uniform(8, 16))  # importing TensorFlow, then some steps
-        victim = racers[rng.integers(2)]
-        victim.kill()
-        for racer in racers:
-            if racer is not victim:
-                racer.kill()
-            out, _ = racer.communicate()
-            said.append(out)
-    return said
-
-
-def check_one_run(folder: Path) -> None:
-    """Every checkpoint in ``folder`` reads, and was written by the run its record names."""
-    run = json.loads((folder / RUN_FILE).read_text())["run"]
-    steps = sorted(folder.glob("ckpt-*.index"))
-    assert steps
-    for index in steps:
-        reader = tf.train.load_checkpoint(str(index.with_suffix("")))
-        record = json.loads(reader.get_tensor("data/.ATTRIBUTES/py_state"))
-        assert record["run"] == run, index
-
-
 @pytest.mark.slow
 def test_processes_racing_for_one_folder_leave_one_run_of_readable_checkpoints(tmp_path):
-    # Two rounds here; benchmarks/checkpoint_race.py runs twenty.
-    said = race(tmp_path / "run", kills=2)
-    check_one_run(tmp_path / "run")
+    # Two rounds here; `python benchmarks/checkpoint_race.py` runs twenty.
+    said, killed = checkpoint_race.race(tmp_path / "run", rounds=2)  # checks it every round
+    assert killed >= 2
     refused = [s for s in said if "being written by another process" in s]
     assert refused, said  # the second process of a round was turned away, not let in
 
