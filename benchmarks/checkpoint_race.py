@@ -92,13 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "run"
         start = time.perf_counter()
-        said = race(folder, args.kills, args.seed)
+        said, killed = race(folder, args.rounds, args.seed)
         checkpoints = check_one_run(folder)
         steps = sorted(int(p.name[5:-6]) for p in folder.glob("ckpt-*.index"))
         refused = sum("being written by another process" in s for s in said)
-        print(
-            f"{args.kills} rounds, {len(said)} processes SIGKILLed, {time.perf_counter() - start:.0f} s"
-        )
+        seconds = time.perf_counter() - start
+        print(f"{args.rounds} rounds: {killed} processes SIGKILLed while running, {seconds:.0f} s")
         print(f"processes turned away by the lock: {refused}")
         print(f"checkpoints left: {checkpoints} (steps {steps}), every one readable and of one run")
     return 0
