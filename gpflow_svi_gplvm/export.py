@@ -82,7 +82,9 @@ class ServingModule(tf.Module):
 
     def _decode(self, X: tf.Tensor) -> dict[str, tf.Tensor]:
         X = self._checked_width(X, self.model.latent_dim, "decode", "X")
-        X = tf.debugging.assert_all_finite(X, "decode: X [None, Q] must be finite")
+        X = tf.debugging.assert_all_finite(
+            X, "decode: X [None, Q] must be finite", name="infinite_or_missing_entries_in_X"
+        )
         return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -102,7 +104,9 @@ class ServingModule(tf.Module):
             expected += " (NaN marks a missing entry)"
         message = f"{signature}: {name} must have shape {expected}; got shape"
         fits = tf.equal(tf.size(values), tf.shape(values)[0] * width)
-        with tf.control_dependencies([tf.debugging.Assert(fits, [message, tf.shape(values)])]):
+        # Named for the problem: TensorFlow's error text names the node before the message.
+        check = tf.debugging.Assert(fits, [message, tf.shape(values)], name=f"wrong_width_of_{name}")
+        with tf.control_dependencies([check]):
             return tf.identity(values)
 
     def _in_chunks(
@@ -117,7 +121,8 @@ class ServingModule(tf.Module):
         package (infinity is not "missing": NaN is)."""
         finite = tf.reduce_all(tf.logical_not(tf.math.is_inf(Y)))
         message = "Y has infinite entries; mark missing entries with NaN, not infinity"
-        with tf.control_dependencies([tf.debugging.Assert(finite, [message])]):
+        check = tf.debugging.Assert(finite, [message], name="infinite_entries_in_Y")
+        with tf.control_dependencies([check]):
             return tf.cast(Y, default_float())
 
 
