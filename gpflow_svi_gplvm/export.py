@@ -105,7 +105,8 @@ class ServingModule(tf.Module):
         message = f"{signature}: {name} must have shape {expected}; got shape"
         fits = tf.equal(tf.size(values), tf.shape(values)[0] * width)
         # Named for the problem: TensorFlow's error text names the node before the message.
-        check = tf.debugging.Assert(fits, [message, tf.shape(values)], name=f"wrong_width_of_{name}")
+        shown = [message, tf.shape(values)]
+        check = tf.debugging.Assert(fits, shown, name=f"wrong_width_of_{name}")
         with tf.control_dependencies([check]):
             return tf.identity(values)
 
