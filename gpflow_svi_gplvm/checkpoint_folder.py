@@ -63,6 +63,7 @@ class RunFolder:
         The lock is the operating system's (``flock``) on :data:`LOCK_FILE`, so a process that
         is killed releases it at once; its lock file, which names it, is then merely stale."""
         lock = self.path / LOCK_FILE
+        self.path.mkdir(parents=True, exist_ok=True)
         for _ in range(10):
             descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
             try:

@@ -305,6 +305,8 @@ class Checkpoints:
                 "system), with the same path on each."
             )
         if path is None:
+            if not checkpoint_steps(self.directory):  # only an index or history: no run to go on
+                self.run = self._start_run()
             return None
         record = self.folder.run()
         # A folder written before runs were recorded continues as a run of its own.

@@ -820,10 +820,7 @@ def fit(
     batch order and latent samples; the rest are :class:`Trainer`'s settings.
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
-    if (resume or overwrite) and checkpoint_dir is None:
-        raise ValueError("resume=True and overwrite=True need the checkpoint_dir of the run.")
-    if resume and overwrite:
-        raise ValueError("Pass resume=True (continue the run) or overwrite=True, not both.")
+    _check_resume(resume, overwrite, checkpoint_dir)
     trainer = Trainer(
         model,
         data,
@@ -844,10 +841,12 @@ def fit(
     with trainer:
         if resume:
             trainer.restore()
-        return trainer.train(
-            max(iterations - trainer.num_steps, 0),
-            steps_per_call=steps_per_call,
-            progress=progress,
-            callback=callback,
-            callback_every=callback_every,
-        )
+        remaining = max(iterations - trainer.num_steps, 0)
+        return trainer.train(remaining, steps_per_call, progress, callback, callback_every)
+
+
+def _check_resume(resume: bool, overwrite: bool, checkpoint_dir: str | Path | None) -> None:
+    if (resume or overwrite) and checkpoint_dir is None:
+        raise ValueError("resume=True and overwrite=True need the checkpoint_dir of the run.")
+    if resume and overwrite:
+        raise ValueError("Pass resume=True (continue the run) or overwrite=True, not both.")

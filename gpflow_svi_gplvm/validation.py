@@ -117,10 +117,12 @@ def _sized(Y) -> bool:
 
 
 def check_writable_folder(folder: Path, name: str) -> None:
-    """Create ``folder`` (named ``name`` in messages) if missing and write a file into it now, or
-    a ``ValueError`` saying why not: a file in its place, no permission, a full disk."""
+    """A ``ValueError`` now when ``folder`` (named ``name`` in messages) could not be created or
+    written: a file in its place, no permission, a full disk. Tried by writing a file in it; the
+    folders made for the try are removed again, so a refused run leaves nothing behind."""
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"{name} {folder} is a file: name a folder (it is created if missing).")
+    made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test-{os.getpid()}"
@@ -131,6 +133,12 @@ def check_writable_folder(folder: Path, name: str) -> None:
             f"{name} {folder} cannot be written ({error.strerror or error}): choose a folder you "
             "can write to."
         ) from error
+    finally:
+        for parent in made:  # the deepest first
+            try:
+                parent.rmdir()
+            except OSError:
+                break
 
 
 def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
