@@ -26,6 +26,7 @@ from .files import (
     default_data_home,
     fetch,
     fetch_first_available,
+    locate,
     read_npz,
     sha256sum,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "default_data_home",
     "fetch",
     "fetch_first_available",
+    "locate",
     "read_npz",
     "sha256sum",
     "Split",
