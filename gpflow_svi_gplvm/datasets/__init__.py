@@ -17,6 +17,7 @@ from .dataset import (
     DataSet,
     load_array_file,
     load_digits,
+    split_labels,
 )
 from .files import (
     DATA_ENV_VAR,
@@ -59,6 +60,7 @@ __all__ = [
     "DataSet",
     "load_digits",
     "load_array_file",
+    "split_labels",
     "load_oilflow",
     "load_qpcr",
     "load_taxi",
