@@ -89,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the data file's column (text or numbers) that colours the latent-space picture; "
         "it is not trained on (an .npz's 'labels' array is used without it)",
     )
-    parser.add_argument("--likelihood", choices=sorted(LIKELIHOODS), default="gaussian")
+    parser.add_argument(
+        "--likelihood",
+        choices=sorted(LIKELIHOODS),
+        default="gaussian",
+        help="the likelihood of each entry (below)",
+    )
     parser.add_argument("--latent-dim", type=int, default=5, help="Q")
     parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
@@ -123,8 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """``--help`` with each option's default and the epilog's table kept as written."""
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` with each option's default (those that are a value, not None or a switch's
+    False) and the epilog's tables kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _add_keeping_options(parser: argparse.ArgumentParser) -> None:

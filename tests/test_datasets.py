@@ -530,3 +530,17 @@ def test_tables_that_cannot_be_read_are_clear_errors(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load_array_file(path)
+
+
+def test_a_column_of_a_table_becomes_the_labels(tmp_path):
+    path = tmp_path / "table.csv"
+    path.write_text("name,x,group,y\nann,1.5,3,2\nbob,,4,1\n")
+    table = load_array_file(path)
+    by_text = datasets.split_labels(table, "name")
+    assert by_text.labels.tolist() == ["ann", "bob"] and by_text.Y.shape == (2, 3)
+    by_number = datasets.split_labels(table, "group")
+    assert by_number.labels.tolist() == [3.0, 4.0]
+    np.testing.assert_array_equal(by_number.Y, [[1.5, 2.0], [np.nan, 1.0]])
+    assert by_number.metadata["columns"] == ["x", "y"]
+    with pytest.raises(ValueError, match="'x', 'group', 'y', 'name'"):
+        datasets.split_labels(table, "age")
