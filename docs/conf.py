@@ -14,6 +14,8 @@ cutting its iterations unless that variable is set otherwise, and its outputs ar
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import gpflow_svi_gplvm
 
@@ -27,6 +29,7 @@ extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx.ext.mathjax",
+    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
 ]
 
@@ -59,6 +62,28 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_inherit_docstrings = False
+# The models use GPflow's ``:param name:`` lists; the scikit-learn face uses NumPy's sections.
+napoleon_google_docstring = False
+napoleon_numpy_docstring = True
 
 html_theme = "furo"
 html_title = f"gpflow_svi_gplvm {release}"
+
+
+def _redirect_to_the_root_doc(app, exception) -> None:
+    """An ``index.html`` at the top of the built site that opens ``docs/index.html``."""
+    if exception is None and app.builder.format == "html":
+        target = "docs/index.html"
+        page = f'<meta http-equiv="refresh" content="0; url={target}"><a href="{target}">docs</a>'
+        (Path(app.outdir) / "index.html").write_text(page, encoding="utf-8")
+
+
+def _plural_literals(app, what, name, obj, options, lines: list[str]) -> None:
+    """Docstrings write the plural of code as ``ValueError``s; reStructuredText needs an
+    escaped space between the closing backquotes and the "s"."""
+    lines[:] = [re.sub(r"(\w)``s\b", r"\1``\\ s", line) for line in lines]
+
+
+def setup(app) -> None:
+    app.connect("autodoc-process-docstring", _plural_literals)
+    app.connect("build-finished", _redirect_to_the_root_doc)

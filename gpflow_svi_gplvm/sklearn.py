@@ -82,7 +82,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         The training run: ``history_.elbo`` [iterations], ``seconds``, ``tracing_count``.
     n_features_in_ : int
         D, the number of columns seen in ``fit``.
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (``n_features_in_``,)
         Column names, when ``fit`` was given a DataFrame with string column names.
 
     Notes
@@ -227,7 +227,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Returns
         -------
-        Y : ndarray of shape (N*, n_features_in_)
+        Y : ndarray of shape (N*, ``n_features_in_``)
             The likelihood's predictive mean of every column at X.
         """
         check_is_fitted(self)
