@@ -192,3 +192,13 @@ def test_help_shows_the_defaults_and_explains_the_models(capsys):
     text = capsys.readouterr().out
     assert f"M (default: {DEFAULT_NUM_INDUCING})" in text and "(default: bsvi)" in text
     assert "AEB-SVI: q(x_n) from an encoder network" in text and "poisson" in text
+
+
+def test_a_library_user_keeps_tensorflow_s_log():
+    """Only the command line quiets TensorFlow: importing the package leaves the setting alone."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    code = "import os, gpflow_svi_gplvm; print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment
+    )
+    assert result.stdout.strip() == "None", result.stderr
