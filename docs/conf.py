@@ -53,7 +53,9 @@ nb_execution_timeout = 900
 nb_execution_raise_on_error = True
 if EXECUTE:
     os.environ.setdefault("GPFLOW_SVI_GPLVM_FAST", "1")
-    os.environ.setdefault("MPLBACKEND", "Agg")
+    # The kernels draw their figures inline, as in Jupyter: a headless backend (CI sets Agg)
+    # would leave the pages without them.
+    os.environ.pop("MPLBACKEND", None)
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 suppress_warnings: list[str] = []
