@@ -191,13 +191,18 @@ def plot_ard(
     else:
         figure, ax = _axes(ax, (5, 3))
     ax.bar(positions, relevance)
-    ax.axhline(kept * relevance.max(), color="black", linestyle="--", linewidth=0.8)
+    ax.axhline(
+        kept * relevance.max(),
+        color="black",
+        linestyle="--",
+        linewidth=0.8,
+        label=f"{kept:.0%} of the largest: kept above",
+    )
     ax.set_xticks(positions)
     ax.set_xlabel("latent dimension")
-    ax.set_ylabel("sd of latent means / lengthscale")
-    ax.set_title(
-        f"relevance (kept: above the dashed line, {kept:.0%} of the largest)", fontsize="medium"
-    )
+    ax.set_ylabel("sd(latent means) / lengthscale")
+    ax.set_title("latent relevance", fontsize="medium")
+    ax.legend(fontsize="small")
     return figure
 
 
