@@ -687,7 +687,7 @@ def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, lis
     same on every replica, from one all-reduce. A table's row slices (``IndexedSlices``) are
     concatenated, every replica's rows after the previous replica's (repeated rows are summed by
     the optimiser): each replica places its rows, with their row numbers, in its own block of a
-    buffer of zeros that the all-reduce sums."""
+    buffer of zeros that the all-reduce sums (exactly: every other replica adds zeros)."""
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return loss, gradients
@@ -706,28 +706,37 @@ def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, lis
     for i, total in zip(dense, sums):
         summed[i] = total
     if sparse:
-        widths = [int(np.prod(gradients[i].values.shape[1:])) + 1 for i in sparse]
+        numbers = _number_columns(gradients[sparse[0]].values.dtype)
+        widths = [int(np.prod(gradients[i].values.shape[1:])) + numbers for i in sparse]
         for i, block in zip(sparse, tf.split(sums[-1], widths, axis=1)):
             values = tf.reshape(
-                block[:, 1:], tf.concat([[-1], tf.shape(gradients[i].values)[1:]], 0)
+                block[:, numbers:], tf.concat([[-1], tf.shape(gradients[i].values)[1:]], 0)
             )
-            summed[i] = tf.IndexedSlices(
-                values, tf.cast(block[:, 0], tf.int64), gradients[i].dense_shape
-            )
+            rows = tf.cast(block[:, 0], tf.int64)
+            if numbers == 2:
+                rows = rows * _ROW_BASE + tf.cast(block[:, 1], tf.int64)
+            summed[i] = tf.IndexedSlices(values, rows, gradients[i].dense_shape)
     return loss, summed
 
 
+_ROW_BASE = 2**24
+"""float32 holds every integer below 2^24 exactly: a row number r is sent as r // 2^24, r % 2^24."""
+
+
+def _number_columns(dtype: tf.DType) -> int:
+    """How many columns of ``dtype`` hold a row number exactly: one in float64 (up to 2^53), two
+    in float32 (up to 2^48)."""
+    return 1 if dtype == tf.float64 else 2
+
+
 def _rows_with_numbers(gradient: tf.IndexedSlices) -> tf.Tensor:
-    """A table's gradient rows [B, ...] as [B, 1 + k]: the row number (exact in float64 up to
-    2^53), then the row's k values."""
+    """A table's gradient rows [B, ...] as [B, c + k]: the row number in c columns of the
+    values' dtype (:func:`_number_columns`), then the row's k values."""
     values = gradient.values
-    if values.dtype != tf.float64:
-        raise ValueError(
-            f"Training under a strategy sums the latent tables' rows in float64; this model's "
-            f"are {values.dtype.name}: build it with gpflow.config.set_default_float(np.float64)."
-        )
+    rows = tf.cast(gradient.indices, tf.int64)
+    parts = [rows] if _number_columns(values.dtype) == 1 else [rows // _ROW_BASE, rows % _ROW_BASE]
     flat = tf.reshape(values, [tf.shape(values)[0], -1])
-    return tf.concat([tf.cast(gradient.indices, values.dtype)[:, None], flat], axis=1)
+    return tf.concat([tf.cast(part, values.dtype)[:, None] for part in parts] + [flat], axis=1)
 
 
 def _comparable(value: object) -> float:

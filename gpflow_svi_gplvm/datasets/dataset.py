@@ -141,6 +141,11 @@ def _read_table(path: Path) -> DataSet:
         + (" (fields split at semicolons, decimal commas read as points)" if decimal_comma else "")
     )
     metadata = {"columns": [names[j] for j in keep], "dropped": dropped, "header": header}
+    # The text of the dropped columns, by name: a column of class names can label the rows.
+    metadata["text"] = {
+        name: np.array([row[names.index(name)].strip() for row in rows[header:]])
+        for name in dropped
+    }
     return DataSet(Y, description=description, metadata=metadata)
 
 
@@ -151,7 +156,8 @@ def load_array_file(path: str | Path) -> DataSet:
     quoted; an empty cell or NA / NaN is missing. A first row with a non-numeric cell, or that
     numbers the columns (0..D-1 or 1..D), is a header: its names go to ``metadata["columns"]``.
     Columns with no number in them (text) are dropped and named in ``metadata["dropped"]`` and
-    in the description; a column mixing numbers and text, or a ragged row, is a ``ValueError``.
+    in the description, their values kept in ``metadata["text"]`` (name -> [N] strings); a
+    column mixing numbers and text, or a ragged row, is a ``ValueError``.
     """
     path = Path(path)
     if not path.exists():
@@ -171,3 +177,29 @@ def load_array_file(path: str | Path) -> DataSet:
     if suffix in (".csv", ".txt"):
         return _read_table(path)
     raise ValueError(f"Unsupported data file type {suffix!r}: use .npy, .npz or .csv.")
+
+
+def split_labels(data: DataSet, column: str) -> DataSet:
+    """``data`` with the table column named ``column`` as its ``labels`` [N]: a text column
+    (``metadata["text"]``) as it is, or a numeric one moved out of ``Y``; a ``ValueError``
+    listing the columns when there is none of that name."""
+    text = data.metadata.get("text", {})
+    columns = list(data.metadata.get("columns", []))
+    if column in text:
+        labels, Y = text[column], data.Y
+    elif column in columns:
+        j = columns.index(column)
+        labels, Y = data.Y[:, j], np.delete(data.Y, j, axis=1)
+        columns.pop(j)
+    else:
+        known = columns + list(text)
+        raise ValueError(
+            f"There is no column {column!r} to take the labels from"
+            + (
+                f"; the columns are {', '.join(map(repr, known))}."
+                if known
+                else ": the file has no header row naming its columns."
+            )
+        )
+    metadata = {**data.metadata, "columns": columns, "labels_column": column}
+    return DataSet(Y, labels, data.description, metadata, data.Y_test, data.labels_test)
