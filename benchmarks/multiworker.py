@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -180,6 +181,7 @@ def write_data(shape: Shape, folder: Path) -> Path:
     return path
 
 
+@functools.cache
 def gradient_bytes(shape: Shape, num_workers: int) -> dict:
     """Bytes of the one all-reduce of a step at ``shape`` (float64): the dense gradients and the
     buffer of the latent tables' rows, each table's rows with their row numbers in their
@@ -270,7 +272,7 @@ def projection(seconds_per_step: float, shape: Shape, num_data: int = 10**7) -> 
         print(
             f"| {workers} | {(size['dense'] + size['rows']) / 2**20:.2f} MiB "
             f"| {comm * 1e3:.2f} | {step * 1e3:.1f} | {rows_per_second:.0f} "
-            f"| {num_data / rows_per_second / 60:.0f} min "
+            f"| {num_data / rows_per_second / 60:.1f} min "
             f"| {num_data * shape.data_dim * 8 / workers / 2**30:.1f} GiB "
             f"| {tables / 2**30:.1f} GiB |"
         )

@@ -1,5 +1,7 @@
 """Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
 
+# First, before TensorFlow is imported: quiets its start-up log for the command line only.
+from . import _command_line  # noqa: F401  isort: skip
 from .distributed import RowShard, WorkerLostError
 from .export import export_saved_model
 from .flows import FlowLatent, JointFlowLatent, Planar

@@ -1,10 +1,12 @@
 """Checkpoints of a training run and the ELBO history file beside them.
 
-A run's folder holds ``tf.train.CheckpointManager`` checkpoints (``ckpt-<step>``) and
+A run's folder (:mod:`~gpflow_svi_gplvm.checkpoint_folder`: one run per folder, one writing
+process at a time) holds ``tf.train.CheckpointManager`` checkpoints (``ckpt-<step>``) and
 ``elbo_history.npy``, the ELBO of every step taken so far. The history is written first, by an
 atomic rename, so it always covers the latest checkpoint's steps, and a run that fails writes
 nothing, so a good checkpoint is never replaced by a bad one. Each checkpoint records what the
-run trained on (:class:`TrainingData`), so that resuming on other data is noticed.
+run trained on (:class:`TrainingData`) and which run wrote it, so that resuming on other data is
+noticed, and a damaged or missing index is rebuilt from the checkpoint files.
 """
 
 from __future__ import annotations
@@ -19,14 +21,12 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from .checkpoint_folder import HISTORY_FILE, RunFolder, checkpoint_steps
 from .distributed import Workers
 from .models import SVIGPLVM, covariance_layout
 from .validation import check_integer, row_blocks
 
 __all__ = ["Checkpoints", "TrainingData", "HISTORY_FILE", "read_history", "write_history"]
-
-HISTORY_FILE = "elbo_history.npy"
-"""The ELBO history's file name in a checkpoint folder."""
 
 
 class TrainingData(tf.train.experimental.PythonState):
@@ -95,7 +95,9 @@ class TrainingData(tf.train.experimental.PythonState):
         differ = [
             f"{name} {stored[name]} there, {value} here"
             for name, value in self.current.items()
-            if name not in ("batch_size", "shards") and name in stored and stored[name] != value
+            if name not in ("batch_size", "shards", "run")
+            and name in stored
+            and stored[name] != value
         ]
         shards = stored.get("shards", [None]), self.current.get("shards", [None])
         if differ and len(shards[0]) == len(shards[1]) > 1:
@@ -145,11 +147,17 @@ class Checkpoints:
     checkpoint exactly, refusing one written by another model, another ``q_u_optimizer`` or on
     other ``data`` (unless ``allow_new_data``).
 
-    ``step_count`` (an int64 variable among ``objects``) numbers the checkpoints. Of several
-    ``workers`` only the chief writes the folder and the history; the others take part in each
-    save (as TensorFlow's multi-worker saving expects) into a temporary folder of their own that
-    is deleted at once. Every worker restores from the folder, so it must be one that all of them
-    read (a shared file system); workers that restore different steps are a ``ValueError``.
+    ``step_count`` (an int64 variable among ``objects``) numbers the checkpoints. The folder is
+    checked for writing and locked for this process at once (:meth:`close` releases it), and it
+    belongs to one run: a new run (no :meth:`restore`) into a folder that holds another run's
+    checkpoints is a ``ValueError`` before its first step (:meth:`check_owner`) unless
+    ``overwrite`` deletes them first. ``model`` describes the model in the folder's run record.
+
+    Of several ``workers`` only the chief writes the folder and the history; the others take
+    part in each save (as TensorFlow's multi-worker saving expects) into a temporary folder of
+    their own that is deleted at once. Every worker restores from the folder, so it must be one
+    that all of them read (a shared file system); workers that restore different steps are a
+    ``ValueError``.
     """
 
     def __init__(
@@ -163,21 +171,73 @@ class Checkpoints:
         max_to_keep: int = 3,
         allow_new_data: bool = False,
         workers: Workers | None = None,
+        overwrite: bool = False,
+        model: dict | None = None,
     ) -> None:
         self.workers = workers or Workers()
         self.every = check_integer(every, "checkpoint_every")
-        max_to_keep = check_integer(max_to_keep, "max_to_keep")
-        checkpoint = tf.train.Checkpoint(**objects, step_count=step_count, data=data)
-        self.manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep)
-        self.step_count = step_count
-        self.data = data
+        self.max_to_keep = check_integer(max_to_keep, "max_to_keep")
+        self.folder = RunFolder(directory)
+        self.checkpoint = tf.train.Checkpoint(**objects, step_count=step_count, data=data)
+        self.step_count, self.data, self.model = step_count, data, model or {}
         self.q_u_optimizer = q_u_optimizer
         self.allow_new_data = allow_new_data
         self.saved_at: int | None = None
+        self.run: str | None = None  # the id of the run this process continues or started
+        with self.workers.agreeing():
+            if self.workers.chief:
+                self._take(overwrite)
+        self.occupied = bool(self.workers.stack(int(self.folder.holds_checkpoints()))[0])
+        self.manager = self._manager()
+
+    def _take(self, overwrite: bool) -> None:
+        """Check and lock the folder for this process; with ``overwrite``, delete the checkpoints
+        of the run that held it."""
+        self.folder.check_writable()
+        self.folder.lock()
+        if overwrite and self.folder.holds_checkpoints():
+            deleted = self.folder.clear()
+            shown = ", ".join(deleted[:4]) + (", ..." if len(deleted) > 4 else "")
+            warnings.warn(
+                f"overwrite=True: deleted {len(deleted)} files of the earlier run in "
+                f"{self.directory} ({shown}).",
+                stacklevel=5,
+            )
+
+    def _manager(self) -> tf.train.CheckpointManager:
+        """TensorFlow's manager of the folder; a missing or damaged index that does not list
+        every checkpoint file is rebuilt from the files first (by the chief), with a warning."""
+        manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory), self.max_to_keep)
+        on_disk = [
+            str(self.directory / f"ckpt-{step}") for step in checkpoint_steps(self.directory)
+        ]
+        missing = sorted(set(on_disk) - set(manager.checkpoints), key=on_disk.index)
+        if not missing:
+            return manager
+        listed = sorted(set(on_disk) | set(manager.checkpoints), key=_step_of)
+        if self.workers.chief:
+            # Listed with their files' times: the manager keeps (and later deletes, beyond
+            # max_to_keep) only checkpoints newer than the index's "last preserved" time.
+            times = [Path(path + ".index").stat().st_mtime for path in listed]
+            tf.compat.v1.train.update_checkpoint_state(
+                str(self.directory),
+                listed[-1],
+                all_model_checkpoint_paths=listed,
+                all_model_checkpoint_timestamps=times,
+                last_preserved_timestamp=min(times) - 1.0,
+            )
+        warnings.warn(
+            f"The checkpoint index of {self.directory} is missing or damaged (it does not list "
+            f"{', '.join(Path(path).name for path in missing)}); rebuilt it from the checkpoint "
+            "files.",
+            stacklevel=5,
+        )
+        self.workers.stack(0)  # every worker reads the index after the chief has rewritten it
+        return tf.train.CheckpointManager(self.checkpoint, str(self.directory), self.max_to_keep)
 
     @property
     def directory(self) -> Path:
-        return Path(self.manager.directory)
+        return self.folder.path
 
     @property
     def num_steps(self) -> int:
@@ -187,12 +247,27 @@ class Checkpoints:
         """Steps from the current one to the next checkpoint."""
         return self.every - self.num_steps % self.every
 
+    def check_owner(self) -> None:
+        """A ``ValueError`` (on every worker) when this run would write into a folder holding
+        another run's checkpoints: it must :meth:`restore` them, or be built with
+        ``overwrite=True``."""
+        if self.occupied and self.run is None:
+            raise ValueError(
+                f"checkpoint_dir {self.directory} holds the {self.folder.describe()}. Pass "
+                "resume=True to continue that run, overwrite=True to delete its checkpoints and "
+                "start afresh, or choose another checkpoint_dir."
+            )
+
     def save(self, elbo: np.ndarray) -> None:
         """Write a checkpoint now (history ``elbo`` [steps] first, so it always covers the
         checkpoint's steps); on a worker other than the chief, write it to a temporary folder
         and delete that."""
+        self.check_owner()
+        if self.run is None:  # a new run's first checkpoint: the folder becomes its own
+            self.run = self._start_run()
+            self.occupied = True
+        self.data.current["run"] = self.run
         if self.workers.chief:
-            self.directory.mkdir(parents=True, exist_ok=True)
             write_history(self.directory, elbo)
             self.manager.save(checkpoint_number=self.num_steps)
         else:
@@ -200,9 +275,14 @@ class Checkpoints:
                 self.manager.checkpoint.write(os.path.join(scratch, "ckpt"))
         self.saved_at = self.num_steps
 
+    def close(self) -> None:
+        """Release the folder for other processes."""
+        self.folder.unlock()
+
     def restore(self, model: SVIGPLVM) -> np.ndarray | None:
         """Load the latest readable checkpoint into the objects; returns the ELBO [steps] of its
-        steps (NaN where the history has none), or None when the folder holds no checkpoint.
+        steps (NaN where the history has none), or None when the folder holds no checkpoint. This
+        run then continues the run that wrote it.
 
         A checkpoint of a model with other shapes or another q(u) covariance layout, or written
         while training on other data or with another batch size (unless ``allow_new_data``), is
@@ -225,9 +305,22 @@ class Checkpoints:
                 "system), with the same path on each."
             )
         if path is None:
+            if not checkpoint_steps(self.directory):  # only an index or history: no run to go on
+                self.run = self._start_run()
             return None
+        record = self.folder.run()
+        # A folder written before runs were recorded continues as a run of its own.
+        self.run = record["run"] if record and "run" in record else self._start_run()
         self.saved_at = self.num_steps
         return read_history(self.directory, self.num_steps)
+
+    def _start_run(self) -> str:
+        """Record a new run as the folder's owner (the chief writes it); its id, on every
+        worker."""
+        run = self.folder.start_run(self.model, self.data.current) if self.workers.chief else ""
+        code = np.zeros(16, np.int64)
+        code[: len(run) // 2] = np.frombuffer(bytes.fromhex(run), np.uint8)
+        return bytes(self.workers.stack(code)[0].astype(np.uint8)).hex()
 
     def _restore_latest(self, model: SVIGPLVM) -> str | None:
         """Load the latest readable checkpoint; its path, or None when there is none."""
@@ -277,6 +370,10 @@ class Checkpoints:
             unreadable.append(f"{path} ({_first_line(error)})")
             return False
         return True
+
+
+def _step_of(path: str) -> int:
+    return int(path.rsplit("-", 1)[1])
 
 
 def _first_line(error: BaseException) -> str:

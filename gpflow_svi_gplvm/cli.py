@@ -4,7 +4,9 @@
     python -m gpflow_svi_gplvm --model aeb --data my.csv --latent-dim 3 --output runs/mine
 
 It prints a short summary and writes ``latent_space.png``, ``ard.png``, ``elbo.png`` and
-``metrics.json`` to the output folder.
+``metrics.json`` (every setting, the results and the package's version) to the output folder;
+``--save`` keeps the trained model as a checkpoint there (``--resume`` continues it) and
+``--export`` writes a SavedModel that serves with TensorFlow alone.
 
 On several workers, start the same command on each with its ``TF_CONFIG`` (``--distributed``
 says so explicitly): each trains on its block of the rows under a
@@ -19,13 +21,18 @@ import json
 import os
 import sys
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
+import gpflow
 import matplotlib
 import numpy as np
 import tensorflow as tf
+from gpflow.likelihoods import Likelihood
 
-from . import datasets, plotting
+from . import __version__, datasets, plotting
+from .checkpoint_folder import RunFolder
 from .distributed import (
     RowShard,
     WorkerLostError,
@@ -33,32 +40,68 @@ from .distributed import (
     cluster_from_environment,
     worker_rows,
 )
+from .export import export_saved_model
 from .initialisation import column_location_and_scale
 from .metrics import rmse
-from .models import MODELS, SVIGPLVM, lookup_model
+from .models import DEFAULT_NUM_INDUCING, MODELS, SVIGPLVM, lookup_model
 from .training import History, fit
-from .validation import check_observations
+from .validation import check_observations, check_writable_folder
 
-__all__ = ["RELEVANCE_KEPT", "build_parser", "main"]
+__all__ = ["LIKELIHOODS", "RELEVANCE_KEPT", "build_parser", "main"]
 
 RELEVANCE_KEPT = 0.1
 """A latent dimension is reported as kept when its latent relevance (the spread of the latent
 means in lengthscales, ``SVIGPLVM.latent_relevance``) is >= 10% of the largest."""
 
 
+MODEL_HELP = """models (--model):
+  point  the paper's Point: a free latent point per row (a sparse GPLVM)
+  map    MAP: a free point per row under the prior N(0, I)
+  bsvi   B-SVI: a Gaussian q(x_n) per row, the Bayesian GPLVM (the default)
+  aeb    AEB-SVI: q(x_n) from an encoder network reading y_n (new rows in one pass)
+
+likelihoods (--likelihood):
+  gaussian   real values (the data file's columns are standardised unless --no-standardise)
+  poisson    counts (0, 1, 2, ...; never standardised)
+  bernoulli  binary data (0 or 1; never standardised)
+"""
+
+LIKELIHOODS: dict[str, Callable[[], Likelihood]] = {
+    "gaussian": gpflow.likelihoods.Gaussian,
+    "poisson": gpflow.likelihoods.Poisson,
+    "bernoulli": gpflow.likelihoods.Bernoulli,
+}
+"""The likelihoods ``--likelihood`` names (the model's default Gaussian starts from the data's
+variance; the others are GPflow's defaults)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpflow_svi_gplvm",
         description="Train a GPLVM with stochastic variational inference and summarise it.",
+        epilog=MODEL_HELP,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--model", choices=sorted(MODELS), default="bsvi", help="latent treatment")
     parser.add_argument("--data", type=Path, help="your own .csv/.npy/.npz (default: digits)")
-    parser.add_argument("--latent-dim", type=int, default=5, help="Q (default 5)")
-    parser.add_argument("--num-inducing", type=int, default=50, help="M (default 50)")
-    parser.add_argument("--iterations", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--learning-rate", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--labels",
+        metavar="COLUMN",
+        help="the data file's column (text or numbers) that colours the latent-space picture; "
+        "it is not trained on (an .npz's 'labels' array is used without it)",
+    )
+    parser.add_argument(
+        "--likelihood",
+        choices=sorted(LIKELIHOODS),
+        default="gaussian",
+        help="the likelihood of each entry (below)",
+    )
+    parser.add_argument("--latent-dim", type=int, default=5, help="Q")
+    parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
+    parser.add_argument("--iterations", type=int, default=3000, help="training steps")
+    parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam's")
+    parser.add_argument("--seed", type=int, default=0, help="seeds initialisation and batches")
     parser.add_argument(
         "--shared-covariance",
         action=argparse.BooleanOptionalAction,
@@ -68,9 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-standardise",
         action="store_true",
-        help="keep a data file's columns as they are (default: centre and scale each column)",
+        help="keep a data file's columns as they are (default: centre and scale each column "
+        "for a Gaussian likelihood; the RMSE is reported in the data's own units either way)",
     )
     parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
+    _add_keeping_options(parser)
     parser.add_argument(
         "--distributed",
         action="store_true",
@@ -84,10 +129,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` with each option's default (those that are a value, not None or a switch's
+    False) and the epilog's tables kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
+    """``--save``, ``--resume`` and ``--export``: what the run keeps of the trained model."""
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="keep the trained model as a checkpoint in OUTPUT/checkpoints (written every 1000 "
+        "steps and at the end; load it with tf.train.Checkpoint(model=model).restore)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in OUTPUT/checkpoints (same options, up to --iterations)",
+    )
+    parser.add_argument(
+        "--export",
+        action="store_true",
+        help="write the trained model to OUTPUT/saved_model, a SavedModel that serves with "
+        "TensorFlow alone (replacing an earlier export there)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; a mistake in the data or the options is one line on stderr
-    (``error: ...``) and exit status 2, with the traceback only under ``--debug``."""
+    (``error: ...``) and exit status 2, with the traceback only under ``--debug``. Warnings are
+    one plain line each (``warning: ...``)."""
     args = build_parser().parse_args(argv)
+    original = warnings.formatwarning
+    warnings.formatwarning = _plain_warning
     try:
         return _run(args)
     except (ValueError, OSError, WorkerLostError) as error:
@@ -95,16 +175,29 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {error}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = original
+
+
+def _plain_warning(message: Warning | str, *args: object, **kwargs: object) -> str:
+    """A warning as the command line shows it: one line, without its class or source file."""
+    return f"warning: {message}\n"
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.output.exists() and not args.output.is_dir():
-        raise ValueError(f"--output {args.output} is a file: name a folder for the results.")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     matplotlib.use("Agg")
     strategy = _strategy(args.distributed)  # before any other TensorFlow operation
+    if strategy is not None and args.export:
+        raise ValueError(
+            "--export is for a run on one machine: train with --distributed --save, then export "
+            "the checkpoint from one process (tf.train.Checkpoint(model=model).restore(...), "
+            "then export_saved_model)."
+        )
     workers = Workers.of(strategy)
-    data = _load_data(args.data, standardise=not args.no_standardise)
+    with workers.agreeing():  # a folder that cannot be written is found now, not after training
+        if workers.chief:
+            check_writable_folder(args.output, "--output")
+    data = _load_data(args)
     Y = data.Y
     if workers.chief:
         missing = f"{np.isnan(Y).mean():.1%} missing"
@@ -121,24 +214,42 @@ def _run(args: argparse.Namespace) -> int:
     metrics = _metrics(args, data, model, history, seconds)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    figures = _save_figures(args.output, model, history, amortised_rows, data.labels)
+    written = ["metrics.json"]
+    written += _save_figures(args.output, model, history, amortised_rows, data)
+    if args.export:
+        export_saved_model(model, args.output / "saved_model", overwrite=True)
+        written.append("saved_model/")
+    if args.save:
+        written.append("checkpoints/")
     _print_summary(args, metrics, seconds, len(history.elbo))
-    print(f"wrote {', '.join(['metrics.json', *figures])} to {args.output}/")
+    print(f"wrote {', '.join(written)} to {args.output}/")
     return 0
 
 
-def _load_data(path: Path | None, standardise: bool) -> datasets.DataSet:
-    """The digits (``path`` None) or the data file at ``path``, checked and, with
-    ``standardise``, each column centred and scaled; ``Y`` [N, D], NaN = missing."""
-    if path is None:
+def _load_data(args: argparse.Namespace) -> datasets.DataSet:
+    """The digits (no ``--data``) or the data file, checked, its ``--labels`` column split off
+    and, for a Gaussian likelihood without ``--no-standardise``, each column centred and scaled
+    (``metadata["location"]``, ``metadata["scale"]`` [D] undo it); ``Y`` [N, D], NaN = missing."""
+    if args.data is None:
+        if args.labels is not None:
+            raise ValueError("--labels names a column of your --data file; the digits have none.")
         return datasets.load_digits()
-    data = datasets.load_array_file(path)
+    data = datasets.load_array_file(args.data)
+    if args.labels is not None:
+        data = datasets.split_labels(data, args.labels)
     # Checked before standardising, which would turn an infinity into a column of NaN.
-    data.Y = check_observations(data.Y, f"the data in {path}")
-    if standardise:
+    data.Y = check_observations(data.Y, f"the data in {args.data}")
+    if _standardised(args):
         location, scale = column_location_and_scale(data.Y)
         data.Y = (data.Y - location) / scale
+        data.metadata.update(location=location, scale=scale)
     return data
+
+
+def _standardised(args: argparse.Namespace) -> bool:
+    """Whether a data file's columns are standardised: for a Gaussian likelihood, unless asked
+    not to (counts and binary data must stay as they are)."""
+    return args.data is not None and args.likelihood == "gaussian" and not args.no_standardise
 
 
 def _strategy(distributed: bool) -> tf.distribute.Strategy | None:
@@ -160,16 +271,25 @@ def _train(
     args: argparse.Namespace, Y: np.ndarray, strategy: tf.distribute.Strategy | None
 ) -> tuple[SVIGPLVM, History, float]:
     """The model that ``--model`` names, built on Y [N, D] (this worker's block of its rows under
-    a ``strategy``) and trained; with the seconds taken."""
+    a ``strategy``) and trained, keeping checkpoints with ``--save``; with the seconds taken."""
+    saved = RunFolder(args.output / "checkpoints")
+    if args.save and not args.resume and saved.holds_checkpoints():
+        raise ValueError(
+            f"--output {args.output} holds a saved run ({saved.describe()}): pass --resume to "
+            "continue it, or choose another --output."
+        )
     data = Y if strategy is None else RowShard.for_worker(Y, strategy)
+    likelihood = None if args.likelihood == "gaussian" else LIKELIHOODS[args.likelihood]()
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = lookup_model(args.model)(
             data,
             args.latent_dim,
             num_inducing=args.num_inducing,
+            likelihood=likelihood,
             seed=args.seed,
             shared_covariance=args.shared_covariance,
         )
+    keep = args.save or args.resume
     start = time.perf_counter()
     history = fit(
         model,
@@ -180,6 +300,8 @@ def _train(
         seed=args.seed,
         progress=not args.no_progress,
         strategy=strategy,
+        checkpoint_dir=args.output / "checkpoints" if keep else None,
+        resume=args.resume,
     )
     return model, history, time.perf_counter() - start
 
@@ -191,29 +313,50 @@ def _metrics(
     history: History,
     seconds: float,
 ) -> dict:
-    """What ``metrics.json`` holds: the run's settings, its final ELBO (the mean of the last 100
-    steps), the reconstruction RMSE at the latent means and the relevances of the latents."""
+    """What ``metrics.json`` holds: every setting of the run and the versions it ran with, its
+    final ELBO (the mean of the last 100 steps), the reconstruction RMSE at the latent means (in
+    the data's own units) and the relevances of the latents."""
     Y = data.Y
     amortised_rows = Y if model.latent.amortised else None
-    reconstruction, _ = model.predict_y(model.latent_mean(amortised_rows))
+    reconstruction = model.predict_y(model.latent_mean(amortised_rows))[0].numpy()
+    location = data.metadata.get("location", 0.0)
+    scale = data.metadata.get("scale", 1.0)
     relevance = model.latent_relevance(amortised_rows)
     kept = [int(q) for q in np.flatnonzero(relevance >= RELEVANCE_KEPT * relevance.max())]
     tail = history.elbo[-min(100, len(history.elbo)) :]
+    settings = {
+        name: str(value) if isinstance(value, Path) else value
+        for name, value in vars(args).items()
+        if name not in ("debug", "no_progress")
+    }
     return {
         "model": type(model).__name__,
         "data": data.description or str(args.data),
         "N": int(Y.shape[0]),
         "D": int(Y.shape[1]),
-        "latent_dim": args.latent_dim,
-        "num_inducing": args.num_inducing,
+        "settings": settings,
+        "standardised": _standardised(args),
         "shared_covariance": model.shared_covariance,
-        "iterations": args.iterations,
+        "versions": _versions(),
         "seconds": round(seconds, 2),
+        "steps": len(history.elbo),
         "elbo_final": float(np.mean(tail)) if len(tail) else None,
-        "reconstruction_rmse": rmse(Y, reconstruction.numpy()),
+        "reconstruction_rmse": rmse(Y * scale + location, reconstruction * scale + location),
+        "reconstruction_rmse_units": "the data's own" if args.data else "grey levels in [0, 1]",
         "ard_relevance": [float(r) for r in model.ard_relevance()],
         "latent_relevance": [float(r) for r in relevance],
         "kept_latent_dims": kept,
+    }
+
+
+def _versions() -> dict[str, str]:
+    """The versions of this package and of the libraries whose numbers it depends on."""
+    return {
+        "gpflow_svi_gplvm": __version__,
+        "gpflow": gpflow.__version__,
+        "tensorflow": tf.__version__,
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
     }
 
 
@@ -222,13 +365,16 @@ def _save_figures(
     model: SVIGPLVM,
     history: History,
     amortised_rows: np.ndarray | None,
-    labels: np.ndarray | None,
+    data: datasets.DataSet,
 ) -> list[str]:
     """Write the latent space, ARD and ELBO figures to ``folder``; returns their file names.
     ``amortised_rows`` [N, D] are the training rows for an amortised model, else None."""
+    legend = data.metadata.get("labels_column") or ("digit" if data.labels is not None else None)
     figures = {
-        "latent_space.png": plotting.plot_latent_space(model, amortised_rows, labels),
-        "ard.png": plotting.plot_ard(model),
+        "latent_space.png": plotting.plot_latent_space(
+            model, amortised_rows, data.labels, legend_title=legend
+        ),
+        "ard.png": plotting.plot_ard(model, amortised_rows),
         "elbo.png": plotting.plot_elbo(history),
     }
     for name, figure in figures.items():
@@ -242,7 +388,8 @@ def _print_summary(args: argparse.Namespace, metrics: dict, seconds: float, step
     print(f"trained {args.iterations} steps in {seconds:.1f} s")
     if steps:
         print(f"ELBO (mean of last {min(100, steps)} steps): {metrics['elbo_final']:.2f}")
-    print(f"reconstruction RMSE at the latent means: {metrics['reconstruction_rmse']:.4f}")
+    error, units = metrics["reconstruction_rmse"], metrics["reconstruction_rmse_units"]
+    print(f"reconstruction RMSE at the latent means, {units} units: {error:.4f}")
     print(
         f"latent dims kept by ARD (latent means spread >= {RELEVANCE_KEPT:.0%} of the widest, "
         f"in lengthscales): {metrics['kept_latent_dims']} of {args.latent_dim}"

@@ -21,18 +21,32 @@ signature runs ("expected to be a double tensor but is a float tensor").
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 import tensorflow as tf
 from gpflow.config import default_float
 
-from .export_folder import check_destination, replace_folder, write_marker
+from .export_folder import check_destination, make_staging, replace_folder, write_marker
 from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
 SIGNATURES = ("decode", "encode", "reconstruct", "serving_default")
+
+
+def _serving_dtype(dtype: object) -> tf.DType:
+    """``dtype`` (a ``tf.DType``, a NumPy dtype or a name such as "float32") as tf.float32 or
+    tf.float64, or a ``ValueError`` naming the choices."""
+    try:
+        found = tf.as_dtype(dtype)
+    except TypeError:
+        found = None
+    if found not in (tf.float64, tf.float32):
+        raise ValueError(
+            f"dtype must be float64 or float32 (tf.float64, np.float32, 'float32', ...), got "
+            f"{dtype!r}."
+        )
+    return found
 
 
 class ServingModule(tf.Module):
@@ -49,8 +63,7 @@ class ServingModule(tf.Module):
         chunk_size: int | None = None,
     ):
         super().__init__()
-        if dtype not in (tf.float64, tf.float32):
-            raise ValueError(f"dtype must be tf.float64 or tf.float32, got {dtype}.")
+        dtype = _serving_dtype(dtype)
         self.model = model
         self.inference = LatentInference(model, encode_iterations, learning_rate, num_samples, seed)
         # Rows per graph call of encode / reconstruct, so a request's peak memory does not grow
@@ -69,7 +82,9 @@ class ServingModule(tf.Module):
 
     def _decode(self, X: tf.Tensor) -> dict[str, tf.Tensor]:
         X = self._checked_width(X, self.model.latent_dim, "decode", "X")
-        X = tf.debugging.assert_all_finite(X, "decode: X [None, Q] must be finite")
+        X = tf.debugging.assert_all_finite(
+            X, "decode: X [None, Q] must be finite", name="infinite_or_missing_entries_in_X"
+        )
         return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -89,7 +104,10 @@ class ServingModule(tf.Module):
             expected += " (NaN marks a missing entry)"
         message = f"{signature}: {name} must have shape {expected}; got shape"
         fits = tf.equal(tf.size(values), tf.shape(values)[0] * width)
-        with tf.control_dependencies([tf.debugging.Assert(fits, [message, tf.shape(values)])]):
+        # Named for the problem: TensorFlow's error text names the node before the message.
+        shown = [message, tf.shape(values)]
+        check = tf.debugging.Assert(fits, shown, name=f"wrong_width_of_{name}")
+        with tf.control_dependencies([check]):
             return tf.identity(values)
 
     def _in_chunks(
@@ -104,7 +122,8 @@ class ServingModule(tf.Module):
         package (infinity is not "missing": NaN is)."""
         finite = tf.reduce_all(tf.logical_not(tf.math.is_inf(Y)))
         message = "Y has infinite entries; mark missing entries with NaN, not infinity"
-        with tf.control_dependencies([tf.debugging.Assert(finite, [message])]):
+        check = tf.debugging.Assert(finite, [message], name="infinite_entries_in_Y")
+        with tf.control_dependencies([check]):
             return tf.cast(Y, default_float())
 
 
@@ -133,6 +152,7 @@ def export_saved_model(
     module = ServingModule(
         model, encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size
     )
+    dtype = module.dtype
     functions = {
         "decode": module.decode,
         "encode": module.encode,
@@ -141,7 +161,7 @@ def export_saved_model(
     }
     signatures = {name: function.get_concrete_function() for name, function in functions.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    staging = make_staging(path)
     try:
         tf.saved_model.save(module, str(staging), signatures=signatures)
         record = {

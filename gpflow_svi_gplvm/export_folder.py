@@ -1,11 +1,16 @@
 """The folder of an export: recognised by a marker file, and replaced so that it is never lost.
 
-Only folders that hold :data:`MARKER` (written into every export by this package) are ever
-replaced or deleted; anything else at an export's path is left alone. A replacement swaps the
-new folder and the old one in one atomic step where the system can (Linux' ``renameat2`` with
-``RENAME_EXCHANGE``), so that a process killed at any moment leaves the old or the new export at
-the path, never neither. Elsewhere it takes two renames, and a kill between them leaves the old
-export in a hidden sibling folder, which the next export to that path names in a warning.
+Only folders that hold :data:`MARKER` (written into every export by this package) and nothing
+but what the package wrote there are ever replaced or deleted; anything else at an export's
+path is left alone. An export is written into a hidden staging folder beside its path, marked by
+:data:`STAGING_MARKER` with the writing process; the staging folders of processes that died
+(killed mid-export) are removed by the next export into the same parent folder.
+
+A replacement swaps the new folder and the old one in one atomic step where the system can
+(Linux' ``renameat2`` with ``RENAME_EXCHANGE``), so that a process killed at any moment leaves
+the old or the new export at the path, never neither. Elsewhere it takes two renames, and a kill
+between them leaves the old export in a hidden sibling folder, which the next export to that
+path names in a warning.
 
 Standard library only (the reliability tests run it in processes they kill).
 """
@@ -17,13 +22,26 @@ import errno
 import json
 import os
 import shutil
+import socket
+import tempfile
 import warnings
 from pathlib import Path
 
-__all__ = ["MARKER", "is_export", "check_destination", "write_marker", "replace_folder"]
+__all__ = [
+    "MARKER",
+    "STAGING_MARKER",
+    "is_export",
+    "check_destination",
+    "make_staging",
+    "write_marker",
+    "replace_folder",
+]
 
 MARKER = "gpflow_svi_gplvm_export.json"
 """A file in every export written by this package: what marks a folder as safe to replace."""
+
+STAGING_MARKER = ".gpflow_svi_gplvm_staging"
+"""A file in a staging folder while an export is written into it: which process writes it."""
 
 _RETIRED = "-replaced"
 """Suffix of the hidden sibling that holds an old export while two renames replace it."""
@@ -36,7 +54,7 @@ def is_export(path: Path) -> bool:
 
 def check_destination(path: Path, overwrite: bool) -> None:
     """A ``ValueError`` unless an export may be written at ``path``: nothing is there, or an
-    export of this package is there and ``overwrite`` is True."""
+    export of this package that holds nothing else is there and ``overwrite`` is True."""
     if not (path.exists() or path.is_symlink()):
         for retired in sorted(path.parent.glob(f".{path.name}-*{_RETIRED}")):
             if is_export(retired):
@@ -60,11 +78,72 @@ def check_destination(path: Path, overwrite: bool) -> None:
             f"{path} is {what}. overwrite=True replaces only this package's own exports and never "
             "deletes anything else: choose another path, or move it away yourself."
         )
+    foreign = _foreign_files(path)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ValueError(
+            f"{path} is an export of gpflow_svi_gplvm, but it also holds files the export did not "
+            f"write ({shown}); overwrite=True would delete them. Move them out of {path}, or "
+            "export to another path."
+        )
+
+
+def _written(folder: Path) -> list[str]:
+    """Every file and folder under ``folder``, as paths relative to it."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _foreign_files(path: Path) -> list[str]:
+    """What lies in the export at ``path`` beyond what its marker says the export wrote (an
+    export written before markers listed their files: beyond a SavedModel's own files)."""
+    record = json.loads((path / MARKER).read_text() or "{}")
+    written = set(record.get("files", []))
+    if not written:
+        saved_model = ("saved_model.pb", "fingerprint.pb", "variables", "assets", MARKER)
+        written = {p for p in _written(path) if p.split(os.sep)[0] in saved_model}
+    return [p for p in _written(path) if p not in written]
+
+
+def make_staging(path: Path) -> Path:
+    """A new hidden staging folder beside ``path`` for an export, marked with this process (after
+    removing the staging folders that died with their processes in the same parent)."""
+    for abandoned in path.parent.glob(".*-*"):
+        marker = abandoned / STAGING_MARKER
+        if abandoned.is_dir() and not abandoned.is_symlink() and marker.is_file():
+            if not _writer_alive(marker):
+                shutil.rmtree(abandoned, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    writer = {"pid": os.getpid(), "host": socket.gethostname()}
+    (staging / STAGING_MARKER).write_text(json.dumps(writer))
+    return staging
+
+
+def _writer_alive(marker: Path) -> bool:
+    """Whether the process that a staging marker names may still be writing (on another machine,
+    or a marker we cannot read: assume so)."""
+    try:
+        writer = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return True
+    if writer.get("host") != socket.gethostname() or not isinstance(writer.get("pid"), int):
+        return True
+    try:
+        os.kill(writer["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_marker(folder: Path, record: dict) -> None:
-    """Mark ``folder`` as an export of this package, with ``record`` (what was exported)."""
-    (folder / MARKER).write_text(json.dumps({"written_by": "gpflow_svi_gplvm", **record}))
+    """Mark the staging ``folder`` as a finished export of this package, with ``record`` (what
+    was exported) and the list of the files it holds."""
+    (folder / STAGING_MARKER).unlink(missing_ok=True)
+    files = _written(folder) + [MARKER]
+    (folder / MARKER).write_text(
+        json.dumps({"written_by": "gpflow_svi_gplvm", **record, "files": sorted(files)})
+    )
 
 
 def replace_folder(new: Path, path: Path) -> None:

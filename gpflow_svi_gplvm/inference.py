@@ -34,6 +34,7 @@ from .validation import (
     check_integer,
     check_learning_rate,
     check_observations,
+    check_seed,
 )
 
 __all__ = [
@@ -115,7 +116,7 @@ class LatentInference(tf.Module):
         self.averaging_start = min(int(self.iterations * (1.0 - averaging)), self.iterations - 1)
         self.learning_rate = check_learning_rate(learning_rate)
         self.num_samples = check_integer(num_samples, "num_samples")
-        self.seed = check_integer(seed, "seed", minimum=0)
+        self.seed = check_seed(seed)
         self.chunk_size = check_chunk_size(chunk_size)
         likelihood = model.likelihood
         self.likelihood = (
@@ -400,7 +401,7 @@ def log_predictive_density(
 def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor:
     """Standard normal draws [S, 1, Q], shared by all rows."""
     shape = [num_samples, 1, latent_dim]
-    return tf.random.stateless_normal(shape, seed=[seed, 1], dtype=default_float())
+    return tf.random.stateless_normal(shape, seed=[check_seed(seed), 1], dtype=default_float())
 
 
 def chunk_rows(model: NewRowModel, chunk_size: int | None, num_samples: int) -> int:

@@ -57,9 +57,10 @@ from .latents import (
 )
 from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
-from .validation import check_observations, row_blocks
+from .validation import check_observations, check_seed, row_blocks
 
 __all__ = [
+    "DEFAULT_NUM_INDUCING",
     "SVIGPLVM",
     "PointGPLVM",
     "MAPGPLVM",
@@ -75,7 +76,53 @@ __all__ = [
 
 LatentFactory = Callable[[np.ndarray], LatentVariables]
 
+DEFAULT_NUM_INDUCING = 25
+"""M, the inducing points of every model, ``GPLVMEmbedding`` and the command line unless given."""
 
+_PARAMETERS = """
+    :param data: Y [N, D], NaN where an entry is missing; or a
+        :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows under a
+        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``).
+    :param latent_dim: Q, the latent dimensions.
+    :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
+    :param kernel: a GPflow kernel on the latents; default a squared exponential with one
+        lengthscale per latent dimension (ARD) and, under a Gaussian likelihood, the variance of
+        the data (:func:`~gpflow_svi_gplvm.initialisation.default_components`).
+    :param likelihood: any GPflow scalar likelihood; default Gaussian with a noise variance of 10%
+        of the data's. Wrapped in :class:`~gpflow_svi_gplvm.likelihoods.MaskedLikelihood` when the
+        data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
+    :param num_samples: S, the draws of q(x_n) per row when the expectation over q(x) is taken by
+        Monte Carlo (``latent_expectation``).
+    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA) or ``"random"``
+        (draws from the prior N(0, I), as the paper does).
+    :param mean_function: default a per-output constant starting at the data's level.
+    :param whiten: whether q(u) is whitened (GPflow's ``whiten``).
+    :param seed: seeds the random initial latents, the choice of Z and the encoder's weights.
+    :param mask: [N, D] booleans, True where observed, instead of NaNs in ``data``.
+    :param shared_covariance: one q(u) covariance for all outputs (True), one per output
+        (False), or None: shared when D >= :data:`SHARED_COVARIANCE_MIN_OUTPUTS` (100).
+    :param latent_expectation: ``"auto"``, ``"closed-form"`` or ``"monte-carlo"``: how the data
+        term's expectation over q(x_n) is taken (see :class:`SVIGPLVM`).
+"""
+
+
+def _with_parameters(own: str = "") -> Callable[[type], type]:
+    """Append the parameters every model shares, after a class's ``own``, to its docstring (and
+    its ``__init__``'s, which ``help`` shows), in GPflow's ``:param name:`` style."""
+
+    def decorate(cls: type) -> type:
+        cls.__doc__ = f"{cls.__doc__}\n{_PARAMETERS}{own}"
+        cls.__init__.__doc__ = f"Build the model.\n{_PARAMETERS}{own}"  # type: ignore[misc]
+        return cls
+
+    return decorate
+
+
+@_with_parameters(
+    """    :param latent: a function from the initial latents [N, Q] to the latent module (e.g.
+        :class:`~gpflow_svi_gplvm.latents.PointLatent`); the four named models fix it.
+"""
+)
 class SVIGPLVM(SVGP):
     r"""An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
 
@@ -115,9 +162,9 @@ class SVIGPLVM(SVGP):
 
     def __init__(
         self,
-        data,
+        data: ArrayLike | RowShard,
         latent_dim: int,
-        num_inducing: int = 25,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
         likelihood: Likelihood | None = None,
         num_samples: int = 1,
@@ -127,10 +174,11 @@ class SVIGPLVM(SVGP):
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
-        mask=None,
+        mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
     ):
+        seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
@@ -404,66 +452,115 @@ class SVIGPLVM(SVGP):
         return inference.reconstruct(self, Y, rows, **options)
 
 
+@_with_parameters()
 class PointGPLVM(SVIGPLVM):
     """Sparse GPLVM with point-estimated latents (the paper's "Point")."""
 
-    def __init__(self, data, latent_dim: int, num_inducing: int = 25, *args, **kwargs):
-        super().__init__(data, latent_dim, num_inducing, *args, latent=PointLatent, **kwargs)
+    def __init__(
+        self,
+        data: ArrayLike | RowShard,
+        latent_dim: int,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
+        num_samples: int = 1,
+        *,
+        latent_init: str = "pca",
+        mean_function: MeanFunction | None = None,
+        whiten: bool = True,
+        seed: int = 0,
+        mask: ArrayLike | None = None,
+        shared_covariance: bool | None = None,
+        latent_expectation: str = "auto",
+    ):
+        super().__init__(**_shared_options(locals()), latent=PointLatent)
 
 
+@_with_parameters(
+    """    :param prior: the prior p(x_n) on each latent row, a TFP distribution with event shape
+        [Q]; default N(0, I).
+"""
+)
 class MAPGPLVM(SVIGPLVM):
     """GPLVM with MAP latents under a prior :math:`p(x)` (default N(0, I)) (the paper's "MAP")."""
 
     def __init__(
         self,
-        data,
+        data: ArrayLike | RowShard,
         latent_dim: int,
-        num_inducing: int = 25,
-        *args,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
+        num_samples: int = 1,
+        *,
         prior: tfp.distributions.Distribution | None = None,
-        **kwargs,
+        latent_init: str = "pca",
+        mean_function: MeanFunction | None = None,
+        whiten: bool = True,
+        seed: int = 0,
+        mask: ArrayLike | None = None,
+        shared_covariance: bool | None = None,
+        latent_expectation: str = "auto",
     ):
         super().__init__(
-            data,
-            latent_dim,
-            num_inducing,
-            *args,
-            latent=lambda initial: MAPLatent(initial, prior=prior),
-            **kwargs,
+            **_shared_options(locals()), latent=lambda initial: MAPLatent(initial, prior=prior)
         )
 
 
+@_with_parameters(
+    """    :param initial_variance: the starting variance of every q(x_n) (a float, or [N, Q]).
+"""
+)
 class BayesianSVIGPLVM(SVIGPLVM):
     r"""Bayesian GPLVM with per-row :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` (the
     paper's "B-SVI")."""
 
     def __init__(
         self,
-        data,
+        data: ArrayLike | RowShard,
         latent_dim: int,
-        num_inducing: int = 25,
-        *args,
-        initial_variance: float = 0.1,
-        **kwargs,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
+        num_samples: int = 1,
+        *,
+        initial_variance: float | np.ndarray = 0.1,
+        latent_init: str = "pca",
+        mean_function: MeanFunction | None = None,
+        whiten: bool = True,
+        seed: int = 0,
+        mask: ArrayLike | None = None,
+        shared_covariance: bool | None = None,
+        latent_expectation: str = "auto",
     ):
         super().__init__(
-            data,
-            latent_dim,
-            num_inducing,
-            *args,
+            **_shared_options(locals()),
             latent=lambda initial: GaussianLatent(initial, initial_variance),
-            **kwargs,
         )
 
 
+@_with_parameters(
+    """    :param hidden_sizes: the hidden layers of both encoder networks; default
+        :func:`~gpflow_svi_gplvm.latents.default_encoder_sizes` (sized to D and Q).
+    :param activation: the hidden layers' activation (a ``tf.keras`` activation name).
+    :param covariance: ``"triangular"`` (L lower triangular, positive diagonal) or ``"dense"``
+        (the paper's dense factor H).
+    :param missing_aware: whether the encoder reads the observation mask besides the values.
+    :param hide_fraction: the share of observed inputs hidden at random while training; default
+        (None) 0.2 when the data have gaps and the encoder sees the mask, else 0.
+    :param set_size: read each row as the set of its observed (value, column) pairs, pooled into
+        this many features (a permutation-invariant encoder); None reads the row as a vector.
+    :param mean_hidden_sizes: the mean network's hidden layers, apart from ``hidden_sizes``.
+    :param covariance_hidden_sizes: the factor network's hidden layers, apart.
+    :param standardise_inputs: whether the encoder reads each column standardised by the
+        training data's (NaN-aware) mean and standard deviation.
+"""
+)
 class AmortisedBayesianGPLVM(SVIGPLVM):
     r"""Bayesian GPLVM with :math:`q(x_n) = N(G(y_n), L(y_n) L(y_n)^\top)` from an MLP encoder
     ("AEB-SVI").
 
-    Encoder options (``hidden_sizes``, or ``mean_hidden_sizes`` and ``covariance_hidden_sizes``
-    apart, default :func:`~gpflow_svi_gplvm.latents.default_encoder_sizes`, ``activation``,
-    ``covariance``, ``missing_aware``, ``hide_fraction``, ``set_size``) go
-    to :class:`EncoderLatent`. By default the encoder reads
+    The encoder is an :class:`~gpflow_svi_gplvm.latents.EncoderLatent`. By default it reads
     the observation mask and, when the training data has gaps, hides 20% of the observed inputs
     while training, which keeps q(x) honest for rows with gaps (on held-out rows with 30%
     missing: 95% intervals cover ~93% instead of ~68%). On complete data nothing is hidden
@@ -481,10 +578,13 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data,
+        data: ArrayLike | RowShard,
         latent_dim: int,
-        num_inducing: int = 25,
-        *args,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
+        num_samples: int = 1,
+        *,
         hidden_sizes: Sequence[int] | None = None,
         activation: str = "tanh",
         covariance: str = "triangular",
@@ -494,24 +594,20 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         mean_hidden_sizes: Sequence[int] | None = None,
         covariance_hidden_sizes: Sequence[int] | None = None,
         standardise_inputs: bool = True,
+        latent_init: str = "pca",
+        mean_function: MeanFunction | None = None,
+        whiten: bool = True,
         seed: int = 0,
-        mask=None,
-        **kwargs,
+        mask: ArrayLike | None = None,
+        shared_covariance: bool | None = None,
+        latent_expectation: str = "auto",
     ):
+        seed = check_seed(seed)
         # Read by _build_latent, which SVIGPLVM.__init__ calls once the data is checked.
         self._encoder_options = _EncoderOptions(
-            hidden_sizes=hidden_sizes,
-            activation=activation,
-            covariance=covariance,
-            missing_aware=missing_aware,
-            hide_fraction=hide_fraction,
-            set_size=set_size,
-            mean_hidden_sizes=mean_hidden_sizes,
-            covariance_hidden_sizes=covariance_hidden_sizes,
-            standardise_inputs=standardise_inputs,
-            seed=seed,
+            **{field: value for field, value in locals().items() if field in _ENCODER_FIELDS}
         )
-        super().__init__(data, latent_dim, num_inducing, *args, seed=seed, mask=mask, **kwargs)
+        super().__init__(**_shared_options(locals()))
 
     def _build_latent(
         self,
@@ -624,6 +720,30 @@ class _EncoderOptions:
     covariance_hidden_sizes: Sequence[int] | None
     standardise_inputs: bool
     seed: int
+
+
+_ENCODER_FIELDS = frozenset(_EncoderOptions.__dataclass_fields__)
+
+_SHARED_OPTIONS = (
+    "data",
+    "latent_dim",
+    "num_inducing",
+    "kernel",
+    "likelihood",
+    "num_samples",
+    "latent_init",
+    "mean_function",
+    "whiten",
+    "seed",
+    "mask",
+    "shared_covariance",
+    "latent_expectation",
+)
+
+
+def _shared_options(arguments: dict) -> dict:
+    """The options of :class:`SVIGPLVM` among a named model's ``arguments`` (its ``locals()``)."""
+    return {name: arguments[name] for name in _SHARED_OPTIONS}
 
 
 def _local_rows(

@@ -46,35 +46,56 @@ def plot_latent_space(
     labels: np.ndarray | None = None,
     dims: tuple[int, int] | None = None,
     ax: Axes | None = None,
+    legend_title: str | None = None,
 ) -> Figure:
     """Scatter of the latent means of the training rows on two dimensions, coloured by ``labels``.
 
     ``dims`` defaults to the two most relevant dimensions (largest spread of the latent means in
-    lengthscales, :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`).
-    Up to 20 distinct labels [N] are classes (one colour each, with a legend); more numeric labels
-    (a covariate) are drawn on a continuous colour scale.
-    For a Gaussian q(x), each point carries an ellipse of +/- 1 standard deviation.
-    ``Y`` [N, D] (the training rows) is needed for amortised models only.
+    lengthscales, :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`); the title says
+    which are shown and why. Up to 20 distinct labels [N] are classes (one colour each, with a
+    legend titled ``legend_title``); more numeric labels (a covariate) are drawn on a continuous
+    colour scale. For a Gaussian q(x), each point carries an ellipse of +/- 1 standard
+    deviation; the axes have equal scales (so an ellipse's shape is q(x)'s) and hold every
+    ellipse whole. ``Y`` [N, D] (the training rows) is needed for amortised models only.
     """
     mean = model.latent_mean(Y).numpy()
     variance = model.latent_variance(Y).numpy()
+    relevance = model.latent_relevance(Y)
+    chosen = dims is None
     if dims is None:
-        dims = _most_relevant_pair(model.latent_relevance(Y))
+        dims = _most_relevant_pair(relevance)
     figure, ax = _axes(ax, (6, 5))
     x, y = mean[:, dims[0]], mean[:, dims[1]]
+    sd = np.sqrt(variance[:, list(dims)])
     if np.any(variance > 0):
-        _draw_ellipses(ax, x, y, np.sqrt(variance[:, list(dims)]))
+        _draw_ellipses(ax, x, y, sd)
     if labels is None:
         ax.scatter(x, y, s=8)
     else:
-        _scatter_labelled(figure, ax, x, y, np.asarray(labels))
+        _scatter_labelled(figure, ax, x, y, np.asarray(labels), legend_title)
     ax.set_xlabel(f"latent dim {dims[0]}")
     ax.set_ylabel(f"latent dim {dims[1]}")
+    why = "the two most relevant" if chosen else "as chosen"
     ax.set_title(
-        f"{type(model).__name__}: latent means" + (" with 1 sd" if np.any(variance) else "")
+        f"{type(model).__name__}: latent means"
+        + (" with 1 sd" if np.any(variance) else "")
+        + f"\ndims {dims[0]} and {dims[1]} of {len(relevance)}, {why} "
+        + f"(relevance {relevance[dims[0]]:.2g}, {relevance[dims[1]]:.2g})",
+        fontsize="medium",
     )
-    ax.autoscale_view()
+    _fit_limits(ax, x, y, sd)
     return figure
+
+
+def _fit_limits(ax: Axes, x: np.ndarray, y: np.ndarray, sd: np.ndarray) -> None:
+    """Equal scales on both axes, with limits that hold every point (x, y) [N] and its ellipse
+    of half-widths ``sd`` [N, 2] whole, plus a 5% margin."""
+    low = np.array([np.min(x - sd[:, 0]), np.min(y - sd[:, 1])])
+    high = np.array([np.max(x + sd[:, 0]), np.max(y + sd[:, 1])])
+    margin = 0.05 * np.maximum(high - low, 1e-12)
+    ax.set_xlim(low[0] - margin[0], high[0] + margin[0])
+    ax.set_ylim(low[1] - margin[1], high[1] + margin[1])
+    ax.set_aspect("equal", adjustable="box")
 
 
 def _most_relevant_pair(relevance: np.ndarray) -> tuple[int, int]:
@@ -104,12 +125,19 @@ def _draw_ellipses(ax: Axes, x: np.ndarray, y: np.ndarray, sd: np.ndarray) -> No
 
 
 def _scatter_labelled(
-    figure: Figure, ax: Axes, x: np.ndarray, y: np.ndarray, labels: np.ndarray
+    figure: Figure,
+    ax: Axes,
+    x: np.ndarray,
+    y: np.ndarray,
+    labels: np.ndarray,
+    title: str | None = None,
 ) -> None:
     """Points (x, y) [N] coloured by ``labels`` [N]: one colour and legend entry per class up to
-    :data:`_MAX_CLASSES` classes, else a colour scale (numeric labels only)."""
+    :data:`_MAX_CLASSES` classes, else a colour scale (numeric labels only); the legend or the
+    colour bar is titled ``title`` (default "label")."""
     import matplotlib.pyplot as plt
 
+    title = title or "label"
     classes = np.unique(labels)
     if len(classes) <= _MAX_CLASSES:
         # A qualitative palette with one colour per class: a colour map over the label values
@@ -118,10 +146,18 @@ def _scatter_labelled(
         for k, value in enumerate(classes):
             chosen = labels == value
             ax.scatter(x[chosen], y[chosen], s=8, color=palette(k), label=str(value))
-        ax.legend(markerscale=2, fontsize="small", ncol=1 + len(classes) // 11)
+        ax.legend(
+            markerscale=2,
+            fontsize="small",
+            title=title,
+            title_fontsize="small",
+            ncol=1 + len(classes) // 11,
+            loc="center left",
+            bbox_to_anchor=(1.02, 0.5),
+        )
     elif np.issubdtype(labels.dtype, np.number):
         points = ax.scatter(x, y, c=labels, cmap="viridis", s=8)
-        figure.colorbar(points, ax=ax, label="label")
+        figure.colorbar(points, ax=ax, label=title)
     else:
         raise ValueError(
             f"labels has {len(classes)} distinct non-numeric values; at most {_MAX_CLASSES} "
@@ -129,30 +165,86 @@ def _scatter_labelled(
         )
 
 
-def plot_ard(model: SVIGPLVM, ax: Axes | None = None) -> Figure:
-    """Bars of the ARD relevance 1 / lengthscale_q of each latent dimension."""
-    relevance = model.ard_relevance()
-    figure, ax = _axes(ax, (5, 3))
-    ax.bar(np.arange(len(relevance)), relevance)
-    ax.set_xticks(np.arange(len(relevance)))
+def plot_ard(
+    model: SVIGPLVM, Y: np.ndarray | None = None, ax: Axes | None = None, kept: float = 0.1
+) -> Figure:
+    """Bars of each latent dimension's relevance, and beside them its ARD 1 / lengthscale.
+
+    The left panel (or ``ax`` alone) shows
+    :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`, the spread of the latent means
+    in lengthscales, which decides the dimensions kept (a dashed line at ``kept`` times the
+    largest; the command line keeps those above it); the right panel the inverse lengthscales,
+    which alone can mislead (a point estimate may shrink a dimension's latents and lengthscale
+    together). ``Y`` [N, D] (the training rows) is needed for amortised models only.
+    """
+    import matplotlib.pyplot as plt
+
+    relevance = model.latent_relevance(Y)
+    positions = np.arange(len(relevance))
+    if ax is None:
+        figure, (ax, right) = plt.subplots(1, 2, figsize=(9, 3), layout="constrained")
+        right.bar(positions, model.ard_relevance(), color="tab:grey")
+        right.set_xticks(positions)
+        right.set_xlabel("latent dimension")
+        right.set_ylabel("1 / lengthscale")
+        right.set_title("ARD: inverse lengthscales", fontsize="medium")
+    else:
+        figure, ax = _axes(ax, (5, 3))
+    ax.bar(positions, relevance)
+    ax.axhline(
+        kept * relevance.max(),
+        color="black",
+        linestyle="--",
+        linewidth=0.8,
+        label=f"{kept:.0%} of the largest: kept above",
+    )
+    ax.set_xticks(positions)
     ax.set_xlabel("latent dimension")
-    ax.set_ylabel("1 / lengthscale")
-    ax.set_title("ARD relevance")
+    ax.set_ylabel("sd(latent means) / lengthscale")
+    ax.set_title("latent relevance", fontsize="medium")
+    ax.legend(fontsize="small")
     return figure
 
 
 def plot_elbo(history: History, window: int = 50, ax: Axes | None = None) -> Figure:
-    """The minibatch ELBO per step and its running mean over ``window`` steps."""
+    """The minibatch ELBO per step and its running mean over ``window`` steps.
+
+    The left panel (or ``ax`` alone) shows the whole run on a symmetric-log scale, where the
+    first steps (often -1e6 and more) and the converged values (often positive) both show; the
+    right panel the last 90% of the steps on a linear scale, where convergence shows.
+    """
+    import matplotlib.pyplot as plt
+
     elbo = np.asarray(history.elbo)
-    figure, ax = _axes(ax, (6, 3))
-    ax.plot(elbo, alpha=0.3, label="minibatch ELBO")
+    if ax is not None:
+        figure, ax = _axes(ax, (6, 3))
+        panels = [(ax, 0, True)]
+    else:
+        figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3), layout="constrained")
+        panels = [(left, 0, True), (right, len(elbo) // 10, False)]
+    for panel, start, symlog in panels:
+        _elbo_panel(panel, elbo, start, window, symlog)
+    return figure
+
+
+def _elbo_panel(ax: Axes, elbo: np.ndarray, start: int, window: int, symlog: bool) -> None:
+    """The ELBO trace [steps] from step ``start`` on, with its running mean over ``window``
+    steps where there are that many; on a symmetric-log axis with ``symlog``."""
+    steps = np.arange(len(elbo))
+    ax.plot(steps[start:], elbo[start:], alpha=0.3, label="minibatch ELBO")
     if len(elbo) >= window:
         smooth = np.convolve(elbo, np.ones(window) / window, mode="valid")
-        ax.plot(np.arange(window - 1, len(elbo)), smooth, label=f"mean of {window}")
+        shown = steps[window - 1 :] >= start
+        ax.plot(steps[window - 1 :][shown], smooth[shown], label=f"mean of {window}")
+    if symlog and len(elbo):
+        # Linear within the run's typical final magnitude, logarithmic beyond it.
+        ax.set_yscale("symlog", linthresh=max(1.0, float(np.median(np.abs(elbo[-window:])))))
     ax.set_xlabel("step")
-    ax.set_ylabel("ELBO")
-    ax.legend()
-    return figure
+    ax.set_ylabel("ELBO" + (" (symlog)" if symlog else ""))
+    ax.set_title(
+        "the whole run" if start == 0 else f"steps {start} to {len(elbo) - 1}", fontsize="medium"
+    )
+    ax.legend(fontsize="small")
 
 
 def _images(rows: Sequence[np.ndarray], image_shape: tuple[int, int]) -> list[np.ndarray]:
@@ -206,6 +298,7 @@ def plot_image_grid(
     missing_colour: str = "tab:red",
     same_scale: bool = True,
     panel_height: float = 1.2,
+    value_label: str = "value",
 ) -> Figure:
     """Images in a grid, one kind per grid row: e.g. originals, with gaps, reconstructions.
 
@@ -213,8 +306,9 @@ def plot_image_grid(
     ``image_shape`` is (H, W) of one image. Missing pixels (NaN) are drawn in
     ``missing_colour``, with a legend entry when there are any. ``titles`` [K] label the grid
     rows. With ``same_scale`` all panels share one grey scale (the range of every finite pixel),
-    so originals and reconstructions compare; ``False`` scales each grid row on its own (for a
-    row of predictive standard deviations, say). Each panel is ``panel_height`` inches high.
+    so originals and reconstructions compare, read off one colour bar labelled ``value_label``;
+    ``False`` scales each grid row on its own, with a colour bar each (for a row of predictive
+    standard deviations, say). Each panel is ``panel_height`` inches high.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -236,11 +330,15 @@ def plot_image_grid(
     for k, (row_axes, images) in enumerate(zip(axes, grid)):
         low, high = shared if same_scale else _finite_range([images])
         for ax, image in zip(row_axes, images):
-            ax.imshow(np.ma.masked_invalid(image), cmap=colours, vmin=low, vmax=high)
+            shown = ax.imshow(np.ma.masked_invalid(image), cmap=colours, vmin=low, vmax=high)
             ax.set_xticks([])
             ax.set_yticks([])
         if titles is not None:
             row_axes[0].set_ylabel(titles[k])
+        if not same_scale:  # each grid row's own scale, beside it
+            figure.colorbar(shown, ax=list(row_axes), label=value_label, aspect=8, pad=0.01)
+    if same_scale:  # one scale for every panel
+        figure.colorbar(shown, ax=list(axes.ravel()), label=value_label, pad=0.01)
     if any(np.isnan(images).any() for images in grid):
         figure.legend(
             handles=[Patch(color=missing_colour, label="missing")],

@@ -29,7 +29,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .inference import LatentInference
 from .metrics import nlpd
-from .models import MODELS, lookup_model
+from .models import DEFAULT_NUM_INDUCING, MODELS, lookup_model
 from .training import fit as fit_model
 
 __all__ = ["GPLVMEmbedding", "MODELS"]
@@ -83,7 +83,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         The training run: ``history_.elbo`` [iterations], ``seconds``, ``tracing_count``.
     n_features_in_ : int
         D, the number of columns seen in ``fit``.
-    feature_names_in_ : ndarray of str, shape (n_features_in_,)
+    feature_names_in_ : ndarray of str, shape (``n_features_in_``,)
         Column names, when ``fit`` was given a DataFrame with string column names.
 
     Notes
@@ -109,7 +109,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self,
         model: str = "bsvi",
         n_components: int = _DEFAULT_N_COMPONENTS,
-        num_inducing: int = 25,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
         iterations: int = 1000,
         batch_size: int = 100,
         learning_rate: float = 0.01,
@@ -228,7 +228,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
 
         Returns
         -------
-        Y : ndarray of shape (N*, n_features_in_)
+        Y : ndarray of shape (N*, ``n_features_in_``)
             The likelihood's predictive mean of every column at X.
         """
         check_is_fitted(self)

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
 from .distributed import LOST_WORKER_ERRORS, RowShard, WorkerLostError, Workers
-from .likelihoods import MaskedLikelihood, base_likelihood
+from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
 from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
@@ -28,6 +28,7 @@ from .validation import (
     check_integer,
     check_learning_rate,
     check_observations,
+    check_seed,
     row_blocks,
 )
 
@@ -113,6 +114,7 @@ def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.
             "train on the rows the model was constructed with."
         )
     _check_gaps(model, bool(np.isnan(Y).any()))
+    check_likelihood_support(model.likelihood, Y)
     return Y
 
 
@@ -151,6 +153,8 @@ def _training_shard(
             )
     gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(data.Y))
     _check_gaps(model, bool(workers.sum(gaps) > 0))
+    with workers.agreeing():
+        check_likelihood_support(model.likelihood, data.Y)
     return data
 
 
@@ -209,7 +213,9 @@ class Trainer:
         allow_new_data: bool = False,
         q_u_optimizer: str | None = None,
         natgrad_gamma: float = 0.03,
+        overwrite: bool = False,
     ) -> None:
+        seed = check_seed(seed)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.workers = Workers.of(strategy) if strategy is not None else Workers()
         if strategy is not None:
@@ -240,7 +246,24 @@ class Trainer:
                 checkpoint_every,
                 max_to_keep,
                 allow_new_data,
+                overwrite,
             )
+
+    def close(self) -> None:
+        """Release the checkpoint folder to other processes (``fit`` does this at its end; a
+        Trainer also releases it when garbage collected or used in a ``with`` block)."""
+        if self.checkpoints is not None:
+            self.checkpoints.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *error: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "checkpoints", None) is not None:
+            self.close()
 
     def _agree_on(self, what: str, settings: dict) -> None:
         """A ``ValueError`` on every worker when some worker was given other ``settings`` (the
@@ -386,6 +409,7 @@ class Trainer:
         every: int,
         max_to_keep: int,
         allow_new_data: bool,
+        overwrite: bool,
     ) -> Checkpoints:
         """The checkpoint folder of this run's model, optimiser, generator and steps (and the
         iterator of a user's dataset: the batches of rows held here follow from the step)."""
@@ -409,6 +433,8 @@ class Trainer:
             max_to_keep=max_to_keep,
             allow_new_data=allow_new_data,
             workers=self.workers,
+            overwrite=overwrite,
+            model=_description(self.model, self.q_u_optimizer),
         )
 
     @property
@@ -557,6 +583,13 @@ class Trainer:
         iterations = check_integer(iterations, "iterations", minimum=0)
         steps_per_call = check_integer(steps_per_call, "steps_per_call")
         callback_every = check_integer(callback_every, "callback_every")
+        if callback is not None and not callable(callback):
+            raise ValueError(
+                f"callback must be a function of the step number (or a gpflow.monitor.Monitor), "
+                f"got {callback!r}."
+            )
+        if self.checkpoints is not None:
+            self.checkpoints.check_owner()  # before the first step, on every worker alike
         start = time.perf_counter()
         target = self.num_steps + iterations
         # Workers step together: each must stop at the same step, with checkpoints between.
@@ -654,7 +687,7 @@ def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, lis
     same on every replica, from one all-reduce. A table's row slices (``IndexedSlices``) are
     concatenated, every replica's rows after the previous replica's (repeated rows are summed by
     the optimiser): each replica places its rows, with their row numbers, in its own block of a
-    buffer of zeros that the all-reduce sums."""
+    buffer of zeros that the all-reduce sums (exactly: every other replica adds zeros)."""
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return loss, gradients
@@ -673,28 +706,37 @@ def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, lis
     for i, total in zip(dense, sums):
         summed[i] = total
     if sparse:
-        widths = [int(np.prod(gradients[i].values.shape[1:])) + 1 for i in sparse]
+        numbers = _number_columns(gradients[sparse[0]].values.dtype)
+        widths = [int(np.prod(gradients[i].values.shape[1:])) + numbers for i in sparse]
         for i, block in zip(sparse, tf.split(sums[-1], widths, axis=1)):
             values = tf.reshape(
-                block[:, 1:], tf.concat([[-1], tf.shape(gradients[i].values)[1:]], 0)
+                block[:, numbers:], tf.concat([[-1], tf.shape(gradients[i].values)[1:]], 0)
             )
-            summed[i] = tf.IndexedSlices(
-                values, tf.cast(block[:, 0], tf.int64), gradients[i].dense_shape
-            )
+            rows = tf.cast(block[:, 0], tf.int64)
+            if numbers == 2:
+                rows = rows * _ROW_BASE + tf.cast(block[:, 1], tf.int64)
+            summed[i] = tf.IndexedSlices(values, rows, gradients[i].dense_shape)
     return loss, summed
 
 
+_ROW_BASE = 2**24
+"""float32 holds every integer below 2^24 exactly: a row number r is sent as r // 2^24, r % 2^24."""
+
+
+def _number_columns(dtype: tf.DType) -> int:
+    """How many columns of ``dtype`` hold a row number exactly: one in float64 (up to 2^53), two
+    in float32 (up to 2^48)."""
+    return 1 if dtype == tf.float64 else 2
+
+
 def _rows_with_numbers(gradient: tf.IndexedSlices) -> tf.Tensor:
-    """A table's gradient rows [B, ...] as [B, 1 + k]: the row number (exact in float64 up to
-    2^53), then the row's k values."""
+    """A table's gradient rows [B, ...] as [B, c + k]: the row number in c columns of the
+    values' dtype (:func:`_number_columns`), then the row's k values."""
     values = gradient.values
-    if values.dtype != tf.float64:
-        raise ValueError(
-            f"Training under a strategy sums the latent tables' rows in float64; this model's "
-            f"are {values.dtype.name}: build it with gpflow.config.set_default_float(np.float64)."
-        )
+    rows = tf.cast(gradient.indices, tf.int64)
+    parts = [rows] if _number_columns(values.dtype) == 1 else [rows // _ROW_BASE, rows % _ROW_BASE]
     flat = tf.reshape(values, [tf.shape(values)[0], -1])
-    return tf.concat([tf.cast(gradient.indices, values.dtype)[:, None], flat], axis=1)
+    return tf.concat([tf.cast(part, values.dtype)[:, None] for part in parts] + [flat], axis=1)
 
 
 def _comparable(value: object) -> float:
@@ -708,6 +750,19 @@ def _comparable(value: object) -> float:
 
 def _shown(value: float) -> str:
     return f"{value:g}" if abs(value) < 2**40 else "(another value)"
+
+
+def _description(model: SVIGPLVM, q_u_optimizer: str) -> dict:
+    """A model in a few numbers, for the run record of a checkpoint folder."""
+    return {
+        "class": type(model).__name__,
+        "N": model.num_data,
+        "D": model.data_dim,
+        "Q": model.latent_dim,
+        "M": int(model.inducing_variable.num_inducing),
+        "shared_covariance": model.shared_covariance,
+        "q_u_optimizer": q_u_optimizer,
+    }
 
 
 def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
@@ -759,20 +814,22 @@ def fit(
     allow_new_data: bool = False,
     q_u_optimizer: str | None = None,
     natgrad_gamma: float = 0.03,
+    overwrite: bool = False,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
     ``data``: the training Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed), this
     worker's :class:`~gpflow_svi_gplvm.distributed.RowShard` under a multi-worker ``strategy``,
-    or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: checkpoints every
-    ``checkpoint_every`` steps; ``resume=True`` continues from the latest one up to ``iterations``
-    steps in all, exactly as if never interrupted, refusing (``ValueError``) one written on other
-    data (values, gaps or row order) or with another ``batch_size`` unless ``allow_new_data``.
-    ``seed`` fixes the batch order and latent samples; the rest are :class:`Trainer`'s settings.
+    or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: a folder of
+    this run's own, checkpointed every ``checkpoint_every`` steps; ``resume=True`` continues the
+    run whose checkpoints it holds up to ``iterations`` steps in all, exactly as if never
+    interrupted, refusing one written on other data (values, gaps, row order) or with another
+    ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh;
+    without either, a folder holding a run's checkpoints is a ``ValueError``. ``seed`` fixes the
+    batch order and latent samples; the rest are :class:`Trainer`'s settings.
     """
     iterations = check_integer(iterations, "iterations", minimum=0)
-    if resume and checkpoint_dir is None:
-        raise ValueError("resume=True needs the checkpoint_dir of the run to resume.")
+    _check_resume(resume, overwrite, checkpoint_dir)
     trainer = Trainer(
         model,
         data,
@@ -788,13 +845,17 @@ def fit(
         allow_new_data=allow_new_data,
         q_u_optimizer=q_u_optimizer,
         natgrad_gamma=natgrad_gamma,
+        overwrite=overwrite,
     )
-    if resume:
-        trainer.restore()
-    return trainer.train(
-        max(iterations - trainer.num_steps, 0),
-        steps_per_call=steps_per_call,
-        progress=progress,
-        callback=callback,
-        callback_every=callback_every,
-    )
+    with trainer:
+        if resume:
+            trainer.restore()
+        remaining = max(iterations - trainer.num_steps, 0)
+        return trainer.train(remaining, steps_per_call, progress, callback, callback_every)
+
+
+def _check_resume(resume: bool, overwrite: bool, checkpoint_dir: str | Path | None) -> None:
+    if (resume or overwrite) and checkpoint_dir is None:
+        raise ValueError("resume=True and overwrite=True need the checkpoint_dir of the run.")
+    if resume and overwrite:
+        raise ValueError("Pass resume=True (continue the run) or overwrite=True, not both.")

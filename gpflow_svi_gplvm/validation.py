@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -13,6 +16,8 @@ from gpflow.config import default_float
 __all__ = [
     "check_observations",
     "check_integer",
+    "check_seed",
+    "check_writable_folder",
     "check_learning_rate",
     "check_fraction",
     "check_chunk_size",
@@ -47,6 +52,7 @@ def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=
     Rejects: not 2-D, no rows or no columns, a wrong column count (when ``num_columns`` is given),
     non-numeric entries, a mask of another shape, infinities, and data with every entry missing.
     """
+    Y = _real_array(Y, name)
     try:
         # No copy of an array that is already right (data can be gigabytes); the mask needs one.
         Y = np.asarray(Y, dtype=default_float()) if mask is None else np.array(Y, default_float())
@@ -83,6 +89,58 @@ def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=
     return Y
 
 
+def _real_array(Y, name: str) -> np.ndarray:
+    """Y as it is (converted later), a NumPy masked array with NaN at its masked entries (and a
+    warning saying so), or a ``ValueError`` for complex numbers, objects, dates and the like
+    (text is tried as numbers by the conversion)."""
+    if isinstance(Y, np.ma.MaskedArray):
+        hidden = int(np.ma.getmaskarray(Y).sum())
+        if hidden:
+            warnings.warn(
+                f"{name} is a masked array: its {hidden} masked entries are read as missing (NaN).",
+                stacklevel=4,
+            )
+        Y = np.ma.filled(np.ma.asarray(Y).astype(default_float()), np.nan)
+    array = Y if isinstance(Y, np.ndarray) else np.asarray(Y) if _sized(Y) else None
+    if array is not None and array.dtype.kind not in "biufUS":
+        what = "complex numbers" if array.dtype.kind == "c" else f"dtype {array.dtype}"
+        raise ValueError(
+            f"{name} must hold real numbers, but it has {what}: pass the real values you mean "
+            "(e.g. np.abs(Y) or Y.real for complex data, or np.asarray(Y, dtype=float))."
+        )
+    return Y
+
+
+def _sized(Y) -> bool:
+    """Whether ``np.asarray(Y)`` is worth trying for its dtype (lists, arrays, frames)."""
+    return hasattr(Y, "__len__") or hasattr(Y, "__array__")
+
+
+def check_writable_folder(folder: Path, name: str) -> None:
+    """A ``ValueError`` now when ``folder`` (named ``name`` in messages) could not be created or
+    written: a file in its place, no permission, a full disk. Tried by writing a file in it; the
+    folders made for the try are removed again, so a refused run leaves nothing behind."""
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{name} {folder} is a file: name a folder (it is created if missing).")
+    made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(
+            f"{name} {folder} cannot be written ({error.strerror or error}): choose a folder you "
+            "can write to."
+        ) from error
+    finally:
+        for parent in made:  # the deepest first
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+
+
 def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
     """``value`` as an ``int`` of at least ``minimum`` (floats, strings and bools refused), or a
     ``ValueError`` naming ``name`` with ``hint`` (what is typical)."""
@@ -91,6 +149,24 @@ def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
         advice = f" ({hint})" if hint else ""
         raise ValueError(f"{name} must be {wanted}, got {value!r}{advice}.")
     return int(value)
+
+
+SEED_LIMIT = 2**63
+"""Seeds lie in [0, 2**63): TensorFlow's stateless seeds are int64."""
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an ``int`` in [0, 2**63), or a ``ValueError`` naming ``name``."""
+    if (
+        isinstance(seed, bool)
+        or not isinstance(seed, numbers.Integral)
+        or not 0 <= int(seed) < SEED_LIMIT
+    ):
+        raise ValueError(
+            f"{name} must be an integer in [0, 2**63) (any such number; the same seed repeats a "
+            f"run), got {seed!r}."
+        )
+    return int(seed)
 
 
 def check_learning_rate(

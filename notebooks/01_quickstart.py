@@ -22,30 +22,33 @@
 import os
 
 import gpflow
-import matplotlib.pyplot as plt
 import numpy as np
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
-from gpflow_svi_gplvm.datasets import load_digits
+from gpflow_svi_gplvm.datasets import load_digits, train_test_split
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_ard, plot_elbo, plot_latent_space
+from gpflow_svi_gplvm.plotting import plot_ard, plot_elbo, plot_image_grid, plot_latent_space
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 200 if FAST else 4000
 
 digits = load_digits()
-Y, labels = digits.Y, digits.labels
-print(Y.shape)
+# 80% of the images train the model; the other 20% stay unseen until the end.
+split = train_test_split(digits.Y, test_fraction=0.2, seed=0, labels=digits.labels)
+Y, labels = split.Y_train, split.labels_train
+print(Y.shape, split.Y_test.shape)
 
 # %% [markdown]
 # ## Build and train
 #
-# Latents start from PCA, the M = 50 inducing inputs from 50 of those latents.
+# Latents start from PCA, the M = 25 inducing inputs (the default) from 25 of those latents.
+# By default the expectation over q(x_n) is taken in closed form and q(u) takes natural-gradient
+# steps while Adam trains the rest (see the tutorial "The bound").
 # `fit` compiles one training step (it traces once), runs 100 steps per call inside the graph and
 # shows the minibatch ELBO in a progress bar.
 
 # %%
-model = BayesianSVIGPLVM(Y, latent_dim=5, num_inducing=50)
+model = BayesianSVIGPLVM(Y, latent_dim=5)
 history = fit(model, Y, iterations=ITERATIONS, batch_size=100, learning_rate=0.01)
 _ = plot_elbo(history)
 # %%
@@ -64,31 +67,31 @@ _ = plot_ard(model)
 # %% [markdown]
 # ## New images with missing pixels
 #
-# Hide half of the pixels of a few images, infer their latents with the trained model frozen,
-# and reconstruct every pixel with its predictive uncertainty.
+# Six of the held-out images, which the model has never seen: hide half of their pixels, infer
+# their latents with the trained model frozen, and reconstruct every pixel with its predictive
+# uncertainty.
 
 # %%
 rng = np.random.default_rng(0)
-rows = rng.choice(len(Y), size=6, replace=False)
-hidden = rng.random((6, Y.shape[1])) < 0.5
-partial = np.where(hidden, np.nan, Y[rows])
+new_images = split.Y_test[:6]
+hidden = rng.random(new_images.shape) < 0.5
+partial = np.where(hidden, np.nan, new_images)
 mean, variance = model.reconstruct(partial)
-column_means = np.broadcast_to(Y.mean(0), partial.shape)
-print(f"RMSE on the hidden pixels: {rmse(Y[rows], mean.numpy(), mask=hidden):.3f}")
-print(f"column-mean imputation:    {rmse(Y[rows], column_means, mask=hidden):.3f}")
+column_means = np.broadcast_to(np.mean(Y, axis=0), partial.shape)  # from the training images
+print(f"RMSE on the hidden pixels: {rmse(new_images, mean.numpy(), mask=hidden):.3f}")
+print(f"column-mean imputation:    {rmse(new_images, column_means, mask=hidden):.3f}")
+
+# %% [markdown]
+# One grey scale for the originals, the observed pixels (the hidden ones in red) and the
+# reconstructions, so they compare; the predictive standard deviations on their own scale.
 
 # %%
-figure, axes = plt.subplots(4, 6, figsize=(9, 6))
-panels = [
-    ("original", Y[rows]),
-    ("observed", partial),
-    ("reconstruction", mean.numpy()),
-    ("predictive sd", np.sqrt(variance.numpy())),
-]
-for row_axes, (title, images) in zip(axes, panels):
-    for ax, image in zip(row_axes, images):
-        ax.imshow(image.reshape(8, 8), cmap="grey")
-        ax.set_xticks([])
-        ax.set_yticks([])
-    row_axes[0].set_ylabel(title)
-figure.tight_layout()
+_ = plot_image_grid(
+    [new_images, partial, mean.numpy()],
+    image_shape=(8, 8),
+    titles=["original", "observed", "reconstruction"],
+    value_label="grey level",
+)
+_ = plot_image_grid(
+    [np.sqrt(variance.numpy())], image_shape=(8, 8), titles=["predictive sd"], value_label="sd"
+)

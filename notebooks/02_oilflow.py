@@ -84,10 +84,11 @@ for key in models.PAPER_MODELS:  # the four models of the paper's tables
 # Top: the training rows on the two latent dimensions with the largest latent relevance (the
 # spread of the latent means in lengthscales),
 # coloured by flow regime; the Bayesian models draw each q(x_n) as a one-standard-deviation
-# ellipse. Bottom: 1 / lengthscale of every latent dimension. Under a Bayesian q(x) the KL term
-# charges for every dimension that is used, so dimensions the data does not need get long
-# lengthscales and their bars drop towards zero; the point estimates pay nothing for extra
-# dimensions and keep more of them.
+# ellipse. Bottom: the relevance of every latent dimension (the spread of its latent means in
+# lengthscales; the dashed line is 10% of the largest). Under a Bayesian q(x) the KL term
+# charges for every dimension that is used, so dimensions the data does not need stay at the
+# prior or get long lengthscales and their bars drop towards zero; the point estimates pay
+# nothing for extra dimensions and keep more of them.
 
 # %%
 figure, axes = plt.subplots(2, 4, figsize=(18, 7), gridspec_kw={"height_ratios": [2, 1]})
@@ -95,7 +96,7 @@ for column, (name, model) in enumerate(trained.items()):
     rows_for_encoder = Y_train if model.latent.amortised else None
     plot_latent_space(model, rows_for_encoder, labels=regimes, ax=axes[0, column])
     axes[0, column].set_title(name)
-    plot_ard(model, ax=axes[1, column])
+    plot_ard(model, rows_for_encoder, ax=axes[1, column])
 figure.tight_layout()
 
 # %% [markdown]

@@ -30,6 +30,8 @@
 # %%
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -50,7 +52,7 @@ split = train_test_split(digits.Y, test_fraction=0.2, seed=0, labels=digits.labe
 Y_train, Y_test = split.Y_train, split.Y_test
 image_shape = digits.metadata["image_shape"]
 
-model = BayesianSVIGPLVM(Y_train, latent_dim=5, num_inducing=50)
+model = BayesianSVIGPLVM(Y_train, latent_dim=5)
 _ = fit(model, Y_train, iterations=ITERATIONS, batch_size=100, learning_rate=0.01)
 
 # %% [markdown]
@@ -87,6 +89,7 @@ _ = plot_image_grid(
     [Y_test[:8], Y_gaps[:8], mean[:8]],
     image_shape,
     titles=["original", "half hidden", "reconstruction"],
+    value_label="grey level",
 )
 
 # %% [markdown]
@@ -109,35 +112,61 @@ path = export_saved_model(
 print(sorted(p.name for p in path.iterdir()))
 
 # %% [markdown]
-# ## Serve
+# ## Serve, from a process that has only TensorFlow
 #
-# What follows needs TensorFlow only: no GPflow, no `gpflow_svi_gplvm`.
+# The serving code below runs in a fresh Python process, as a server would: it imports
+# TensorFlow alone (it checks that neither GPflow nor this package was loaded), reads the test
+# rows with gaps from a file, and writes what the export answers.
 
 # %%
-loaded = tf.saved_model.load(str(path))
+SERVER = """
+import sys
+import numpy as np
+import tensorflow as tf
+
+path, requests, answers = sys.argv[1:]
+loaded = tf.saved_model.load(path)
 for name, signature in loaded.signatures.items():
-    inputs = signature.structured_input_signature[1]
-    print(f"{name:16s} {inputs}")
-
-served = loaded.signatures["reconstruct"](Y=tf.constant(Y_gaps))
-difference = np.max(np.abs(served["mean"].numpy() - mean))
+    print(f"{name:16s} {signature.structured_input_signature[1]}")
+Y = tf.constant(np.load(requests))
+served = loaded.signatures["reconstruct"](Y=Y)
+encoded = loaded.signatures["encode"](Y=Y)
+np.savez(answers, mean=served["mean"].numpy(), latent_mean=encoded["mean"].numpy())
+assert "gpflow" not in sys.modules and "gpflow_svi_gplvm" not in sys.modules
+print("served with", ", ".join(sorted(m for m in ("tensorflow", "gpflow") if m in sys.modules)))
+"""
+np.save(export_folder / "requests.npy", Y_gaps)
+answers = export_folder / "answers.npz"
+server = subprocess.run(
+    [sys.executable, "-c", SERVER, str(path), str(export_folder / "requests.npy"), str(answers)],
+    capture_output=True,
+    text=True,
+    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+)
+print(server.stdout or server.stderr[-2000:])
+served = np.load(answers)
+difference = np.max(np.abs(served["mean"] - mean))
 print(f"largest difference from the in-process reconstruction: {difference:.2e}")
-
-encoded = loaded.signatures["encode"](Y=tf.constant(Y_test))
-print(f"encode: mean {encoded['mean'].shape}, variance {encoded['variance'].shape}")
+print(f"encode: latent means {served['latent_mean'].shape}")
 
 # %% [markdown]
-# `decode` maps latent points to images. Walking along the most relevant latent dimension, from
-# two standard deviations of the training latents below their mean to two above, with the other
-# dimensions at their mean, shows what that dimension encodes.
+# Back in this process: `decode` maps latent points to images. Walking along the most relevant
+# latent dimension, from two standard deviations of the training latents below their mean to two
+# above, with the other dimensions at their mean, shows what that dimension encodes.
 
 # %%
 training_latents = model.latent_mean().numpy()
 walk = np.tile(training_latents.mean(axis=0), (8, 1))
 centre, spread = training_latents[:, dims[0]].mean(), training_latents[:, dims[0]].std()
 walk[:, dims[0]] = np.linspace(centre - 2 * spread, centre + 2 * spread, 8)
+loaded = tf.saved_model.load(str(path))
 decoded = loaded.signatures["decode"](X=tf.constant(walk))
-_ = plot_image_grid([decoded["mean"].numpy()], image_shape, titles=[f"latent dim {dims[0]}"])
+_ = plot_image_grid(
+    [decoded["mean"].numpy()],
+    image_shape,
+    titles=[f"latent dim {dims[0]}"],
+    value_label="grey level",
+)
 
 # %%
 shutil.rmtree(export_folder)

@@ -35,6 +35,7 @@ LONGEST_FILES = (
     "test_distributed.py",
     "test_inference.py",
     "test_readme.py",
+    "test_cli.py",
     "test_missing.py",
 )
 

@@ -27,6 +27,13 @@ def test_speed_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_multiworker_benchmark_quick():
+    out = _run(str(BENCHMARKS / "multiworker.py"), "--quick", "--repeats", "1")
+    assert "| 40 |" in out and "two over one" in out and "| 32 |" in out
+    assert "worker 1 of 2: holding its rows" in out
+
+
+@pytest.mark.slow
 def test_high_dimensional_speed_benchmark_quick():
     # One process per contender: four of the seven keep the smoke run short.
     contenders = ["SVGP floor", "B-SVI per-output", "AEB-SVI shared", "B-SVI shared, float32"]

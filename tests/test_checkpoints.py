@@ -86,9 +86,9 @@ def test_resume_without_a_checkpoint_dir_is_a_clear_error(data):
 
 
 def test_trainer_restore_reports_whether_it_found_a_checkpoint(data, tmp_path):
-    trainer = Trainer(BayesianSVIGPLVM(data, Q, num_inducing=M), data, checkpoint_dir=tmp_path)
-    assert not trainer.restore()
-    trainer.train(30, progress=False)
+    with Trainer(BayesianSVIGPLVM(data, Q, num_inducing=M), data, checkpoint_dir=tmp_path) as one:
+        assert not one.restore()
+        one.train(30, progress=False)
     again = Trainer(BayesianSVIGPLVM(data, Q, num_inducing=M), data, checkpoint_dir=tmp_path)
     assert again.restore() and again.num_steps == 30
 

@@ -1,11 +1,16 @@
 """The main job (``python -m gpflow_svi_gplvm``) end to end, with few iterations."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+import gpflow_svi_gplvm
 from gpflow_svi_gplvm.cli import main
+from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
 
@@ -123,3 +128,77 @@ def test_zero_iterations_writes_its_outputs_and_exits_0(tmp_path, capsys):
     assert main([*args, "--latent-dim", "2", "--num-inducing", "4", "--output", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "metrics.json").read_text())["elbo_final"] is None
     assert "trained 0 steps" in capsys.readouterr().out
+
+
+def labelled_csv(path, counts=False):
+    """A 40 x 4 CSV with a header, a text column "kind" and (unless ``counts``) some gaps."""
+    rng = np.random.default_rng(2)
+    latent = rng.standard_normal((40, 2))
+    Y = np.tanh(latent @ rng.standard_normal((2, 4)))
+    if counts:
+        Y = rng.poisson(np.exp(1 + Y)).astype(float)
+    else:
+        Y[rng.random(Y.shape) < 0.1] = np.nan
+    kinds = np.where(latent[:, 0] > 0, "right", "left")
+    cells = [
+        [kind, *("" if np.isnan(v) else f"{v:.5f}" for v in row)] for kind, row in zip(kinds, Y)
+    ]
+    path.write_text("kind,a,b,c,d\n" + "\n".join(",".join(row) for row in cells) + "\n")
+    return path, kinds
+
+
+def test_a_fresh_command_keeps_what_it_trains_and_prints_no_noise(tmp_path):
+    """As a user runs it: a new process, a text column as labels, checkpoints and an export;
+    warnings are one plain line and TensorFlow's start-up log is quiet."""
+    path, kinds = labelled_csv(tmp_path / "mine.csv")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "gpflow_svi_gplvm", "--data", str(path), "--labels", "kind"]
+    command += ["--model", "aeb", "--latent-dim", "2", "--num-inducing", "6", "--iterations", "3"]
+    command += ["--save", "--export", "--no-progress", "--output", str(out)]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    noise = ["cpu_feature_guard", "port.cc", "absl::InitializeLog", "DT_DOUBLE", "UserWarning"]
+    assert not [word for word in noise if word in result.stderr], result.stderr
+    (notice,) = [line for line in result.stderr.splitlines() if "MaskedLikelihood" in line]
+    assert notice.startswith("warning: ")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["labels"] == "kind" and metrics["D"] == 4  # not trained on
+    assert metrics["settings"]["seed"] == 0 and metrics["settings"]["batch_size"] == 100
+    assert metrics["standardised"] and metrics["reconstruction_rmse_units"] == "the data's own"
+    assert metrics["versions"]["gpflow_svi_gplvm"] == gpflow_svi_gplvm.__version__
+    assert (out / "saved_model" / "saved_model.pb").is_file()
+    assert (out / "checkpoints" / "ckpt-3.index").is_file()
+
+
+def test_counts_with_a_poisson_likelihood_are_not_standardised(tmp_path):
+    path, _ = labelled_csv(tmp_path / "counts.csv", counts=True)
+    args = ["--data", str(path), "--labels", "kind", "--likelihood", "poisson", "--model", "map"]
+    args += ["--latent-dim", "2", "--num-inducing", "5", "--iterations", "3", "--no-progress"]
+    assert main([*args, "--output", str(tmp_path / "out")]) == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["settings"]["likelihood"] == "poisson" and not metrics["standardised"]
+
+
+def test_labels_name_a_column_or_the_error_lists_them(tmp_path, capsys):
+    path, _ = labelled_csv(tmp_path / "mine.csv")
+    assert main(["--data", str(path), "--labels", "sort", "--output", str(tmp_path / "o")]) == 2
+    assert "'a', 'b', 'c', 'd', 'kind'" in capsys.readouterr().err
+
+
+def test_help_shows_the_defaults_and_explains_the_models(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert f"M (default: {DEFAULT_NUM_INDUCING})" in text and "(default: bsvi)" in text
+    assert "AEB-SVI: q(x_n) from an encoder network" in text and "poisson" in text
+
+
+def test_a_library_user_keeps_tensorflow_s_log():
+    """Only the command line quiets TensorFlow: importing the package leaves the setting alone."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    code = "import os, gpflow_svi_gplvm; print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment
+    )
+    assert result.stdout.strip() == "None", result.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -91,3 +93,50 @@ def test_the_amortised_model_checks_its_data_once_and_passes_seed_and_mask_on(Y,
         AmortisedBayesianGPLVM(Y, Q, M, seed=1).inducing_variable.Z.numpy(),
         SVIGPLVM(Y, Q, M, seed=1, latent=PointLatent).inducing_variable.Z.numpy(),
     )
+
+
+PUBLIC_MODELS = [
+    models.SVIGPLVM,
+    models.PointGPLVM,
+    models.MAPGPLVM,
+    models.BayesianSVIGPLVM,
+    models.AmortisedBayesianGPLVM,
+]
+
+
+@pytest.mark.parametrize("model_class", PUBLIC_MODELS, ids=lambda cls: cls.__name__)
+def test_every_model_shows_its_parameters_with_defaults_and_documents_each(model_class):
+    """``help(Model)`` and ``inspect.signature`` show every option (nothing hidden in
+    ``**kwargs``), with one default for M, and the docstring lists each in GPflow's style."""
+    parameters = list(inspect.signature(model_class).parameters.values())
+    kinds = {parameter.kind for parameter in parameters}
+    assert not kinds & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+    assert [p.name for p in parameters[:2]] == ["data", "latent_dim"]
+    assert all(p.default is not inspect.Parameter.empty for p in parameters[2:])
+    assert parameters[2].name == "num_inducing"
+    assert parameters[2].default == models.DEFAULT_NUM_INDUCING
+    for doc in (model_class.__doc__, model_class.__init__.__doc__):
+        undocumented = [p.name for p in parameters if f":param {p.name}:" not in doc]
+        assert not undocumented, f"{model_class.__name__}: {undocumented}"
+        assert "q_diag" not in doc and "num_latent_gps" not in doc  # SVGP's own, refused here
+
+
+def test_one_default_for_the_inducing_points_everywhere():
+    from gpflow_svi_gplvm.cli import build_parser
+    from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
+
+    assert build_parser().get_default("num_inducing") == models.DEFAULT_NUM_INDUCING
+    assert GPLVMEmbedding().num_inducing == models.DEFAULT_NUM_INDUCING
+
+
+def test_the_named_models_pass_every_option_on(Y):
+    """An option given to a named model reaches the model (no option dropped on the way)."""
+    mask = ~np.eye(N, D, dtype=bool)
+    model = models.MAPGPLVM(
+        Y, Q, 4, num_samples=3, latent_init="random", whiten=False, mask=mask,
+        shared_covariance=True, latent_expectation="monte-carlo", seed=2,
+    )  # fmt: skip
+    assert model.inducing_variable.num_inducing == 4 and model.num_samples == 3
+    assert not model.whiten and model.shared_covariance and not model.closed_form
+    encoder = models.AmortisedBayesianGPLVM(Y, Q, M, hidden_sizes=(3,), hide_fraction=0.5)
+    assert encoder.latent.hide_fraction == 0.5

@@ -135,6 +135,20 @@ def test_latent_space_default_dims_are_the_two_most_relevant(bayesian, tmp_path)
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("latent dim 2", "latent dim 0")
 
 
+def test_latent_space_has_equal_scales_whole_ellipses_and_says_what_it_shows(bayesian):
+    model = bayesian[0]
+    figure = plot_latent_space(model, labels=LABELS["numeric"], legend_title="flow regime")
+    ax = figure.axes[0]
+    assert ax.get_aspect() == 1.0
+    mean, sd = model.latent_mean().numpy(), np.sqrt(model.latent_variance().numpy())
+    order = np.argsort(-model.latent_relevance())
+    for axis, limits in ((order[0], ax.get_xlim()), (order[1], ax.get_ylim())):
+        assert limits[0] <= np.min(mean[:, axis] - sd[:, axis])
+        assert limits[1] >= np.max(mean[:, axis] + sd[:, axis])
+    assert ax.get_legend().get_title().get_text() == "flow regime"
+    assert "the two most relevant" in ax.get_title()
+
+
 def test_latent_space_on_a_given_axis(bayesian, tmp_path):
     figure, axes = plt.subplots(1, 2)
     assert plot_latent_space(bayesian[0], ax=axes[1]) is figure
@@ -153,11 +167,18 @@ def test_latent_space_of_an_amortised_model_needs_Y(amortised, Y, tmp_path):
 
 
 @pytest.mark.parametrize("fixture", ["point", "bayesian", "amortised"])
-def test_ard_bars(fixture, request, tmp_path):
+def test_ard_bars(fixture, request, Y, tmp_path):
     model = request.getfixturevalue(fixture)[0]
-    figure = plot_ard(model)
+    figure = plot_ard(model, Y if fixture == "amortised" else None)
     saved_png(figure, tmp_path / "ard.png")
-    heights = [patch.get_height() for patch in figure.axes[0].patches]
+    relevance, lengthscales = figure.axes
+    heights = [patch.get_height() for patch in relevance.patches]
+    np.testing.assert_allclose(
+        heights, model.latent_relevance(Y if fixture == "amortised" else None)
+    )
+    (kept,) = relevance.get_lines()  # the line above which a dimension counts as kept
+    np.testing.assert_allclose(kept.get_ydata(), 0.1 * max(heights))
+    heights = [patch.get_height() for patch in lengthscales.patches]
     np.testing.assert_allclose(heights, model.ard_relevance())
 
 
@@ -167,6 +188,7 @@ def test_elbo_trace_of_a_short_run_has_no_running_mean(point, tmp_path):
     saved_png(figure, tmp_path / "elbo.png")
     (line,) = figure.axes[0].get_lines()
     np.testing.assert_array_equal(line.get_ydata(), history.elbo)
+    assert figure.axes[0].get_yscale() == "symlog"  # the whole run, first steps included
 
 
 def test_elbo_trace_with_running_mean(bayesian, tmp_path):
@@ -177,6 +199,11 @@ def test_elbo_trace_with_running_mean(bayesian, tmp_path):
     assert len(raw.get_ydata()) == len(history.elbo) == 60
     assert len(smooth.get_ydata()) == 60 - 10 + 1
     np.testing.assert_allclose(smooth.get_ydata()[0], history.elbo[:10].mean())
+    # The second panel: the last 90% of the steps, on a linear scale where convergence shows.
+    raw, smooth = figure.axes[1].get_lines()
+    assert raw.get_xdata()[0] == 6 and figure.axes[1].get_yscale() == "linear"
+    np.testing.assert_array_equal(raw.get_ydata(), history.elbo[6:])
+    assert smooth.get_xdata()[0] == 9  # the running mean from where it exists
 
 
 def test_elbo_trace_of_a_hand_made_history(tmp_path):
@@ -199,9 +226,12 @@ def images():
 def test_image_grid_has_one_row_of_panels_per_kind(images, tmp_path):
     figure = plot_image_grid(images, IMAGE_SHAPE, titles=["original", "missing", "fit"])
     saved_png(figure, tmp_path / "grid.png")
-    assert len(figure.axes) == 3 * 5
-    assert [ax.get_ylabel() for ax in figure.axes[::5]] == ["original", "missing", "fit"]
-    shown = figure.axes[5].get_images()[0].get_array()
+    panels = [ax for ax in figure.axes if ax.get_images()]
+    assert len(panels) == 3 * 5
+    assert [ax.get_ylabel() for ax in panels[::5]] == ["original", "missing", "fit"]
+    (colour_bar,) = [ax for ax in figure.axes if not ax.get_images()]  # one shared scale
+    assert colour_bar.get_ylabel() == "value"
+    shown = panels[5].get_images()[0].get_array()
     assert shown.shape == IMAGE_SHAPE
     np.testing.assert_array_equal(np.ma.getmaskarray(shown), np.isnan(images[1][0]).reshape(4, 3))
 
@@ -209,7 +239,7 @@ def test_image_grid_has_one_row_of_panels_per_kind(images, tmp_path):
 def test_image_grid_draws_missing_pixels_in_their_own_colour(images, tmp_path):
     figure = plot_image_grid(images, IMAGE_SHAPE, missing_colour="red")
     saved_png(figure, tmp_path / "grid.png")
-    image = figure.axes[5].get_images()[0]
+    image = [ax for ax in figure.axes if ax.get_images()][5].get_images()[0]
     np.testing.assert_allclose(image.get_cmap().get_bad(), matplotlib.colors.to_rgba("red"))
     (legend,) = figure.legends
     assert [text.get_text() for text in legend.get_texts()] == ["missing"]
@@ -220,17 +250,19 @@ def test_image_grid_shares_the_grey_scale_unless_asked(images):
     original, _, fitted = images
     low, high = np.min(original), np.max(fitted)
     shared = plot_image_grid([original, fitted], IMAGE_SHAPE)
-    for ax in shared.axes:
+    for ax in shared.axes[:-1]:
         np.testing.assert_allclose(ax.get_images()[0].get_clim(), (low, high))
+    assert len(shared.axes) == 2 * 5 + 1  # the panels and one colour bar
     separate = plot_image_grid([original, fitted], IMAGE_SHAPE, same_scale=False)
     np.testing.assert_allclose(separate.axes[0].get_images()[0].get_clim(), (low, original.max()))
+    assert len(separate.axes) == 2 * 5 + 2  # a colour bar per grid row
 
 
 def test_image_grid_of_an_all_missing_row_and_of_3d_images(tmp_path):
     blank = np.full((2, 4, 3), np.nan)
     figure = plot_image_grid([blank, np.ones((2, 4, 3))], IMAGE_SHAPE)
     saved_png(figure, tmp_path / "grid.png")
-    assert len(figure.axes) == 4
+    assert len([ax for ax in figure.axes if ax.get_images()]) == 4
 
 
 def test_image_grid_with_a_wrong_image_shape_says_what_to_pass(images):

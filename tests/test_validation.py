@@ -240,7 +240,7 @@ def test_trainer_rejects_a_negative_iteration_count(point_model, Y):
         (dict(learning_rate=0.0), r"learning_rate must be a positive, finite number"),
         (dict(learning_rate=np.nan), r"learning_rate must be a positive, finite number"),
         (dict(num_samples=0), r"num_samples must be a positive integer"),
-        (dict(seed=-1), r"seed must be an integer >= 0"),
+        (dict(seed=-1), r"seed must be an integer in \[0, 2\*\*63\)"),
         (dict(chunk_size=0), r"chunk_size must be a positive integer, got 0 \(or None"),
         (dict(averaging=1.5), r"averaging must be a fraction of the steps in \[0, 1\]"),
         (dict(averaging="half"), r"averaging must be a fraction of the steps in \[0, 1\]"),

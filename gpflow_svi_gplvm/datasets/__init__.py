@@ -17,6 +17,7 @@ from .dataset import (
     DataSet,
     load_array_file,
     load_digits,
+    split_labels,
 )
 from .files import (
     DATA_ENV_VAR,
@@ -26,6 +27,7 @@ from .files import (
     default_data_home,
     fetch,
     fetch_first_available,
+    locate,
     read_npz,
     sha256sum,
 )
@@ -58,6 +60,7 @@ __all__ = [
     "DataSet",
     "load_digits",
     "load_array_file",
+    "split_labels",
     "load_oilflow",
     "load_qpcr",
     "load_taxi",
@@ -72,6 +75,7 @@ __all__ = [
     "default_data_home",
     "fetch",
     "fetch_first_available",
+    "locate",
     "read_npz",
     "sha256sum",
     "Split",

@@ -8,6 +8,7 @@ data set defines one, a one-line description and a free-form ``metadata`` dict.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,25 +54,53 @@ def load_digits() -> DataSet:
 _MISSING_CELLS = {"", "na", "nan", "n/a", "null"}
 
 
-def _number(cell: str) -> float | None:
-    """A cell as a float (NaN when empty or NA), or None when it is text."""
+class _Semicolons(csv.excel):
+    delimiter = ";"
+
+
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d*,\d+([eE][-+]?\d+)?$")
+
+
+def _number(cell: str, decimal_comma: bool = False) -> float | None:
+    """A cell as a float (NaN when empty or NA), or None when it is text; with
+    ``decimal_comma``, "2,5" is 2.5."""
     cell = cell.strip()
     if cell.lower() in _MISSING_CELLS:
         return np.nan
+    if decimal_comma and _DECIMAL_COMMA.match(cell):
+        cell = cell.replace(",", ".")
     try:
         return float(cell)
     except ValueError:
         return None
 
 
-def _read_table(path: Path) -> DataSet:
-    """A delimited text table as a DataSet, ``Y`` [rows, numeric columns] (see
-    :func:`load_array_file`)."""
-    text = path.read_text(encoding="utf-8-sig")
+def _dialect(text: str, path: Path) -> tuple[type[csv.Dialect] | csv.Dialect, bool]:
+    """The table's dialect and whether it writes decimal commas. A semicolon in every line (the
+    same number of them) marks a spreadsheet's table, whose commas are decimal ones; a table
+    whose commas could be either is a ``ValueError``, never a guess."""
+    lines = [line for line in text.splitlines()[:200] if line.strip()]
+    semicolons = {line.count(";") for line in lines}
+    if len(semicolons) == 1 and 0 not in semicolons:
+        return _Semicolons, True
     try:
         dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t| ")
     except csv.Error:  # one column, or nothing to tell: commas
         dialect = csv.excel
+    if dialect.delimiter in " \t|" and any(re.search(r"\d,\d", line) for line in lines):
+        raise ValueError(
+            f"{path}: its fields are separated by {dialect.delimiter!r} and its numbers hold "
+            "commas, which could be decimal commas or thousands separators. Write decimal points "
+            "(or separate the fields with semicolons, as spreadsheets do for decimal commas)."
+        )
+    return dialect, False
+
+
+def _read_table(path: Path) -> DataSet:
+    """A delimited text table as a DataSet, ``Y`` [rows, numeric columns] (see
+    :func:`load_array_file`)."""
+    text = path.read_text(encoding="utf-8-sig")
+    dialect, decimal_comma = _dialect(text, path)
     rows = [row for row in csv.reader(text.splitlines(), dialect) if any(c.strip() for c in row)]
     if not rows:
         raise ValueError(f"{path} holds no rows of data.")
@@ -82,7 +111,7 @@ def _read_table(path: Path) -> DataSet:
                 f"{path}: row {number} has {len(row)} fields but the first row has {width}. "
                 "Every row needs one field per column (leave a field empty for a missing value)."
             )
-    cells = [[_number(cell) for cell in row] for row in rows]
+    cells = [[_number(cell, decimal_comma) for cell in row] for row in rows]
     numbering = [float(i) for i in range(width)], [float(i) for i in range(1, width + 1)]
     header = None in cells[0] or (cells[0] in numbering and width > 1 and len(rows) > 1)
     names = [cell.strip() for cell in rows[0]] if header else [str(j) for j in range(width)]
@@ -106,10 +135,17 @@ def _read_table(path: Path) -> DataSet:
     if not keep:
         raise ValueError(f"{path} has no numeric column (columns: {', '.join(names)}).")
     Y = np.array([[row[j] for j in keep] for row in body], dtype=float)
-    description = path.name + (
-        f" (dropped non-numeric columns: {', '.join(dropped)})" if dropped else ""
+    description = (
+        path.name
+        + (f" (dropped non-numeric columns: {', '.join(dropped)})" if dropped else "")
+        + (" (fields split at semicolons, decimal commas read as points)" if decimal_comma else "")
     )
     metadata = {"columns": [names[j] for j in keep], "dropped": dropped, "header": header}
+    # The text of the dropped columns, by name: a column of class names can label the rows.
+    metadata["text"] = {
+        name: np.array([row[names.index(name)].strip() for row in rows[header:]])
+        for name in dropped
+    }
     return DataSet(Y, description=description, metadata=metadata)
 
 
@@ -120,7 +156,8 @@ def load_array_file(path: str | Path) -> DataSet:
     quoted; an empty cell or NA / NaN is missing. A first row with a non-numeric cell, or that
     numbers the columns (0..D-1 or 1..D), is a header: its names go to ``metadata["columns"]``.
     Columns with no number in them (text) are dropped and named in ``metadata["dropped"]`` and
-    in the description; a column mixing numbers and text, or a ragged row, is a ``ValueError``.
+    in the description, their values kept in ``metadata["text"]`` (name -> [N] strings); a
+    column mixing numbers and text, or a ragged row, is a ``ValueError``.
     """
     path = Path(path)
     if not path.exists():
@@ -140,3 +177,29 @@ def load_array_file(path: str | Path) -> DataSet:
     if suffix in (".csv", ".txt"):
         return _read_table(path)
     raise ValueError(f"Unsupported data file type {suffix!r}: use .npy, .npz or .csv.")
+
+
+def split_labels(data: DataSet, column: str) -> DataSet:
+    """``data`` with the table column named ``column`` as its ``labels`` [N]: a text column
+    (``metadata["text"]``) as it is, or a numeric one moved out of ``Y``; a ``ValueError``
+    listing the columns when there is none of that name."""
+    text = data.metadata.get("text", {})
+    columns = list(data.metadata.get("columns", []))
+    if column in text:
+        labels, Y = text[column], data.Y
+    elif column in columns:
+        j = columns.index(column)
+        labels, Y = data.Y[:, j], np.delete(data.Y, j, axis=1)
+        columns.pop(j)
+    else:
+        known = columns + list(text)
+        raise ValueError(
+            f"There is no column {column!r} to take the labels from"
+            + (
+                f"; the columns are {', '.join(map(repr, known))}."
+                if known
+                else ": the file has no header row naming its columns."
+            )
+        )
+    metadata = {**data.metadata, "columns": columns, "labels_column": column}
+    return DataSet(Y, labels, data.description, metadata, data.Y_test, data.labels_test)

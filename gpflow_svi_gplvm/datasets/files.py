@@ -17,6 +17,7 @@ loads do not hash again); a download that does not match is deleted and ``ValueE
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import os
 import urllib.error
@@ -35,6 +36,8 @@ _GPMAT = (
 )
 _GGPLVM = "https://raw.githubusercontent.com/vr308/Generalised-GPLVM"
 _ODS = "https://raw.githubusercontent.com/sods/ods/f62e5b8397d00eece211852e0b778d6d8f5c5e0f"
+_GGPLVM_DATA = f"{_GGPLVM}/b15044a35aba47b66f20ef5ed63fa9c2d4c7d8d3/data"
+_KERAS = "https://storage.googleapis.com/tensorflow/tf-keras-datasets"
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,22 @@ REGISTRY: dict[str, RemoteFile] = {
         source="converted from SheffieldML/GPmat datasets/data/3Class.mat (commit 4b5914a3): "
         "np.savez_compressed with Y=DataTrn, labels=argmax(DataTrnLbls), fractions=DataTrnFrctns "
         "and the DataTst*/DataVdn* sets as Y_test, labels_test, fractions_test, Y_valid, "
-        "labels_valid, fractions_valid",
+        "labels_valid, fractions_valid (the loader downloads oil_data.txt and oil_labels.txt "
+        "when this is absent)",
+    ),
+    # The authors' text copies of DataTrn and DataTrnLbls (MATLAB's save -ascii, "%16.7e"): equal
+    # element for element to the .npz's Y and labels.
+    "oilflow/oil_data.txt": RemoteFile(
+        "d93847ad0dbeef61c883aff0362ee980f3a50981c9bb40bcb0fb5ce04a2563ee",
+        url=f"{_GGPLVM_DATA}/oil_data.txt",
+        source="vr308/Generalised-GPLVM data/oil_data.txt (branch mocap, commit b15044a3): "
+        "Bishop's DataTrn, 1000 x 12",
+    ),
+    "oilflow/oil_labels.txt": RemoteFile(
+        "50ad83b1ff99b3374b412e3063619a7fe817b93f9bfa06642a08c99cf2de6719",
+        url=f"{_GGPLVM_DATA}/oil_labels.txt",
+        source="vr308/Generalised-GPLVM data/oil_labels.txt (branch mocap, commit b15044a3): "
+        "Bishop's DataTrnLbls, 1000 x 3, one-hot",
     ),
     "qpcr/guo_qpcr.csv": RemoteFile(
         "80bb8dd8593c98b0b53b54fcc1afd191900cc3d8cfcff8cdb9a0f42f9340badc",
@@ -78,7 +96,14 @@ REGISTRY: dict[str, RemoteFile] = {
         "9f8be740ce92b78918ff692823d24257b5775f141104e9e21febff9467e7dc29",
         source="the first 20,000 MNIST training images (karpathy/convnetjs demo/mnist/"
         "mnist_batch_0..6.png, commit b9683e93) and the official test set and labels (LeCun idx "
-        "files), saved as x_train (20000, 784) uint8, y_train, x_test (10000, 784), y_test",
+        "files), saved as x_train (20000, 784) uint8, y_train, x_test (10000, 784), y_test "
+        "(the loader downloads Keras' mnist.npz when this is absent)",
+    ),
+    "mnist/mnist.npz": RemoteFile(
+        "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1",
+        url=f"{_KERAS}/mnist.npz",
+        source="the MNIST copy that Keras' keras.datasets.mnist.load_data downloads (with this "
+        "sha256): x_train (60000, 28, 28) uint8, y_train, x_test (10000, 28, 28), y_test",
     ),
     "brendan_faces/brendan_faces.npz": RemoteFile(
         "cf4ea5d51a680ee7c1da19a9965f96b171c29dd4e9c1af8e2d841fc59d834f65",
@@ -112,13 +137,13 @@ REGISTRY: dict[str, RemoteFile] = {
     ),
     "movielens100k/u.data": RemoteFile(
         "06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490",
-        url=f"{_GGPLVM}/b15044a35aba47b66f20ef5ed63fa9c2d4c7d8d3/data/ml-100k/u.data",
+        url=f"{_GGPLVM_DATA}/ml-100k/u.data",
         source="GroupLens MovieLens 100K u.data, as committed in vr308/Generalised-GPLVM "
         "data/ml-100k/u.data (branch mocap, commit b15044a3)",
     ),
     "movielens100k/README_ml-100k.txt": RemoteFile(
         "4883b8cf340ed0059971b33f56ad3adc88a40792108ebca3d24aafc4c82e8b52",
-        url=f"{_GGPLVM}/b15044a35aba47b66f20ef5ed63fa9c2d4c7d8d3/data/ml-100k/README",
+        url=f"{_GGPLVM_DATA}/ml-100k/README",
         source="GroupLens' ml-100k README (licence text)",
     ),
 }
@@ -195,8 +220,9 @@ def _where_to_put(name: str, data_home: str | Path | None) -> str:
     )
 
 
-def _locate(name: str, data_home: str | Path | None, verify: bool) -> Path | None:
-    """The first of :func:`_candidates` on disk (checked when ``verify``), or None."""
+def locate(name: str, data_home: str | Path | None = None, verify: bool = True) -> Path | None:
+    """The data file ``name`` where it already is on disk (the data folder, then the cache;
+    checked against its sha256 when ``verify``), or None; never downloads."""
     for path in _candidates(name, data_home):
         if path.is_file():
             if verify:
@@ -207,24 +233,29 @@ def _locate(name: str, data_home: str | Path | None, verify: bool) -> Path | Non
 
 def _download(name: str, url: str, destination: Path, sha256: str) -> None:
     """Download ``url`` to ``destination`` through a ``.part`` file, which is renamed only once
-    its sha256 matches (a failed or corrupt download leaves nothing behind)."""
+    its sha256 matches (a failed, interrupted or corrupt download leaves nothing behind)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".part")
     digest = hashlib.sha256()
     logger.info("Downloading %s from %s to %s", name, url, destination)
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
+            announced = int(response.headers.get("Content-Length") or -1)
             for chunk in iter(lambda: response.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
-    except (urllib.error.URLError, OSError, TimeoutError) as error:
-        partial.unlink(missing_ok=True)
+            # A connection closed early ends the reads quietly: compare with what was announced.
+            if 0 <= out.tell() < announced:
+                raise http.client.IncompleteRead(b"", announced - out.tell())
+    except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as error:
         raise ValueError(
-            f"Could not download {name} from {url} ({error}). If this machine is offline, "
+            f"Could not download {name} from {url} ({error!r}). If this machine is offline, "
             f"download it elsewhere and put it at {destination}."
         ) from error
+    finally:  # whatever stopped the download (Ctrl-C too), no partial file stays
+        if digest.hexdigest() != sha256:
+            partial.unlink(missing_ok=True)
     if digest.hexdigest() != sha256:
-        partial.unlink(missing_ok=True)
         raise ValueError(
             f"The download of {name} from {url} has sha256 {digest.hexdigest()}, expected "
             f"{sha256}; the file was deleted. The source may have changed: get the file from "
@@ -245,7 +276,7 @@ def fetch(
     always verified).
     """
     entry = _entry(name)
-    found = _locate(name, data_home, verify)
+    found = locate(name, data_home, verify)
     if found is not None:
         return found
     if entry.url is None:
@@ -274,7 +305,7 @@ def fetch_first_available(
     can parse), ``names`` lists the forms in order of preference.
     """
     for name in names:
-        found = _locate(name, data_home, verify)
+        found = locate(name, data_home, verify)
         if found is not None:
             return name, found
     downloadable = [name for name in names if _entry(name).url is not None]

@@ -7,19 +7,22 @@ redistribution): each loader finds them, checks them and, where it can, download
 :class:`~gpflow_svi_gplvm.datasets.dataset.DataSet` whose ``metadata`` holds the citation, the
 licence and the files read.
 
-Which loaders can download their data when the staged file is missing:
+Which loaders can download their data when the staged file is missing (each download is
+checked against its sha256; a mismatch is deleted and is a ``ValueError`` naming the file):
 
 ============================  ==============================================================
 loader                        download
 ============================  ==============================================================
+``load_oilflow``              yes: the authors' ``oil_data.txt`` and ``oil_labels.txt``
+                              (vr308/Generalised-GPLVM), Bishop's ``DataTrn`` as text
 ``load_qpcr``                 yes: the original ``guo_qpcr.csv`` (sods/ods), parsed here
 ``load_taxi``                 yes: the authors' ``taxi_count_data.csv`` (vr308/Generalised-GPLVM)
-``load_movielens100k``        yes: ``u.data`` (vr308/Generalised-GPLVM), parsed here
+``load_mnist``                yes: Keras' ``mnist.npz`` (11 MB, the 60,000 + 10,000 images)
 ``load_brendan_faces``        yes: ``frey_rawface.mat`` (SheffieldML/GPmat), read with scipy
-``load_mocap``                no for the poses (converted from a .mat whose full checksum is not
-                              recorded); the skeleton ``35.asf`` downloads (``skeleton=True``)
-``load_oilflow``              no (converted from GPmat's ``3Class.mat``)
-``load_mnist``                no (assembled from convnetjs PNGs and the LeCun idx files)
+``load_movielens100k``        yes: ``u.data`` (vr308/Generalised-GPLVM), parsed here
+``load_mocap``                no for the poses (converted from GPmat's ``cmu35WalkJog.mat``,
+                              whose full checksum is not recorded); the skeleton ``35.asf``
+                              downloads (``skeleton=True``)
 ============================  ==============================================================
 
 For the others the error message says where the file comes from and where to put it.
@@ -34,8 +37,30 @@ from typing import Any
 import numpy as np
 
 from .dataset import DataSet
-from .files import fetch, fetch_first_available, read_npz
+from .files import default_data_home, fetch, fetch_first_available, locate, read_npz
 from .skeleton import channel_table
+
+_OILFLOW_TEXT = ("oilflow/oil_data.txt", "oilflow/oil_labels.txt")
+
+
+def _oilflow_arrays(
+    data_home: str | Path | None, download: bool, verify: bool
+) -> tuple[dict[str, np.ndarray], list[Path]]:
+    """The oil-flow arrays and the files read: ``oilflow/oilflow.npz`` when it is on disk, else
+    ``Y`` [1000, 12] and ``labels`` [1000] from the authors' two text files (downloaded if
+    needed)."""
+    staged = locate("oilflow/oilflow.npz", data_home, verify)
+    if staged is not None:
+        return read_npz(staged), [staged]
+    try:
+        paths = [fetch(name, data_home, download=download, verify=verify) for name in _OILFLOW_TEXT]
+    except ValueError as error:
+        raise ValueError(
+            f"{error} Alternatively put oilflow/oilflow.npz in the data folder "
+            f"{default_data_home(data_home)}."
+        ) from error
+    one_hot = np.loadtxt(paths[1], ndmin=2)
+    return {"Y": np.loadtxt(paths[0], ndmin=2), "labels": np.argmax(one_hot, axis=1)}, paths
 
 
 def load_oilflow(
@@ -44,13 +69,14 @@ def load_oilflow(
     """Oilflow (Bishop & James 1993): 1000 x 12 gamma-densitometry measurements, 3 flow regimes.
 
     ``Y`` [1000, 12] is Bishop's training set (``DataTrn``, the paper's data set, used with an 80/20
-    split), ``labels`` [1000] the flow regime 0/1/2 (the authors' code uses 1..3). Bishop's separate
-    test and validation sets, *not* used by the paper, are in ``metadata`` (``Y_test``,
-    ``labels_test``, ``fractions_test``, ``Y_valid``, ...), as are the phase fractions. Not
-    downloadable: ``oilflow/oilflow.npz`` was converted from GPmat's ``3Class.mat``.
+    split), ``labels`` [1000] the flow regime 0/1/2 (the authors' code uses 1..3). Reads
+    ``oilflow/oilflow.npz`` when it is in the data folder (converted from GPmat's ``3Class.mat``:
+    its ``metadata`` also holds Bishop's separate test and validation sets, *not* used by the
+    paper, as ``Y_test``, ``labels_test``, ``fractions_test``, ``Y_valid``, ..., and the phase
+    ``fractions``); else the authors' ``oil_data.txt`` and ``oil_labels.txt``, downloaded from
+    their repository when missing (``Y`` and ``labels`` only, equal element for element).
     """
-    path = fetch("oilflow/oilflow.npz", data_home, download=download, verify=verify)
-    arrays = read_npz(path)
+    arrays, paths = _oilflow_arrays(data_home, download, verify)
     metadata: dict[str, Any] = {key: arrays[key] for key in arrays if key not in ("Y", "labels")}
     metadata.update(
         label_names=np.array(["class 0", "class 1", "class 2"]),
@@ -59,7 +85,7 @@ def load_oilflow(
         citation="Bishop, C. M. and James, G. D. (1993), Analysis of multiphase flows using "
         "dual-energy gamma densitometry and neural networks, Nucl. Instr. Meth. A327, 580-593.",
         licence="No licence stated; widely mirrored academic data. Do not vendor it.",
-        files=[str(path)],
+        files=[str(path) for path in paths],
     )
     return DataSet(
         Y=arrays["Y"].astype(np.float64),
@@ -199,6 +225,21 @@ def _image_metadata(
     return {"image_shape": image_shape, "scale": scale, **source, "files": [str(path)]}
 
 
+def _mnist_arrays(
+    data_home: str | Path | None, download: bool, verify: bool
+) -> tuple[dict[str, np.ndarray], Path]:
+    """``x_train`` [n, 784], ``y_train`` [n], ``x_test`` [10000, 784] and ``y_test``: from
+    ``mnist/mnist_subset.npz`` (n = 20,000) when it is on disk, else from Keras' ``mnist.npz``
+    (n = 60,000; downloaded if needed); with the file read."""
+    path = locate("mnist/mnist_subset.npz", data_home, verify)
+    if path is None:
+        path = fetch("mnist/mnist.npz", data_home, download=download, verify=verify)
+    arrays = read_npz(path)
+    for key in ("x_train", "x_test"):
+        arrays[key] = arrays[key].reshape(len(arrays[key]), -1)
+    return arrays, path
+
+
 def load_mnist(
     data_home: str | Path | None = None,
     *,
@@ -208,26 +249,26 @@ def load_mnist(
     download: bool = True,
     verify: bool = True,
 ) -> DataSet:
-    """MNIST: the first ``num_train`` (default all 20,000 staged) training images, 784 pixels.
+    """MNIST: the first ``num_train`` training images (default all available), 784 pixels.
 
     ``scale=True`` divides by 255 (as the authors do, ``Y/255``), else grey levels 0-255.
     ``Y`` [num_train, 784]; ``labels`` [num_train] are the digits; ``Y_test`` [num_test, 784] /
     ``labels_test`` [num_test] the first ``num_test`` (default all
     10,000; 0 for none) official test images. Rows reshape to ``metadata["image_shape"]``
-    (28, 28). Not downloadable: ``mnist/mnist_subset.npz`` was assembled from several sources.
+    (28, 28). Reads ``mnist/mnist_subset.npz`` (the first 20,000 training images) when it is in
+    the data folder, else Keras' ``mnist.npz`` (all 60,000), downloaded when missing.
     """
-    path = fetch("mnist/mnist_subset.npz", data_home, download=download, verify=verify)
-    with np.load(path) as arrays:
-        available = arrays["y_train"].shape[0]
-        if num_train is None:
-            num_train = available
-        if not 0 < num_train <= available:
-            raise ValueError(
-                f"num_train must be between 1 and {available}: only the first {available} MNIST "
-                "training images are staged in mnist/mnist_subset.npz."
-            )
-        x_train, y_train = arrays["x_train"][:num_train], arrays["y_train"][:num_train]
-        x_test, y_test = arrays["x_test"], arrays["y_test"]
+    arrays, path = _mnist_arrays(data_home, download, verify)
+    available = arrays["y_train"].shape[0]
+    if num_train is None:
+        num_train = available
+    if not 0 < num_train <= available:
+        raise ValueError(
+            f"num_train must be between 1 and {available}: {path.name} holds the first "
+            f"{available} MNIST training images."
+        )
+    x_train, y_train = arrays["x_train"][:num_train], arrays["y_train"][:num_train]
+    x_test, y_test = arrays["x_test"], arrays["y_test"]
     if num_test is not None:
         if not 0 <= num_test <= x_test.shape[0]:
             raise ValueError(f"num_test must be between 0 and {x_test.shape[0]}, got {num_test}.")
