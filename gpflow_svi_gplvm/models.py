@@ -644,6 +644,17 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         )
 
 
+@_with_parameters(
+    """    :param flow: ``"planar"`` or ``"iaf"`` (:data:`~gpflow_svi_gplvm.flows.FLOWS`).
+    :param num_layers: K, the flow layers (at least 1).
+    :param flow_parameters: ``"shared"``, ``"per-row"`` or ``"joint"``
+        (:data:`~gpflow_svi_gplvm.flows.FLOW_PARAMETERS`).
+    :param initial_variance: the starting variance of every base Gaussian (a float).
+    :param hidden_sizes: the hidden layers of the autoregressive networks (``"iaf"`` only).
+    :param context_size: the length of each row's context vector (``"iaf"`` only).
+    :param moment_draws: the fixed draws that estimate the mean and variance of q(x_n).
+"""
+)
 class FlowBayesianGPLVM(SVIGPLVM):
     r"""Bayesian GPLVM whose :math:`q(x_n)` is a base :math:`N(\mu_n, \mathrm{diag}\, s_n)`
     pushed through ``num_layers`` normalising-flow layers (the paper's supplement, "Flexible
@@ -661,9 +672,9 @@ class FlowBayesianGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data,
+        data: ArrayLike | RowShard,
         latent_dim: int,
-        num_inducing: int = 25,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
         likelihood: Likelihood | None = None,
         num_samples: int = 4,
@@ -675,8 +686,13 @@ class FlowBayesianGPLVM(SVIGPLVM):
         hidden_sizes: Sequence[int] | None = None,
         context_size: int | None = None,
         moment_draws: int = 256,
+        latent_init: str = "pca",
+        mean_function: MeanFunction | None = None,
+        whiten: bool = True,
         seed: int = 0,
-        **kwargs,
+        mask: ArrayLike | None = None,
+        shared_covariance: bool | None = None,
+        latent_expectation: str = "auto",
     ):
         check_flow_options(flow, num_layers, flow_parameters)
 
@@ -693,17 +709,7 @@ class FlowBayesianGPLVM(SVIGPLVM):
                 seed,
             )
 
-        super().__init__(
-            data,
-            latent_dim,
-            num_inducing,
-            kernel,
-            likelihood,
-            num_samples,
-            latent=latent,
-            seed=seed,
-            **kwargs,
-        )
+        super().__init__(**_shared_options(locals()), latent=latent)
 
 
 @dataclass(frozen=True)
