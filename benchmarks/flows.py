@@ -1,7 +1,7 @@
 """Flow latents against HMC: the paper's two-point demonstration, oil flow, and the step's cost.
 
     python benchmarks/flows.py demo [--iterations 2000]
-    python benchmarks/flows.py oilflow [--seeds 3 --iterations 5000 --rows 20]
+    python benchmarks/flows.py oilflow [--seeds 3 --iterations 5000 --rows 20 --hmc-draws 1000]
     python benchmarks/flows.py speed [--iterations 300 --repeats 11]
     python benchmarks/flows.py demo oilflow speed --quick      # a smoke run of every path
 
@@ -9,7 +9,8 @@
 x_1 = (1, 1), x_2 = (-1, 1), W [2, 10] standard normal (seed 0), Y = X W + noise of variance
 0.1; the model's kernel (linear, unit variances), noise and zero mean are fixed at these values
 and M = 2 inducing points (the linear kernel has rank 2). The reference is NUTS on the exact
-posterior p(X | Y) (``posterior_draws(..., target="exact")``, 4 chains of 1000 draws after 1000).
+posterior p(X | Y) (``posterior_draws(..., target="exact")``, 4 chains of ``--hmc-draws``
+(1000) after as many).
 Each q(X) family (the Gaussian of B-SVI; 10 planar layers shared, per row, or one flow over
 vec(X)) is trained two ways, both with the package's defaults (Adam, learning rate 0.01):
 
@@ -27,7 +28,8 @@ own ``target="model"`` posterior (the best q(x_n) given their q(u)). Figure:
 test latents inferred with the model frozen, test RMSE and NLPD per test row) for B-SVI and the
 flow model (10 shared planar layers, its defaults), and for the first ``--rows`` test rows the
 MMD^2 between 2000 draws of the inferred q(x*) and NUTS draws of the model's own posterior of
-each row given its q(u) (``target="model"``, 4 chains of 1000 after 1000), per row in R^10.
+each row given its q(u) (``target="model"``, 4 chains of ``--hmc-draws`` after as many), per
+row in R^10.
 The flow model runs with its default four draws of x per step and with one.
 
 ``speed``: steps per second at the paper's oil-flow size (N=800, D=12, Q=10, M=25, batch 100),
@@ -42,6 +44,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -167,7 +170,7 @@ def demo(args) -> str:
         panels[f"{family}\nfitted to p(X | Y)"] = draws
     for family in FAMILIES:
         lines.append(_demo_svi_row(Y, family, thinned, args, panels))
-    _demo_figure(panels)
+    _demo_figure(panels, args.figure)
     return "\n".join(lines)
 
 
@@ -186,7 +189,7 @@ def _demo_svi_row(Y: np.ndarray, family: str, thinned: np.ndarray, args, panels:
     )
 
 
-def _demo_figure(panels: dict) -> None:
+def _demo_figure(panels: dict, path: str) -> None:
     """HMC's draws beside each family's: fitted to the exact posterior (top), trained in the SVI
     bound (bottom); each point's 1000 first draws in its colour."""
     import matplotlib.pyplot as plt
@@ -204,8 +207,8 @@ def _demo_figure(panels: dict) -> None:
     axes[0, 0].set_xlim(-3, 3)
     axes[0, 0].set_ylim(-3, 3)
     figure.tight_layout()
-    os.makedirs(os.path.dirname(FIGURE), exist_ok=True)
-    figure.savefig(FIGURE, dpi=110)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    figure.savefig(path, dpi=110)
 
 
 # -------------------------------------------------------------------------------------- oilflow
@@ -316,10 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=20, help="oil-flow test rows against HMC")
     parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--hmc-draws", type=int, default=1000, help="NUTS draws per chain")
     parser.add_argument("--quick", action="store_true", help="a smoke run of every path")
     args = parser.parse_args(argv)
-    args.hmc_draws = 50 if args.quick else 1000
+    args.hmc_draws = 50 if args.quick else args.hmc_draws
     args.inference_iterations = 10 if args.quick else 300
+    # A smoke run keeps the committed figure.
+    args.figure = (
+        os.path.join(tempfile.gettempdir(), "flows_demo_quick.png") if args.quick else FIGURE
+    )
     if args.quick:
         args.seeds, args.rows, args.repeats = 1, 2, 1
     for part in args.parts:
@@ -328,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         run = argparse.Namespace(**{**vars(args), "iterations": iterations})
         print(f"## {part}\n", flush=True)
         print({"demo": demo, "oilflow": oilflow, "speed": speed}[part](run), flush=True)
-        sizes = f" --seeds {args.seeds} --rows {args.rows}" if part == "oilflow" else ""
+        sizes = f" --hmc-draws {args.hmc_draws}"
+        sizes += f" --seeds {args.seeds} --rows {args.rows}" if part == "oilflow" else ""
         quick = " --quick" if args.quick else ""
         command = f"python benchmarks/flows.py {part} --iterations {iterations}{sizes}{quick}"
         print(f"\n_`{command}`_\n", flush=True)

@@ -57,6 +57,18 @@ def test_missing_data_benchmark_quick():
     assert "values + mask, 20% hidden" in out
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
+    or not (Path(os.environ["GPFLOW_SVI_GPLVM_DATA"]) / "oilflow").exists(),
+    reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA",
+)
+def test_flows_benchmark_quick():
+    out = _run(str(BENCHMARKS / "flows.py"), "demo", "oilflow", "speed", "--quick")
+    assert "| flow, joint | to the exact posterior |" in out and "R-hat max" in out
+    assert "| B-SVI (flow), 1 draw |" in out and "| flow: 10 planar, per-row | 4 |" in out
+
+
 def _benchmark_module(name: str, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their siblings
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
