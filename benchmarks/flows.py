@@ -336,8 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         run = argparse.Namespace(**{**vars(args), "iterations": iterations})
         print(f"## {part}\n", flush=True)
         print({"demo": demo, "oilflow": oilflow, "speed": speed}[part](run), flush=True)
-        sizes = f" --hmc-draws {args.hmc_draws}"
-        sizes += f" --seeds {args.seeds} --rows {args.rows}" if part == "oilflow" else ""
+        sizes = {
+            "demo": f" --hmc-draws {args.hmc_draws}",
+            "oilflow": f" --seeds {args.seeds} --rows {args.rows} --hmc-draws {args.hmc_draws}",
+            "speed": f" --repeats {args.repeats}",
+        }[part]
         quick = " --quick" if args.quick else ""
         command = f"python benchmarks/flows.py {part} --iterations {iterations}{sizes}{quick}"
         print(f"\n_`{command}`_\n", flush=True)
