@@ -58,15 +58,12 @@ def test_missing_data_benchmark_quick():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
-    or not (Path(os.environ["GPFLOW_SVI_GPLVM_DATA"]) / "oilflow").exists(),
-    reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA",
-)
-def test_flows_benchmark_quick():
-    out = _run(str(BENCHMARKS / "flows.py"), "demo", "oilflow", "speed", "--quick")
+def test_flows_benchmark_demo_quick():
+    # The demo alone (every family, both targets of NUTS, the figure): its oil-flow and speed
+    # parts reuse reproduce_paper's protocol and speed.py's measure, and tripled the run's time.
+    out = _run(str(BENCHMARKS / "flows.py"), "demo", "--quick")
     assert "| flow, joint | to the exact posterior |" in out and "R-hat max" in out
-    assert "| B-SVI (flow), 1 draw |" in out and "| flow: 10 planar, per-row | 4 |" in out
+    assert "| flow, per-row | SVI bound with q(u) |" in out
 
 
 def _benchmark_module(name: str, monkeypatch):
