@@ -61,7 +61,8 @@ def race(folder: Path, rounds: int, seed: int = 0) -> tuple[list[str], int]:
         # them within the next 2 s: inside a step, between steps, or inside a save.
         before = len(list(folder.glob("ckpt-*.index"))) if folder.exists() else 0
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and all(r.poll() is None for r in racers):
+        # The one turned away exits soon: wait on the one that holds the folder.
+        while time.monotonic() < deadline and any(r.poll() is None for r in racers):
             if folder.exists() and len(list(folder.glob("ckpt-*.index"))) > before:
                 break
             time.sleep(0.05)
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         said, killed = race(folder, args.rounds, args.seed)
         checkpoints = check_one_run(folder)
+        if not checkpoints:
+            raise SystemExit("No checkpoint was written: the race tested nothing.")
         steps = sorted(int(p.name[5:-6]) for p in folder.glob("ckpt-*.index"))
         refused = sum("being written by another process" in s for s in said)
         seconds = time.perf_counter() - start

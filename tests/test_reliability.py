@@ -183,6 +183,7 @@ def test_processes_racing_for_one_folder_leave_one_run_of_readable_checkpoints(t
     # Two rounds here; `python benchmarks/checkpoint_race.py` runs twenty.
     said, killed = checkpoint_race.race(tmp_path / "run", rounds=2)  # checks it every round
     assert killed >= 2
+    assert checkpoint_race.check_one_run(tmp_path / "run") > 0  # a race over something
     refused = [s for s in said if "being written by another process" in s]
     assert refused, said  # the second process of a round was turned away, not let in
 
