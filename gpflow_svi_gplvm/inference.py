@@ -74,9 +74,15 @@ class NewRowModel(Protocol):
         ...
 
     def expected_data_term(
-        self, batch: LatentBatch, Y: tf.Tensor, likelihood: Likelihood | None = None, /
+        self,
+        batch: LatentBatch,
+        Y: tf.Tensor,
+        likelihood: Likelihood | None = None,
+        closed_form: bool | None = None,
+        /,
     ) -> tf.Tensor:
-        """Each row's expected log likelihood [B] of Y [B, D] under a latent ``batch``."""
+        """Each row's expected log likelihood [B] of Y [B, D] under a latent ``batch`` (in closed
+        form over q(x) when ``closed_form``; None: as the model trains)."""
         ...
 
 

@@ -115,7 +115,7 @@ def _real_array(Y, name: str) -> np.ndarray:
 def _check_float_range(Y, name: str) -> None:
     """A ``ValueError`` when ``Y`` holds finite numbers that GPflow's float (float32 after
     ``gpflow.config.set_default_float(np.float32)``) cannot hold: they would turn infinite."""
-    largest = np.finfo(default_float()).max
+    largest = float(np.finfo(default_float()).max)
     if not isinstance(Y, np.ndarray) or Y.dtype.kind != "f" or Y.dtype.itemsize <= 4 or not Y.size:
         return
     with warnings.catch_warnings():
