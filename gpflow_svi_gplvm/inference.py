@@ -25,8 +25,10 @@ from check_shapes import check_shapes
 from gpflow.config import default_float
 from gpflow.inducing_variables import InducingVariables
 from gpflow.likelihoods import Likelihood
+from gpflow.models import SVGP
 
-from .latents import LatentBatch, LatentVariables, NewRowFit
+from .latent_expectations import closed_form_applies, closed_form_predictive
+from .latents import LatentBatch, LatentVariables, NewRowFit, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
 from .validation import (
     check_chunk_size,
@@ -41,6 +43,7 @@ __all__ = [
     "LatentInference",
     "NewRowModel",
     "chunk_rows",
+    "exact_predictive_applies",
     "in_row_chunks",
     "infer_latents",
     "log_predictive_density",
@@ -71,9 +74,15 @@ class NewRowModel(Protocol):
         ...
 
     def expected_data_term(
-        self, batch: LatentBatch, Y: tf.Tensor, likelihood: Likelihood | None = None, /
+        self,
+        batch: LatentBatch,
+        Y: tf.Tensor,
+        likelihood: Likelihood | None = None,
+        closed_form: bool | None = None,
+        /,
     ) -> tf.Tensor:
-        """Each row's expected log likelihood [B] of Y [B, D] under a latent ``batch``."""
+        """Each row's expected log likelihood [B] of Y [B, D] under a latent ``batch`` (in closed
+        form over q(x) when ``closed_form``; None: as the model trains)."""
         ...
 
 
@@ -87,12 +96,19 @@ class LatentInference(tf.Module):
     stays bounded however many rows there are.
     Non-amortised models: rows start at the candidate latent (inducing inputs and up to
     ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
-    then take ``iterations`` Adam steps with ``learning_rate``; q(x*) is the average of the
-    iterates of the final ``averaging`` fraction of the steps (Polyak-Ruppert averaging: each
-    step's gradient comes from the model's few draws of x*, so the last iterate alone jitters
-    around the optimum; 0 returns the last iterate). The draws of the standard noise
-    behind x* are common to all rows (stateless, from ``seed``), in the optimisation and in the
-    predictive, so processing rows together, one by one or in chunks agrees.
+    then take Adam steps with ``learning_rate``. Where a row's bound has no Monte Carlo noise (a
+    point x*, or a Gaussian q(x*) where :func:`exact_predictive_applies`: its bound is then
+    taken in closed form, whatever the training used; ``tolerance="auto"``), each row stops
+    once its bound improves by less than ``tolerance`` (relative) for a few steps, at most
+    ``iterations`` steps, and a step computes only the rows still moving: most rows stop within
+    tens of steps. Otherwise (or with ``tolerance=None``) every row takes ``iterations`` steps
+    and q(x*) is the average of the iterates of the final ``averaging`` fraction of them
+    (Polyak-Ruppert averaging: each step's gradient comes from the model's few draws of x*, so
+    the last iterate alone jitters around the optimum; 0 returns the last iterate). The draws of
+    the standard noise behind x* are common to all rows (stateless, from ``seed``), in the
+    optimisation and in the predictive, so processing rows together, one by one or in chunks
+    agrees. The predictive of a Gaussian q(x*) under a squared-exponential kernel and a Gaussian
+    likelihood is exact (:func:`exact_predictive_applies`), without draws.
     """
 
     def __init__(
@@ -105,10 +121,12 @@ class LatentInference(tf.Module):
         max_candidates: int = 2000,
         chunk_size: int | None = None,
         averaging: float = 0.5,
+        tolerance: float | str | None = "auto",
     ):
         super().__init__()
         self.model = model
         self.iterations = check_integer(iterations, "iterations", minimum=0)
+        self.tolerance = _check_tolerance(tolerance, model)
         averaging = check_fraction(
             averaging, "averaging", "a fraction of the steps", "0: the last iterate"
         )
@@ -133,7 +151,9 @@ class LatentInference(tf.Module):
             learning_rate=self.learning_rate,
             averaging_start=self.averaging_start,
             seed=self.seed,
+            tolerance=self.tolerance,
         )
+        self.exact_model = _exact_predictive_model(model)
         spec = [tf.TensorSpec([None, model.data_dim], default_float())]
         self.latents = tf.function(self._latents, input_signature=spec)
         self.predict = tf.function(self._predict, input_signature=spec)
@@ -194,7 +214,12 @@ class LatentInference(tf.Module):
 
     @check_shapes("Y: [batch, D]", "return: [batch]")
     def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
-        return self.model.expected_data_term(batch, Y, self.likelihood) + batch.row_term
+        # The closed form wherever it applies, whatever the training used: new rows' bounds
+        # then have no Monte Carlo noise, so each row can stop when it converges.
+        closed_form = self.exact_model is not None
+        return (
+            self.model.expected_data_term(batch, Y, self.likelihood, closed_form) + batch.row_term
+        )
 
     def _batch(self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor) -> LatentBatch:
         return self.model.latent.new_rows(Y, num_samples, noise, self._fit)
@@ -208,7 +233,11 @@ class LatentInference(tf.Module):
 
     @check_shapes("Y: [batch, D]", "return[0]: [batch, D]", "return[1]: [batch, D]")
     def _predict(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Predictive mean and variance [B, D] of every entry, integrating over q(x*)."""
+        """Predictive mean and variance [B, D] of every entry, integrating over q(x*): exactly
+        where :func:`exact_predictive_applies`, else by ``num_samples`` draws."""
+        if self.exact_model is not None:
+            batch = self._batch(Y, 1, tf.zeros([1, 1, self.model.latent_dim], Y.dtype))
+            return closed_form_predictive(self.exact_model, batch.mean, _covariance(batch))
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
         return predictive_moments(self.model, self._batch(Y, self.num_samples, noise).samples)
 
@@ -337,6 +366,7 @@ def reconstruct(
     chunk_size = chunk_rows(model, chunk_size, num_samples)
     rows = _checked_training_rows(model, rows, len(Y))
     noise = _predictive_noise(num_samples, model.latent_dim, seed)
+    exact_model = _exact_predictive_model(model)
 
     @tf.function(
         input_signature=[
@@ -345,6 +375,9 @@ def reconstruct(
         ]
     )
     def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if exact_model is not None:
+            batch = model.latent(idx, Y, 1, tf.zeros([1, 1, model.latent_dim], Y.dtype))
+            return closed_form_predictive(exact_model, batch.mean, _covariance(batch))
         return predictive_moments(model, model.latent(idx, Y, num_samples, noise).samples)
 
     mean, variance = in_row_chunks(predict, chunk_size, tf.constant(rows), tf.constant(Y))
@@ -398,6 +431,45 @@ def log_predictive_density(
     return per_row if joint else per_entry
 
 
+def exact_predictive_applies(model: NewRowModel) -> bool:
+    """Whether the predictive of Y integrates over q(x) exactly
+    (:func:`~gpflow_svi_gplvm.latent_expectations.closed_form_predictive`): a Gaussian q(x), a
+    squared-exponential kernel, a Gaussian likelihood and a constant mean function. Elsewhere
+    it is estimated from draws of q(x)."""
+    return _exact_predictive_model(model) is not None
+
+
+def _exact_predictive_model(model: NewRowModel) -> SVGP | None:
+    """``model`` when :func:`exact_predictive_applies`, else None."""
+    if isinstance(model, SVGP) and model.latent.gaussian and closed_form_applies(model) is None:
+        return model
+    return None
+
+
+def _covariance(batch: LatentBatch) -> tf.Tensor:
+    """A Gaussian batch's covariance: marginal variances [B, Q], or full [B, Q, Q]."""
+    if batch.scale is None:
+        return batch.variance
+    return tf.linalg.matmul(batch.scale, batch.scale, transpose_b=True)
+
+
+TOLERANCE = 1e-4
+"""``tolerance="auto"``'s relative improvement below which a new row's fit stops."""
+
+
+def _check_tolerance(tolerance: float | str | None, model: NewRowModel) -> float | None:
+    """``tolerance`` as the fit's stopping rule: "auto" stops rows at :data:`TOLERANCE` where the
+    row bound has no Monte Carlo noise (a point x*, or a Gaussian q(x*) where
+    :func:`exact_predictive_applies`), else runs the fixed ``iterations``; None always runs
+    them; a positive number stops at it."""
+    if tolerance == "auto":
+        deterministic = exact_predictive_applies(model) or isinstance(model.latent, PointLatent)
+        return TOLERANCE if deterministic else None
+    if tolerance is None:
+        return None
+    return check_learning_rate(tolerance, "tolerance", "1e-4 is typical; or 'auto', or None")
+
+
 def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor:
     """Standard normal draws [S, 1, Q], shared by all rows."""
     shape = [num_samples, 1, latent_dim]
@@ -406,13 +478,16 @@ def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor
 
 def chunk_rows(model: NewRowModel, chunk_size: int | None, num_samples: int) -> int:
     """``chunk_size`` (checked as in :func:`~gpflow_svi_gplvm.validation.check_chunk_size`) or
-    by default rows such that the GP's intermediates, D x M x (rows x draws) numbers with a
-    covariance per output or (D + M) x (rows x draws) with a shared one, stay near 5e7
-    numbers."""
+    by default rows such that the GP's intermediates stay near 5e7 numbers: D x M x (rows x
+    draws) with a covariance per output or (D + M) x (rows x draws) with a shared one, or, where
+    the predictive is exact (:func:`exact_predictive_applies`, no draws), (M + D) x M x rows near
+    5e6 (larger chunks measured slower: a step's working set leaves the caches)."""
     chunk_size = check_chunk_size(chunk_size)
     if chunk_size is not None:
         return chunk_size
     D, M = model.data_dim, int(model.inducing_variable.num_inducing)
+    if exact_predictive_applies(model):
+        return max(1, int(5e6 // ((M + D) * M)))
     per_draw = D + M if model.shared_covariance else D * M
     return max(1, int(5e7 // (per_draw * max(num_samples, 1))))
 

@@ -27,6 +27,8 @@ than Monte Carlo's O(B M D) with a shared q(u) covariance, which is why
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gpflow
 import numpy as np
 import tensorflow as tf
@@ -45,6 +47,7 @@ __all__ = [
     "LATENT_EXPECTATIONS",
     "closed_form_applies",
     "closed_form_data_term",
+    "closed_form_predictive",
     "diagonal_psi_statistics",
 ]
 
@@ -87,14 +90,8 @@ def closed_form_data_term(
         raise ValueError(f"No closed form for this model: {closed_form_applies(model)}.")
     if variance is None:
         raise ValueError(f"No closed form for a {type(base_likelihood(likelihood)).__name__}.")
-    psi_0, psi_1, psi_2 = _psi_statistics(kernel, inducing, mean, covariance)
-    Kmm = Kuu(inducing, kernel, jitter=gpflow.config.default_jitter())
-    Lz = tf.linalg.cholesky(Kmm)
-    a, B = _whitened_moments(Lz, model.q_mu, model.q_sqrt, model.whiten)
-    # tr(K Psi_2) = sum(K * Psi_2) for symmetric K: O(B M^2) per matrix K.
-    Kmm_inverse = tf.linalg.cholesky_solve(Lz, tf.eye(tf.shape(Lz)[0], dtype=Lz.dtype))
-    prior_trace = tf.einsum("mk,bmk->b", Kmm_inverse, psi_2)  # [B]
-    posterior_traces = tf.einsum("fmk,bmk->bf", B, psi_2)  # [B, D or 1]
+    f = _f_statistics(model, mean, covariance)
+    psi_1, psi_2, a = f.psi_1, f.psi_2, f.a
 
     masked = isinstance(likelihood, MaskedLikelihood)
     observed = tf.logical_not(tf.math.is_nan(Y))
@@ -108,18 +105,76 @@ def closed_form_data_term(
         quadratic = tf.reduce_sum(weights * tf.einsum("bmk,kd,md->bd", psi_2, a, a), axis=-1)
     else:
         quadratic = tf.einsum("bmk,mk->b", psi_2, tf.linalg.matmul(a, a, transpose_b=True))
-    if posterior_traces.shape[-1] == 1:  # one covariance shared by every output
-        posterior = counts * posterior_traces[:, 0]
+    if f.posterior_traces.shape[-1] == 1:  # one covariance shared by every output
+        posterior = counts * f.posterior_traces[:, 0]
     else:
-        posterior = tf.reduce_sum(weights * posterior_traces, axis=-1)
+        posterior = tf.reduce_sum(weights * f.posterior_traces, axis=-1)
     expected_square = (
         tf.reduce_sum(tf.square(residual), axis=-1)
         - 2.0 * cross
         + quadratic
-        + counts * (psi_0 - prior_trace)
+        + counts * f.prior_variance
         + posterior
     )
     return -0.5 * counts * tf.math.log(2.0 * np.pi * variance) - 0.5 * expected_square / variance
+
+
+@check_shapes(
+    "mean: [batch, Q]",
+    "covariance: [batch, Q, ...]",
+    "return[0]: [batch, D]",
+    "return[1]: [batch, D]",
+)
+def closed_form_predictive(
+    model: SVGP, mean: tf.Tensor, covariance: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor]:
+    r"""Mean and variance [B, D] of :math:`p(y_{nd}) = E_{q(x_n)} E_{q(f_d(x_n))} N(y_{nd} \mid
+    f_d, \sigma^2)` for q(x_n) with ``mean`` [B, Q] and ``covariance`` ([B, Q] marginal or
+    [B, Q, Q] full), exactly (no draws of x), in the terms of the module docstring:
+
+    .. math::
+
+        E[y_{nd}] = c_d + \psi_1^T a_d,\qquad
+        V[y_{nd}] = a_d^T \Psi_2 a_d - (\psi_1^T a_d)^2 + \psi_0
+        - \mathrm{tr}(K_{uu}^{-1}\Psi_2) + \mathrm{tr}(B_d \Psi_2) + \sigma^2.
+
+    Costs O(B M^2 D), like one closed-form step. ``model`` must pass
+    :func:`closed_form_applies`."""
+    f = _f_statistics(model, mean, covariance)
+    projected = tf.linalg.matmul(f.psi_1, f.a)  # [B, D]
+    quadratic = tf.einsum("bmk,kd,md->bd", f.psi_2, f.a, f.a)
+    variance = quadratic - tf.square(projected) + f.prior_variance[:, None] + f.posterior_traces
+    noise = _noise_variance(model.likelihood)
+    return model.mean_function(mean) + projected, tf.maximum(variance, 0.0) + noise
+
+
+class _FStatistics(NamedTuple):
+    """What the closed forms need of q(f(x_n)) under Gaussian q(x_n), for a batch of B rows."""
+
+    psi_1: tf.Tensor
+    """[B, M]"""
+    psi_2: tf.Tensor
+    """[B, M, M]"""
+    a: tf.Tensor
+    r"""[M, D]: :math:`K_{uu}^{-1} E[u]`."""
+    prior_variance: tf.Tensor
+    r"""[B]: :math:`\psi_0 - \mathrm{tr}(K_{uu}^{-1}\Psi_2)`."""
+    posterior_traces: tf.Tensor
+    r"""[B, D or 1]: :math:`\mathrm{tr}(B_d \Psi_2)`."""
+
+
+def _f_statistics(model: SVGP, mean: tf.Tensor, covariance: tf.Tensor) -> _FStatistics:
+    """The psi statistics of q(x_n) (``mean`` [B, Q], ``covariance`` [B, Q] or [B, Q, Q]) and the
+    moments of q(u) they meet."""
+    kernel, inducing = model.kernel, model.inducing_variable
+    psi_0, psi_1, psi_2 = _psi_statistics(kernel, inducing, mean, covariance)
+    Lz = tf.linalg.cholesky(Kuu(inducing, kernel, jitter=gpflow.config.default_jitter()))
+    a, B = _whitened_moments(Lz, model.q_mu, model.q_sqrt, model.whiten)
+    # tr(K Psi_2) = sum(K * Psi_2) for symmetric K: O(B M^2) per matrix K.
+    Kmm_inverse = tf.linalg.cholesky_solve(Lz, tf.eye(tf.shape(Lz)[0], dtype=Lz.dtype))
+    prior_trace = tf.einsum("mk,bmk->b", Kmm_inverse, psi_2)
+    posterior_traces = tf.einsum("fmk,bmk->bf", B, psi_2)
+    return _FStatistics(psi_1, psi_2, a, psi_0 - prior_trace, posterior_traces)
 
 
 def _noise_variance(likelihood: Likelihood) -> tf.Tensor | None:

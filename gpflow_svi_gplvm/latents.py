@@ -76,6 +76,11 @@ class NewRowFit(NamedTuple):
     """The first step whose iterate enters the average that gives q(x*)."""
     seed: int
     """Seed of the stateless draws of each step, common to all rows."""
+    tolerance: float | None = None
+    """For a deterministic objective: a row stops once its part of the bound has improved by less
+    than ``tolerance`` (relative) for :data:`PATIENCE` steps, and the fit ends when every row has
+    stopped (or after ``iterations``); its best iterate is q(x*). None: ``iterations`` steps and
+    the average of the iterates from ``averaging_start`` on."""
 
 
 _NO_NEW_ROWS = (
@@ -275,50 +280,106 @@ class RowLatentVariables(LatentVariables):
         def constrain(raw: Sequence[tf.Tensor]) -> tuple[tf.Tensor, ...]:
             return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
 
-        def loss(step: tf.Tensor, raw: list[tf.Tensor]) -> tf.Tensor:
+        def loss(step: tf.Tensor, raw: list[tf.Tensor], rows: tf.Tensor) -> tf.Tensor:
             seed = tf.stack([tf.constant(fit.seed, tf.int64), step])
             shape = [fit.num_samples, 1, self.latent_dim]
             noise = tf.random.stateless_normal(shape, seed=seed, dtype=Y.dtype)
             batch = self.batch_of(constrain(raw), fit.num_samples, noise)
-            return -tf.reduce_sum(fit.objective(batch, Y))
+            return -fit.objective(batch, tf.gather(Y, rows))  # [A]
 
         return constrain(_polyak_adam(loss, raw, fit))
 
 
+PATIENCE = 20
+"""Steps without improvement after which a row of a deterministic fit stops (``tolerance``):
+two of Adam's momentum time constants, so that an overshoot past the optimum is not a stop."""
+
+
 def _polyak_adam(
-    loss: Callable[[tf.Tensor, list[tf.Tensor]], tf.Tensor],
+    loss: Callable[[tf.Tensor, list[tf.Tensor], tf.Tensor], tf.Tensor],
     start: list[tf.Tensor],
     fit: NewRowFit,
 ) -> list[tf.Tensor]:
-    """``fit.iterations`` Adam steps on ``loss(step, parameters)`` from ``start``, inside one
-    explicit ``tf.while_loop``; returns the average of the iterates from
-    ``fit.averaging_start`` on (the last one when that is the last step)."""
+    """Adam steps on ``loss(step, parameters of some rows, their positions [A])`` (each of those
+    rows' part [A], rows independent) from ``start`` [B, ...], inside one explicit
+    ``tf.while_loop``: ``fit.iterations`` of them and the average of the iterates from
+    ``fit.averaging_start`` on (the last one when that is the last step); or, with
+    ``fit.tolerance``, until every row has stopped improving, and each row's best iterate (see
+    :class:`NewRowFit`). A step computes only the rows still moving, so its cost falls as rows
+    stop."""
 
-    def adam_step(step, raw, first, second, average):
+    def adam_step(step, raw, first, second, estimate, best, stalled):
+        rows = tf.where(stalled < PATIENCE)[:, 0]  # [A] the rows still moving
+        positions = rows[:, None]
+        moving = [tf.gather(r, rows) for r in raw]
         with tf.GradientTape() as tape:
-            tape.watch(raw)
-            value = loss(step, raw)
-        gradients = tape.gradient(value, raw)
+            tape.watch(moving)
+            values = loss(step, moving, rows)  # [A]
+            total = tf.reduce_sum(values)
+        gradients = tape.gradient(total, moving)
         updates = [
-            adam_moments_and_step(m, v, g, step + 1, fit.learning_rate)
+            adam_moments_and_step(
+                tf.gather(m, rows), tf.gather(v, rows), g, step + 1, fit.learning_rate
+            )
             for m, v, g in zip(first, second, gradients)
         ]
-        raw = [r - update[2] for r, update in zip(raw, updates)]
-        # The running mean of the iterates from averaging_start on (weight 1 at that step).
-        dtype = raw[0].dtype
-        weight = 1.0 / tf.cast(tf.maximum(step - fit.averaging_start + 1, 1), dtype)
-        weight *= tf.cast(step >= fit.averaging_start, dtype)
-        average = [a + weight * (r - a) for a, r in zip(average, raw)]
-        return step + 1, raw, [u[0] for u in updates], [u[1] for u in updates], average
+        raw = [
+            tf.tensor_scatter_nd_update(r, positions, r_a - u[2])
+            for r, r_a, u in zip(raw, moving, updates)
+        ]
+        first = [tf.tensor_scatter_nd_update(m, positions, u[0]) for m, u in zip(first, updates)]
+        second = [tf.tensor_scatter_nd_update(v, positions, u[1]) for v, u in zip(second, updates)]
+        if fit.tolerance is None:
+            # The running mean of the iterates from averaging_start on (weight 1 at that step).
+            dtype = raw[0].dtype
+            weight = 1.0 / tf.cast(tf.maximum(step - fit.averaging_start + 1, 1), dtype)
+            weight *= tf.cast(step >= fit.averaging_start, dtype)
+            estimate = [a + weight * (r - a) for a, r in zip(estimate, raw)]
+        else:
+            estimate, best, stalled = _keep_best(
+                fit.tolerance, rows, values, moving, estimate, best, stalled
+            )
+        return step + 1, raw, first, second, estimate, best, stalled
+
+    def more(step, raw, first, second, estimate, best, stalled) -> tf.Tensor:
+        return tf.logical_and(step < fit.iterations, tf.reduce_any(stalled < PATIENCE))
 
     # An explicit while loop: the compiled graph does not depend on AutoGraph converting the
     # caller (a notebook kernel once ran it unconverted).
     zeros = [tf.zeros_like(r) for r in start]
-    state = (tf.constant(0, tf.int64), start, zeros, list(zeros), list(start))
-    *_, average = tf.while_loop(
-        lambda step, *_: step < fit.iterations, adam_step, state, parallel_iterations=1
+    rows = tf.shape(start[0])[:1]
+    best = tf.fill(rows, tf.constant(np.inf, start[0].dtype))
+    stalled = tf.zeros(rows, tf.int32)
+    state = (tf.constant(0, tf.int64), start, zeros, list(zeros), list(start), best, stalled)
+    return tf.while_loop(more, adam_step, state, parallel_iterations=1)[4]
+
+
+def _keep_best(
+    tolerance: float,
+    rows: tf.Tensor,
+    values: tf.Tensor,
+    parameters: list[tf.Tensor],
+    best_parameters: list[tf.Tensor],
+    best: tf.Tensor,
+    stalled: tf.Tensor,
+) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
+    """For ``rows`` [A] at ``parameters`` (each [A, ...]) with losses ``values`` [A]: each row's
+    best parameters and loss so far (all rows: [B, ...], [B]) and its steps since its loss last
+    fell by more than ``tolerance`` relative to it (``stalled`` [B])."""
+    positions = rows[:, None]
+    previous = tf.gather(best, rows)
+    better = values < previous
+    significant = tf.math.is_inf(previous) | (
+        values < previous - tolerance * (1.0 + tf.abs(previous))
     )
-    return average
+    best = tf.tensor_scatter_nd_update(best, positions, tf.where(better, values, previous))
+    kept = []
+    for table, rows_now in zip(best_parameters, parameters):
+        where = tf.reshape(better, [-1] + [1] * (rows_now.shape.rank - 1))
+        rows_best = tf.where(where, rows_now, tf.gather(table, rows))
+        kept.append(tf.tensor_scatter_nd_update(table, positions, rows_best))
+    counts = tf.where(significant, tf.zeros_like(rows, tf.int32), tf.gather(stalled, rows) + 1)
+    return kept, best, tf.tensor_scatter_nd_update(stalled, positions, counts)
 
 
 class PointLatent(RowLatentVariables):

@@ -334,12 +334,17 @@ class SVIGPLVM(SVGP):
         "return: [batch]",
     )
     def expected_data_term(
-        self, batch: LatentBatch, Y: tf.Tensor, likelihood: Likelihood | None = None
+        self,
+        batch: LatentBatch,
+        Y: tf.Tensor,
+        likelihood: Likelihood | None = None,
+        closed_form: bool | None = None,
     ) -> tf.Tensor:
         """The data term per row [B] for a latent ``batch``: in closed form over q(x_n) when
-        :attr:`closed_form` (see ``latent_expectation``), else from the batch's samples."""
+        ``closed_form`` (default :attr:`closed_form`, see ``latent_expectation``), else from the
+        batch's samples."""
         likelihood = self.likelihood if likelihood is None else likelihood
-        if not self.closed_form:
+        if not (self.closed_form if closed_form is None else closed_form):
             return self.data_term(batch.samples, Y, likelihood)
         covariance = batch.variance
         if batch.scale is not None:

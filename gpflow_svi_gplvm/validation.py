@@ -53,6 +53,7 @@ def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=
     non-numeric entries, a mask of another shape, infinities, and data with every entry missing.
     """
     Y = _real_array(Y, name)
+    _check_float_range(Y, name)
     try:
         # No copy of an array that is already right (data can be gigabytes); the mask needs one.
         Y = np.asarray(Y, dtype=default_float()) if mask is None else np.array(Y, default_float())
@@ -109,6 +110,25 @@ def _real_array(Y, name: str) -> np.ndarray:
             "(e.g. np.abs(Y) or Y.real for complex data, or np.asarray(Y, dtype=float))."
         )
     return Y
+
+
+def _check_float_range(Y, name: str) -> None:
+    """A ``ValueError`` when ``Y`` holds finite numbers that GPflow's float (float32 after
+    ``gpflow.config.set_default_float(np.float32)``) cannot hold: they would turn infinite."""
+    largest = float(np.finfo(default_float()).max)
+    if not isinstance(Y, np.ndarray) or Y.dtype.kind != "f" or Y.dtype.itemsize <= 4 or not Y.size:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN data is refused below
+        extremes = np.array([np.nanmin(Y), np.nanmax(Y)])
+    beyond = np.isfinite(extremes) & (np.abs(extremes) > largest)
+    if beyond.any():
+        raise ValueError(
+            f"{name} has entries up to {np.abs(extremes[beyond]).max():.3g}, beyond "
+            f"{np.dtype(default_float()).name}'s largest number {largest:.3g}: rescale the data "
+            "(e.g. standardise its columns) or train in float64 "
+            "(gpflow.config.set_default_float(np.float64))."
+        )
 
 
 def _sized(Y) -> bool:

@@ -27,6 +27,20 @@ def test_speed_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_gpu_check_runs_on_a_cpu_in_its_smoke_setting():
+    result = subprocess.run(
+        ["bash", str(BENCHMARKS / "gpu_check.sh"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="-1"),
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "No GPU visible" in result.stdout and "| single cell, float32 |" in result.stdout
+    assert "hidden-entry RMSE" in result.stdout
+
+
+@pytest.mark.slow
 def test_multiworker_benchmark_quick():
     out = _run(str(BENCHMARKS / "multiworker.py"), "--quick", "--repeats", "1")
     assert "| 40 |" in out and "two over one" in out and "| 32 |" in out

@@ -14,7 +14,12 @@ import tensorflow_probability as tfp
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.networks import MLP
-from gpflow_svi_gplvm.validation import check_chunk_size, check_fraction, check_layer_sizes
+from gpflow_svi_gplvm.validation import (
+    check_chunk_size,
+    check_fraction,
+    check_layer_sizes,
+    check_observations,
+)
 
 N, D, Q, M = 30, 4, 2, 5
 ALL_MODELS = [sg.PointGPLVM, sg.MAPGPLVM, sg.BayesianSVIGPLVM, sg.AmortisedBayesianGPLVM]
@@ -392,3 +397,13 @@ def test_check_layer_sizes_takes_a_sequence_of_widths():
         check_layer_sizes(10, "sizes")
     with pytest.raises(ValueError, match=r"each of sizes must be a positive integer, got 0"):
         check_layer_sizes((10, 0), "sizes")
+
+
+def test_data_beyond_float32_is_refused_when_training_in_float32():
+    Y = np.ones((4, 2))
+    Y[1, 1] = -1e39
+    with gpflow.config.as_context(gpflow.config.Config(float=np.float32)):
+        with pytest.raises(ValueError, match="up to 1e\\+39, beyond float32's largest"):
+            check_observations(Y)
+        assert check_observations(np.ones((4, 2))).dtype == np.float32
+    assert check_observations(Y)[1, 1] == -1e39  # float64 holds it
