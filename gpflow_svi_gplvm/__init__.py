@@ -14,7 +14,7 @@ from .latents import (
     PointLatent,
     RowLatentVariables,
 )
-from .likelihoods import MaskedLikelihood
+from .likelihoods import MaskedLikelihood, NegativeBinomial
 from .models import (
     MAPGPLVM,
     SVIGPLVM,
@@ -40,6 +40,7 @@ __all__ = [
     "GaussianLatent",
     "EncoderLatent",
     "MaskedLikelihood",
+    "NegativeBinomial",
     "fit",
     "Trainer",
     "RowShard",

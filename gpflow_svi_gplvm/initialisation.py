@@ -13,13 +13,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import tensorflow as tf
 from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.likelihoods import Gaussian, Likelihood, Poisson
 from gpflow.mean_functions import Constant, MeanFunction
 
 from .distributed import Workers
-from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
+from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support, log_link
 from .validation import check_integer, row_blocks
 
 __all__ = [
@@ -197,16 +196,17 @@ def initial_offset(
 ) -> np.ndarray:
     """A per-output constant [D] for the mean function so that f starts at the data's level.
 
-    Gaussian: the observed column means (of all ``workers``' rows). Poisson with the exp link:
-    their logs. Other likelihoods: zeros (the offset is trained either way; this only shortens
-    the start).
+    Gaussian: the observed column means (of all ``workers``' rows). Counts with a log link
+    (Poisson with the exp link, negative binomial): their logs. Other likelihoods: zeros (the
+    offset is trained either way; this only shortens the start).
     """
     base = base_likelihood(likelihood)
     means = column_moments(Y, workers)[1]  # 0 for a column with nothing observed
     if isinstance(base, Gaussian):
         return means
-    if isinstance(base, Poisson) and base.invlink is tf.exp:
-        return np.log(np.maximum(means, 1e-3) / float(base.binsize))
+    if log_link(base):
+        binsize = float(base.binsize) if isinstance(base, Poisson) else 1.0
+        return np.log(np.maximum(means, 1e-3) / binsize)
     return np.zeros_like(means)
 
 
