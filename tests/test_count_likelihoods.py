@@ -80,7 +80,7 @@ def test_masked_negative_binomial_counts_observed_entries_with_each_genes_disper
 
 
 def test_poisson_rate_with_a_size_factor_is_an_offset_of_f():
-    """rate s exp(f): GPflow's closed form at Fmu + log s equals quadrature of Poisson(y | s e^f)."""
+    """rate s exp(f): GPflow's closed form at Fmu + log s is quadrature of Poisson(y | s e^f)."""
     size = np.array([[0.5], [1.0], [2.0], [4.0]])
     poisson = gpflow.likelihoods.Poisson()
     closed = poisson.variational_expectations(None, Fmu + np.log(size), Fvar, Y).numpy()
