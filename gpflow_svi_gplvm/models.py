@@ -35,6 +35,7 @@ from gpflow.utilities import triangular
 from numpy.typing import ArrayLike
 
 from . import inference
+from .covariates import RowInputs, with_row_inputs, with_row_inputs_components
 from .distributed import RowShard, Workers
 from .initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
@@ -100,6 +101,12 @@ _PARAMETERS = """
         (False), or None: shared when D >= :data:`SHARED_COVARIANCE_MIN_OUTPUTS` (100).
     :param latent_expectation: ``"auto"``, ``"closed-form"`` or ``"monte-carlo"``: how the data
         term's expectation over q(x_n) is taken (see :class:`SVIGPLVM`).
+    :param covariates: C [N, P], observed covariates of each row (one-hot batch, technical
+        covariates) that join the latents in the GP input [x_n, c_n]; ``kernel`` is then a
+        :class:`~gpflow_svi_gplvm.covariates.CovariateKernel`, or a kernel on the latents that
+        is summed with a linear ARD kernel on C (see :mod:`gpflow_svi_gplvm.covariates`).
+    :param size_factors: s [N], a positive size factor (library size) per row for a count
+        likelihood with a log link: the rate of y_nd is s_n exp(f_d).
 """
 
 
@@ -174,22 +181,28 @@ class SVIGPLVM(SVGP):
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
+        inputs = RowInputs(covariates, size_factors, num_data)
+        inputs.set_reference(Y, rows, workers)
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
         initial = initial_latents(Y, latent_dim, latent_init, seed, rows, workers)
-        components = default_components(
-            Y, latent_dim, kernel, likelihood, mean_function, workers=workers
+        components = with_row_inputs_components(
+            default_components(Y, latent_dim, kernel, likelihood, mean_function, workers=workers),
+            latent_dim,
+            inputs,
         )
         super().__init__(
             components.kernel,
             components.likelihood,
-            inducing_inputs(initial, num_inducing, seed=seed),
+            inducing_inputs(_with_covariates(initial, inputs), num_inducing, seed=seed),
             mean_function=components.mean_function,
             num_latent_gps=data_dim,
             whiten=whiten,
@@ -208,7 +221,35 @@ class SVIGPLVM(SVGP):
         self.data_dim = data_dim
         self.latent_dim = latent_dim
         self.num_samples = num_samples
+        self._set_row_inputs(inputs)
         self.closed_form = _closed_form(self, latent_expectation)
+
+    def _set_row_inputs(self, inputs: RowInputs) -> None:
+        """Keep the training rows' observed inputs [N, R] (a non-trainable variable, so
+        checkpoints and exports carry it) and the size factors' reference library size."""
+        self.num_covariates = inputs.num_covariates
+        table = inputs.table
+        self.row_inputs = None if table is None else tf.Variable(table, trainable=False)
+        self.size_factor_reference = None
+        if inputs.size_factors is not None:
+            self.size_factor_reference = tf.Variable(inputs.reference, dtype=tf.float64)
+
+    @property
+    def input_dim(self) -> int:
+        """The GP input's width: Q latents, then the observed inputs (covariates, log size
+        factor)."""
+        extra = 0 if self.row_inputs is None else int(self.row_inputs.shape[1])
+        return self.latent_dim + extra
+
+    def latent_batch(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise=None, training: bool = False
+    ) -> LatentBatch:
+        """The latent module's batch for training rows ``idx`` [B] (data Y [B, D]), with the
+        rows' observed inputs appended (:func:`~gpflow_svi_gplvm.covariates.with_row_inputs`)."""
+        batch = self.latent(idx, Y, num_samples, noise, training=training)
+        if self.row_inputs is None:
+            return batch
+        return with_row_inputs(batch, tf.gather(self.row_inputs, idx))
 
     def _build_latent(
         self,
@@ -267,8 +308,8 @@ class SVIGPLVM(SVGP):
     )
     def predict_f_at_draws(self, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         r"""Mean and marginal variance [S, B, D] of :math:`q(f(x_n^{(s)}))` at draws ``samples``
-        [S, B, Q] of the latents: one :meth:`predict_f` on the draws flattened draw-major."""
-        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, self.latent_dim]))
+        [S, B, Q] of the GP inputs: one :meth:`predict_f` on the draws flattened draw-major."""
+        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, tf.shape(samples)[-1]]))
         shape = tf.concat([tf.shape(samples)[:2], tf.shape(f_mean)[-1:]], axis=0)
         return tf.reshape(f_mean, shape), tf.reshape(f_var, shape)
 
@@ -351,7 +392,7 @@ class SVIGPLVM(SVGP):
     def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Each row's part of the bound [B], unscaled: the data term plus the row term
         :math:`r_n`."""
-        batch = self.latent(idx, Y, self.num_samples, training=training)
+        batch = self.latent_batch(idx, Y, self.num_samples, training=training)
         return self.expected_data_term(batch, Y) + batch.row_term
 
     @check_shapes(
@@ -469,6 +510,8 @@ class PointGPLVM(SVIGPLVM):
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         super().__init__(**_shared_options(locals()), latent=PointLatent)
 
@@ -498,6 +541,8 @@ class MAPGPLVM(SVIGPLVM):
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         super().__init__(
             **_shared_options(locals()), latent=lambda initial: MAPLatent(initial, prior=prior)
@@ -529,6 +574,8 @@ class BayesianSVIGPLVM(SVIGPLVM):
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         super().__init__(
             **_shared_options(locals()),
@@ -598,6 +645,8 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         seed = check_seed(seed)
         # Read by _build_latent, which SVIGPLVM.__init__ calls once the data is checked.
@@ -673,6 +722,8 @@ _SHARED_OPTIONS = (
     "mask",
     "shared_covariance",
     "latent_expectation",
+    "covariates",
+    "size_factors",
 )
 
 
@@ -695,6 +746,14 @@ def _local_rows(
     workers = Workers.of()
     data.check(workers)
     return data.Y, data.rows, data.num_data, workers
+
+
+def _with_covariates(initial: np.ndarray, inputs: RowInputs) -> np.ndarray:
+    """The initial latents [N, Q] with the covariates [N, P] beside them: where inducing
+    inputs Z [M, Q + P] are chosen from."""
+    if inputs.covariates is None:
+        return initial
+    return np.concatenate([initial, inputs.covariates], axis=1)
 
 
 def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:
