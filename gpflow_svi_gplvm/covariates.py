@@ -277,8 +277,8 @@ def _checked_size_factors(size_factors, num_rows: int) -> np.ndarray | None:
     if bad.any():
         row = int(np.argmax(bad))
         raise ValueError(
-            f"size factor of row {row} is {factors[row]!r} ({int(bad.sum())} rows in all): size "
-            "factors must be positive (a row with no counts has none; drop it before fitting)."
+            f"size factor of row {row} is {float(factors[row])} ({int(bad.sum())} rows in all): "
+            "size factors must be positive (a row with no counts has none; drop it before fitting)."
         )
     return factors
 

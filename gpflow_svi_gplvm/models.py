@@ -57,6 +57,7 @@ from .latents import (
 )
 from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
+from .sparse_rows import SparseRows
 from .validation import check_observations, check_seed, row_blocks
 
 __all__ = [
@@ -80,7 +81,10 @@ DEFAULT_NUM_INDUCING = 25
 _PARAMETERS = """
     :param data: Y [N, D], NaN where an entry is missing; or a
         :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows under a
-        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``).
+        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
+        :class:`~gpflow_svi_gplvm.sparse_rows.SparseRows`, a sparse matrix read a block of rows
+        at a time (train on it with a dataset of its rows, as
+        :mod:`gpflow_svi_gplvm.singlecell` does).
     :param latent_dim: Q, the latent dimensions.
     :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
     :param kernel: a GPflow kernel on the latents; default a squared exponential with one
@@ -91,8 +95,8 @@ _PARAMETERS = """
         data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
     :param num_samples: S, the draws of q(x_n) per row when the expectation over q(x) is taken by
         Monte Carlo (``latent_expectation``).
-    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA) or ``"random"``
-        (draws from the prior N(0, I), as the paper does).
+    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA), ``"random"``
+        (draws from the prior N(0, I), as the paper does) or an array [N, Q] of starting values.
     :param mean_function: default a per-output constant starting at the data's level.
     :param whiten: whether q(u) is whitened (GPflow's ``whiten``).
     :param seed: seeds the random initial latents, the choice of Z and the encoder's weights.
@@ -166,7 +170,7 @@ class SVIGPLVM(SVGP):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -174,7 +178,7 @@ class SVIGPLVM(SVGP):
         num_samples: int = 1,
         *,
         latent: LatentFactory | None = None,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
@@ -496,14 +500,14 @@ class PointGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
         likelihood: Likelihood | None = None,
         num_samples: int = 1,
         *,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
@@ -526,7 +530,7 @@ class MAPGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -534,7 +538,7 @@ class MAPGPLVM(SVIGPLVM):
         num_samples: int = 1,
         *,
         prior: tfp.distributions.Distribution | None = None,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
@@ -559,7 +563,7 @@ class BayesianSVIGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -567,7 +571,7 @@ class BayesianSVIGPLVM(SVIGPLVM):
         num_samples: int = 1,
         *,
         initial_variance: float | np.ndarray = 0.1,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
@@ -622,7 +626,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -638,7 +642,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         mean_hidden_sizes: Sequence[int] | None = None,
         covariance_hidden_sizes: Sequence[int] | None = None,
         standardise_inputs: bool = True,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
@@ -733,11 +737,16 @@ def _shared_options(arguments: dict) -> dict:
 
 
 def _local_rows(
-    data: ArrayLike | RowShard, mask: ArrayLike | None
-) -> tuple[np.ndarray | tf.Tensor, np.ndarray | None, int, Workers]:
+    data: ArrayLike | RowShard | SparseRows, mask: ArrayLike | None
+) -> tuple[np.ndarray | tf.Tensor | SparseRows, np.ndarray | None, int, Workers]:
     """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
-    :class:`RowShard`), their row numbers (None for all rows in order), N and the workers
-    holding them; a shard is checked against the other workers' (under the strategy in scope)."""
+    :class:`RowShard`, or :class:`SparseRows` read a block at a time), their row numbers (None
+    for all rows in order), N and the workers holding them; a shard is checked against the other
+    workers' (under the strategy in scope)."""
+    if isinstance(data, SparseRows):
+        if mask is not None:
+            raise ValueError("SparseRows hold every entry: a mask cannot be given with them.")
+        return data, None, data.shape[0], Workers()
     if not isinstance(data, RowShard):
         Y = check_observations(data, "data", mask=mask)
         return Y, None, Y.shape[0], Workers()
@@ -749,11 +758,11 @@ def _local_rows(
 
 
 def _with_covariates(initial: np.ndarray, inputs: RowInputs) -> np.ndarray:
-    """The initial latents [N, Q] with the covariates [N, P] beside them: where inducing
-    inputs Z [M, Q + P] are chosen from."""
-    if inputs.covariates is None:
-        return initial
-    return np.concatenate([initial, inputs.covariates], axis=1)
+    """The initial latents [N, Q] with the observed inputs [N, R] beside them: where inducing
+    inputs Z [M, Q + R] are chosen from (a log size factor's column of Z is not read by the
+    kernel; it keeps Z as wide as the GP inputs)."""
+    table = inputs.table
+    return initial if table is None else np.concatenate([initial, table], axis=1)
 
 
 def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:
