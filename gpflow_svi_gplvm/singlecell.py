@@ -167,6 +167,7 @@ class SingleCellGPLVM:
         self.model: SVIGPLVM | None = None
         self.gene_names: list[str] = []
         self.history: History | None = None
+        self._inference: LatentInference | None = None
 
     def fit(
         self,
@@ -202,6 +203,7 @@ class SingleCellGPLVM:
             seed=self.seed,
             progress=progress,
         )
+        self._inference = None
         mean, variance = self._training_moments(rows)
         adata.obsm[f"X_{self.key_added}"] = mean
         adata.obsm[f"X_{self.key_added}_var"] = variance
@@ -225,7 +227,10 @@ class SingleCellGPLVM:
         rows = self._rows(adata, np.array([position[g] for g in self.gene_names]))
         covariates = self.encoding.transform(adata.obs)
         sizes = self._size_factors(adata, rows) if self.size_factors != "library" else None
-        inference = LatentInference(self.model, iterations, seed=self.seed)
+        if self._inference is None or self._inference.iterations != iterations:
+            # Kept: its compiled graphs serve later calls with as many steps.
+            self._inference = LatentInference(self.model, iterations, seed=self.seed)
+        inference = self._inference
         means, variances = [], []
         for start in range(0, rows.shape[0], chunk_size):
             block = rows[start : start + chunk_size]
