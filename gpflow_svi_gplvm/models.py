@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import gpflow
 import numpy as np
@@ -197,9 +198,11 @@ class SVIGPLVM(SVGP):
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
-        initial = initial_latents(Y, latent_dim, latent_init, seed, rows, workers)
+        # Read a block of rows at a time (row_blocks), whatever holds them.
+        blocks = cast(np.ndarray, Y)
+        initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers)
         components = with_row_inputs_components(
-            default_components(Y, latent_dim, kernel, likelihood, mean_function, workers=workers),
+            default_components(blocks, latent_dim, kernel, likelihood, mean_function, workers),
             latent_dim,
             inputs,
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gpflow
 import numpy as np
@@ -288,11 +288,11 @@ class SingleCellGPLVM:
 
     def _initial_latents(self, rows: SparseRows, sizes: np.ndarray | None) -> np.ndarray:
         """PCA scores [N, Q] of log(1 + y / s) (of y itself for a Gaussian likelihood)."""
-        if self.likelihood == "gaussian":
-            return pca_latents(rows, self.latent_dim, seed=self.seed)
         factors = np.ones(rows.shape[0]) if sizes is None else sizes
-        view = rows.view(lambda block, index: np.log1p(block / factors[index, None]))
-        return pca_latents(view, self.latent_dim, seed=self.seed)
+        if self.likelihood != "gaussian":
+            rows = rows.view(lambda block, index: np.log1p(block / factors[index, None]))
+        # pca_latents reads a block of rows at a time (row_blocks), which SparseRows serves.
+        return pca_latents(cast(np.ndarray, rows), self.latent_dim, seed=self.seed)
 
     def _likelihood(self, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
         if self.likelihood == "negative_binomial":
@@ -313,7 +313,8 @@ class SingleCellGPLVM:
             block = rows[start : start + 4096]
             idx = tf.range(start, start + len(block), dtype=tf.int64)
             parts.append([m.numpy() for m in model.latent.moments(idx, tf.constant(block))])
-        return tuple(np.concatenate(p) for p in zip(*parts))  # type: ignore[return-value]
+        means, variances = zip(*parts)
+        return np.concatenate(means), np.concatenate(variances)
 
     def _summary(self, iterations: int, batch_size: int, learning_rate: float) -> dict:
         """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
