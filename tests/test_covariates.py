@@ -14,6 +14,7 @@ from gpflow_svi_gplvm import (
     BayesianSVIGPLVM,
     NegativeBinomial,
     PointGPLVM,
+    export_saved_model,
 )
 from gpflow_svi_gplvm.covariates import (
     CovariateKernel,
@@ -114,8 +115,10 @@ def test_the_bound_with_covariates_is_svgps_on_the_joined_inputs(point_model):
     np.testing.assert_allclose(mean, model.predict_y(X[:3])[0], rtol=1e-10)
 
 
-def test_new_rows_bring_their_covariates_and_size_factors(point_model):
+def test_new_rows_bring_their_covariates_and_size_factors(point_model, tmp_path):
     model = point_model
+    with pytest.raises(ValueError, match="fitted with covariates or size factors.*not supported"):
+        export_saved_model(model, tmp_path / "export")
     with pytest.raises(ValueError, match="pass the new rows' covariates, covariates=\\[2, 2\\]"):
         model.infer_latents(Y[:2], iterations=2)
     with pytest.raises(ValueError, match="must have the 2 columns the model was fitted with"):
