@@ -3,6 +3,8 @@
     python benchmarks/single_cell.py atlas [--cells 10000 --genes 2000 --iterations 3000]
     python benchmarks/single_cell.py pbmc  [--iterations 3000]
     python benchmarks/single_cell.py atlas --quick        # a smoke run: 600 cells, 100 genes
+    python benchmarks/single_cell.py atlas --cells 100000 --no-figure \
+        --contenders PCA "B-SVI NB + batch"
 
 atlas: counts from :func:`gpflow_svi_gplvm.datasets.simulate_atlas` (gamma-Poisson, 7 cell
 types, 2 batches with gene shifts and library sizes of their own). pbmc: the 700 PBMC cells
@@ -246,6 +248,8 @@ def compare(args: argparse.Namespace) -> None:
             contenders = ["PCA", *GAUSSIAN]
         if os.environ.get("SCVI_PYTHON") and args.command == "atlas":
             contenders.append("scVI + batch")
+        if args.contenders:
+            contenders = [c for c in contenders if c in args.contenders]
         embeddings, rows = {}, []
         for contender in contenders:
             out = Path(folder) / f"{len(rows)}.npy"
@@ -265,7 +269,7 @@ def compare(args: argparse.Namespace) -> None:
             rows.append((contender, record))
             print(contender, json.dumps(record), flush=True)
         _table(rows)
-        if not args.quick:
+        if not (args.quick or args.no_figure):
             print("figure:", umap_figure(embeddings, obs, args.command))
 
 
@@ -294,6 +298,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3000)
     parser.add_argument("--scvi-epochs", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-figure", action="store_true", help="skip the UMAPs")
+    parser.add_argument("--contenders", nargs="*", help="run only these (names as printed)")
     parser.add_argument("--contender"), parser.add_argument("--data"), parser.add_argument("--out")
     args = parser.parse_args()
     if args.quick:
