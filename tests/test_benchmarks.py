@@ -57,6 +57,14 @@ def test_missing_data_benchmark_quick():
     assert "values + mask, 20% hidden" in out
 
 
+@pytest.mark.slow
+def test_single_cell_benchmark_quick():
+    pytest.importorskip("anndata")
+    pytest.importorskip("scanpy")
+    out = _run(str(BENCHMARKS / "single_cell.py"), "atlas", "--quick")
+    assert "| B-SVI NB + batch |" in out and "| PCA |" in out and "failed" not in out
+
+
 def _benchmark_module(name: str, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their siblings
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
