@@ -3,6 +3,7 @@
     python benchmarks/single_cell.py atlas [--cells 10000 --genes 2000 --iterations 3000]
     python benchmarks/single_cell.py pbmc  [--iterations 3000]
     python benchmarks/single_cell.py atlas --quick        # a smoke run: 600 cells, 100 genes
+    python benchmarks/single_cell.py step --cells 100000  # seconds per step, peak memory
     python benchmarks/single_cell.py atlas --cells 100000 --no-figure \
         --contenders PCA "B-SVI NB + batch"
 
@@ -158,6 +159,45 @@ def one(args: argparse.Namespace) -> None:
     )
 
 
+def step_time(args: argparse.Namespace) -> None:
+    """Seconds per training step of B-SVI, negative binomial, batch covariates, shared q(u)
+    covariance, on the simulated atlas: (train(long) - train(short)) / (long - short) steps of
+    one Trainer, so tracing is not counted; and the process's peak memory."""
+    import anndata
+    import pandas as pd
+
+    from gpflow_svi_gplvm import Trainer
+    from gpflow_svi_gplvm.datasets import simulate_atlas
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM, rows_dataset
+
+    start = time.perf_counter()
+    atlas = simulate_atlas(args.cells, args.genes, seed=0)
+    obs = pd.DataFrame({"batch": pd.Categorical(atlas.batch.astype(str))})
+    obs.index = obs.index.astype(str)
+    adata = anndata.AnnData(X=atlas.counts, obs=obs)
+    made = time.perf_counter() - start
+    face = SingleCellGPLVM(10, batch_key="batch", num_inducing=50, shared_covariance=True)
+    face.fit(adata, iterations=1, batch_size=256, progress=False)  # builds the model
+    built = time.perf_counter() - start - made
+    rows = face._rows(adata)
+    trainer = Trainer(face.model, rows_dataset(rows, 256, 0))
+    trainer.train(10, progress=False)  # traces
+    times = []
+    for steps in (100, 400):
+        begin = time.perf_counter()
+        trainer.train(steps, steps_per_call=100, progress=False)
+        times.append(time.perf_counter() - begin)
+    per_step = (times[1] - times[0]) / 300
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    sparse = (atlas.counts.data.nbytes + atlas.counts.indices.nbytes) / 2**30
+    print(
+        f"N={args.cells} D={args.genes}: atlas made in {made:.0f} s, model built (PCA, checks) in "
+        f"{built:.0f} s; {per_step:.4f} s per step (B=256, M=50, Q=10); peak memory "
+        f"{peak:.2f} GiB, of which the sparse counts {sparse:.2f} GiB (held twice: the atlas "
+        "and the model's CSR copy)"
+    )
+
+
 def scores(embedding: np.ndarray, cell_type: np.ndarray, batch: np.ndarray | None) -> dict:
     """NMI, ARI, cell-type ASW, batch ASW and graph connectivity (see the module docstring)."""
     from scipy.sparse.csgraph import connected_components
@@ -292,7 +332,7 @@ def _table(rows: list) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["atlas", "pbmc", "one"])
+    parser.add_argument("command", choices=["atlas", "pbmc", "step", "one"])
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--genes", type=int, default=2000)
     parser.add_argument("--iterations", type=int, default=3000)
@@ -306,6 +346,8 @@ def main() -> None:
         args.cells, args.genes, args.iterations = 600, 100, 50
     if args.command == "one":
         one(args)
+    elif args.command == "step":
+        step_time(args)
     else:
         compare(args)
 
