@@ -11,6 +11,7 @@ here are ever deleted (``overwrite``); anything else in the folder is left.
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import re
@@ -64,13 +65,21 @@ class RunFolder:
         is killed releases it at once; its lock file, which names it, is then merely stale."""
         lock = self.path / LOCK_FILE
         self.path.mkdir(parents=True, exist_ok=True)
+        collected = False
         for _ in range(10):
             descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(descriptor)
-                raise ValueError(_held_by(self.path, _read_json(lock) or {})) from None
+                holder = _read_json(lock) or {}
+                if _is_this_process(holder) and not collected:
+                    # A Trainer of this process that nothing refers to any more still holds
+                    # the folder until the garbage collector finalises it (which closes it).
+                    gc.collect()
+                    collected = True
+                    continue
+                raise ValueError(_held_by(self.path, holder)) from None
             # The holder before us may have removed the file as we opened it: the lock counts
             # only on the file that is at the path now.
             if _same_file(descriptor, lock):
@@ -161,8 +170,12 @@ def _this_process() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
 
 
+def _is_this_process(holder: dict) -> bool:
+    return holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+
+
 def _held_by(folder: Path, holder: dict) -> str:
-    if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+    if _is_this_process(holder):
         return (
             f"{folder} is held by another Trainer of this process (since {holder.get('since')}): "
             "call its close() first (fit does so itself), or use another checkpoint_dir."

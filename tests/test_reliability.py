@@ -169,6 +169,15 @@ def test_a_second_writer_is_refused_naming_the_first(small, tmp_path):
     point_run(small, folder)  # free again: a new run
 
 
+def test_a_trainer_nothing_refers_to_any_more_gives_its_folder_up(small, tmp_path):
+    folder = tmp_path / "run"
+    dropped = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    dropped.cycle = dropped  # only the garbage collector can finalise it
+    dropped.save()
+    del dropped
+    Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder).restore()
+
+
 @pytest.mark.slow
 def test_processes_racing_for_one_folder_leave_one_run_of_readable_checkpoints(tmp_path):
     # Two rounds here; `python benchmarks/checkpoint_race.py` runs twenty.
