@@ -225,9 +225,7 @@ class SVIGPLVM(SVGP):
         self.latent = _check_latent(
             self._build_latent(latent, initial, Y, workers), num_data, latent_dim
         )
-        self.data_dim = data_dim
-        self.latent_dim = latent_dim
-        self.num_samples = num_samples
+        self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
         self._set_row_inputs(inputs)
         self.closed_form = _closed_form(self, latent_expectation)
 
