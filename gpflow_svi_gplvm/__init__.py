@@ -15,7 +15,7 @@ from .latents import (
     PointLatent,
     RowLatentVariables,
 )
-from .likelihoods import MaskedLikelihood
+from .likelihoods import MaskedLikelihood, NegativeBinomial
 from .models import (
     MAPGPLVM,
     SVIGPLVM,
@@ -47,6 +47,7 @@ __all__ = [
     "JointFlowLatent",
     "Planar",
     "MaskedLikelihood",
+    "NegativeBinomial",
     "fit",
     "Trainer",
     "RowShard",

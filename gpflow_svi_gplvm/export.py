@@ -64,6 +64,12 @@ class ServingModule(tf.Module):
     ):
         super().__init__()
         dtype = _serving_dtype(dtype)
+        if getattr(model, "row_inputs", None) is not None:
+            raise ValueError(
+                "This model was fitted with covariates or size factors, which its served rows "
+                "would have to bring: exporting it is not supported yet. Infer new rows in Python "
+                "(model.infer_latents(Y, covariates=..., size_factors=...))."
+            )
         self.model = model
         self.inference = LatentInference(model, encode_iterations, learning_rate, num_samples, seed)
         # Rows per graph call of encode / reconstruct, so a request's peak memory does not grow

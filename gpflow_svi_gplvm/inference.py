@@ -27,6 +27,7 @@ from gpflow.inducing_variables import InducingVariables
 from gpflow.likelihoods import Likelihood
 from gpflow.models import SVGP
 
+from .covariates import new_row_inputs, with_row_inputs
 from .latent_expectations import closed_form_applies, closed_form_predictive
 from .latents import LatentBatch, LatentVariables, NewRowFit, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
@@ -64,6 +65,10 @@ class NewRowModel(Protocol):
     latent_dim: int
     num_samples: int
     shared_covariance: bool
+    row_inputs: tf.Variable | None
+    """[N, R] the training rows' observed inputs (covariates, log size factor), or None."""
+    num_covariates: int
+    size_factor_reference: tf.Variable | None
 
     def predict_f(self, Xnew: tf.Tensor, /) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [B, D] of q(f(Xnew)) for Xnew [B, Q]."""
@@ -83,6 +88,12 @@ class NewRowModel(Protocol):
     ) -> tf.Tensor:
         """Each row's expected log likelihood [B] of Y [B, D] under a latent ``batch`` (in closed
         form over q(x) when ``closed_form``; None: as the model trains)."""
+        ...
+
+    def latent_batch(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise: tf.Tensor | None = None, /
+    ) -> LatentBatch:
+        """The batch of training rows ``idx`` [B], their observed inputs appended."""
         ...
 
 
@@ -144,7 +155,7 @@ class LatentInference(tf.Module):
         rows = np.random.default_rng(seed).permutation(int(model.num_data or 0))[:max_candidates]
         self._candidate_rows = tf.constant(rows, dtype=tf.int64)
         self._fit = NewRowFit(
-            objective=self._row_bounds,
+            objective=lambda batch, Y, rows: self._row_bounds(batch, Y),
             initial_mean=self._initial_means,
             num_samples=model.num_samples,
             iterations=self.iterations,
@@ -155,53 +166,66 @@ class LatentInference(tf.Module):
         )
         self.exact_model = _exact_predictive_model(model)
         spec = [tf.TensorSpec([None, model.data_dim], default_float())]
-        self.latents = tf.function(self._latents, input_signature=spec)
-        self.predict = tf.function(self._predict, input_signature=spec)
-        self.log_densities = tf.function(self._log_densities, input_signature=spec * 2)
+        # Rows' observed inputs [B, R] (covariates, log size factor) come last, where the model
+        # has them.
+        inputs = [] if model.row_inputs is None else [tf.TensorSpec([None, None], default_float())]
+        self.latents = tf.function(self._latents, input_signature=spec + inputs)
+        self.predict = tf.function(self._predict, input_signature=spec + inputs)
+        self.log_densities = tf.function(self._log_densities, input_signature=spec * 2 + inputs)
 
-    def infer(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D], in chunks."""
-        return self._in_chunks(self.latents, self.model.num_samples, Y)
+    def infer(self, Y: np.ndarray, inputs: np.ndarray | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D] (and their
+        observed ``inputs`` [N*, R] where the model has them), in chunks."""
+        return self._in_chunks(self.latents, self.model.num_samples, Y, inputs)
 
-    def reconstruct(self, Y: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
+    def reconstruct(
+        self, Y: np.ndarray, inputs: np.ndarray | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N*, D] of every entry of checked rows Y, in chunks."""
-        return self._in_chunks(self.predict, self.num_samples, Y)
+        return self._in_chunks(self.predict, self.num_samples, Y, inputs)
 
-    def log_density(self, Y: np.ndarray, targets: np.ndarray) -> tuple[tf.Tensor, tf.Tensor]:
+    def log_density(
+        self, Y: np.ndarray, targets: np.ndarray, inputs: np.ndarray | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """log p(targets | q(x*) inferred from Y), per entry [N*, D] (NaN where a target is
         missing) and per row [N*], for checked rows Y and targets [N*, D], in chunks."""
-        return self._in_chunks(self.log_densities, self.num_samples, Y, targets)
+        return self._in_chunks(self.log_densities, self.num_samples, Y, targets, inputs)
 
     def draws(self, Y: np.ndarray, num_draws: int) -> tf.Tensor:
         """Draws [num_draws, N*, Q] of q(x*) for checked rows Y [N*, D], fitted as in
         :meth:`infer`, each row with standard draws of its own (stateless, from the seed)."""
         shape = [num_draws, len(Y), self.model.latent_dim]
         noise = tf.random.stateless_normal(shape, seed=[self.seed, 2], dtype=default_float())
-        draw = tf.function(lambda Y: self._batch(Y, num_draws, noise).samples)
+        draw = tf.function(lambda Y: self._batch(Y, None, num_draws, noise).samples)
         return draw(tf.convert_to_tensor(Y))
 
     def _in_chunks(
         self,
         function: tf.types.experimental.PolymorphicFunction,
         num_draws: int,
-        *arrays: np.ndarray,
+        *arrays: np.ndarray | None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The pair of outputs of ``function`` over ``arrays`` [N*, D], in chunks of rows."""
+        """The pair of outputs of ``function`` over ``arrays`` [N*, ...] (None left out), in
+        chunks of rows."""
         size = chunk_rows(self.model, self.chunk_size, num_draws)
-        first, second = in_row_chunks(function, size, *(tf.convert_to_tensor(a) for a in arrays))
+        tensors = (tf.convert_to_tensor(a) for a in arrays if a is not None)
+        first, second = in_row_chunks(function, size, *tensors)
         return first, second
 
     @check_shapes("Y: [batch, D]", "return: [batch, Q]")
-    def _initial_means(self, Y: tf.Tensor) -> tf.Tensor:
+    def _initial_means(self, Y: tf.Tensor, inputs: tf.Tensor | None = None) -> tf.Tensor:
         r"""Per row, the candidate latent :math:`c` whose decoded mean :math:`\mu_c` is closest
         on the observed entries :math:`o_{nd}`, minimising
-        :math:`\sum_d o_{nd} (y_{nd} - \mu_{cd})^2` (zero for a row with nothing observed)."""
+        :math:`\sum_d o_{nd} (y_{nd} / s_n - \mu_{cd})^2` (zero for a row with nothing
+        observed). Candidates are decoded with their own covariates and a size factor
+        :math:`s = 1`; a row's own size factor :math:`s_n` (1 without) rescales it."""
         model = self.model
         trained = model.latent.moments(self._candidate_rows)[0]
-        candidates = tf.concat([model.inducing_variable.Z, trained], axis=0)
-        decoded = model.predict_y(candidates)[0]  # [C, D]
+        candidates = tf.concat([model.inducing_variable.Z[:, : model.latent_dim], trained], 0)
+        decoded = model.predict_y(self._candidate_inputs(candidates))[0]  # [C, D]
         observed = tf.logical_not(tf.math.is_nan(Y))
-        values = tf.where(observed, Y, tf.zeros_like(Y))
+        scaled = Y if inputs is None else Y / tf.exp(self._log_size_factors(inputs))
+        values = tf.where(observed, scaled, tf.zeros_like(Y))
         # The squares expanded, so that no [B, C, D] tensor is formed.
         errors = (
             tf.reduce_sum(tf.square(values), axis=1, keepdims=True)
@@ -212,6 +236,29 @@ class LatentInference(tf.Module):
         anything_observed = tf.reduce_any(observed, axis=1, keepdims=True)
         return tf.where(anything_observed, initial, tf.zeros_like(initial))
 
+    def _candidate_inputs(self, latents: tf.Tensor) -> tf.Tensor:
+        """The GP inputs [C, Q + R] of the candidate ``latents`` [C, Q] (the inducing inputs',
+        then the candidate training rows'): their covariates beside them, a log size factor 0."""
+        model = self.model
+        if model.row_inputs is None:
+            return latents
+        own = tf.concat(
+            [
+                model.inducing_variable.Z[:, model.latent_dim :],
+                tf.gather(model.row_inputs, self._candidate_rows),
+            ],
+            axis=0,
+        )
+        if model.size_factor_reference is not None:
+            own = tf.pad(own[:, :-1], [[0, 0], [0, 1]])
+        return tf.concat([latents, own], axis=1)
+
+    def _log_size_factors(self, inputs: tf.Tensor) -> tf.Tensor:
+        """The log size factor [B, 1] of rows with observed ``inputs`` [B, R] (0 without)."""
+        if self.model.size_factor_reference is None:
+            return tf.zeros_like(inputs[:, :1])
+        return inputs[:, -1:]
+
     @check_shapes("Y: [batch, D]", "return: [batch]")
     def _row_bounds(self, batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
         # The closed form wherever it applies, whatever the training used: new rows' bounds
@@ -221,30 +268,50 @@ class LatentInference(tf.Module):
             self.model.expected_data_term(batch, Y, self.likelihood, closed_form) + batch.row_term
         )
 
-    def _batch(self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor) -> LatentBatch:
-        return self.model.latent.new_rows(Y, num_samples, noise, self._fit)
+    def _batch(
+        self, Y: tf.Tensor, inputs: tf.Tensor | None, num_samples: int, noise: tf.Tensor
+    ) -> LatentBatch:
+        """q(x*) of rows Y [B, D] drawn with ``noise``, fitted and drawn with their observed
+        ``inputs`` [B, R] appended (where the model has them)."""
+        if inputs is None:
+            return self.model.latent.new_rows(Y, num_samples, noise, self._fit)
+        fit = self._fit._replace(
+            objective=lambda batch, Y, rows: self._row_bounds(
+                with_row_inputs(batch, tf.gather(inputs, rows)), Y
+            ),
+            initial_mean=lambda Y: self._initial_means(Y, inputs),
+        )
+        return with_row_inputs(self.model.latent.new_rows(Y, num_samples, noise, fit), inputs)
 
     @check_shapes("Y: [batch, D]", "return[0]: [batch, Q]", "return[1]: [batch, Q]")
-    def _latents(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def _latents(
+        self, Y: tf.Tensor, inputs: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [B, Q] of q(x*)."""
         noise = tf.zeros([1, 1, self.model.latent_dim], dtype=Y.dtype)
-        batch = self._batch(Y, 1, noise)
-        return batch.mean, batch.variance
+        batch = self._batch(Y, inputs, 1, noise)
+        q = self.model.latent_dim
+        return batch.mean[:, :q], batch.variance[:, :q]
 
     @check_shapes("Y: [batch, D]", "return[0]: [batch, D]", "return[1]: [batch, D]")
-    def _predict(self, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def _predict(
+        self, Y: tf.Tensor, inputs: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [B, D] of every entry, integrating over q(x*): exactly
         where :func:`exact_predictive_applies`, else by ``num_samples`` draws."""
         if self.exact_model is not None:
-            batch = self._batch(Y, 1, tf.zeros([1, 1, self.model.latent_dim], Y.dtype))
+            batch = self._batch(Y, inputs, 1, tf.zeros([1, 1, self.model.latent_dim], Y.dtype))
             return closed_form_predictive(self.exact_model, batch.mean, _covariance(batch))
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
-        return predictive_moments(self.model, self._batch(Y, self.num_samples, noise).samples)
+        samples = self._batch(Y, inputs, self.num_samples, noise).samples
+        return predictive_moments(self.model, samples)
 
     @check_shapes(
         "Y: [batch, D]", "targets: [batch, D]", "return[0]: [batch, D]", "return[1]: [batch]"
     )
-    def _log_densities(self, Y: tf.Tensor, targets: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def _log_densities(
+        self, Y: tf.Tensor, targets: tf.Tensor, inputs: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
         r"""Log densities of ``targets`` under the predictive of rows Y, per entry [B, D] and per
         row [B]: mixtures over the draws :math:`x^{(s)}` of q(x*) of the likelihood's predictive,
 
@@ -254,8 +321,8 @@ class LatentInference(tf.Module):
             \log p(t_n) = \log \frac{1}{S} \sum_s \prod_d p(t_{nd} \mid x^{(s)}).
         """
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
-        samples = self._batch(Y, self.num_samples, noise).samples  # [S, B, Q]
-        X = tf.reshape(samples, [-1, self.model.latent_dim])  # draw-major
+        samples = self._batch(Y, inputs, self.num_samples, noise).samples  # [S, B, Q (+ R)]
+        X = tf.reshape(samples, [-1, tf.shape(samples)[-1]])  # draw-major
         f_mean, f_var = self.model.predict_f(X)
         num_draws = tf.shape(samples)[0]
         terms = self.likelihood.entry_log_densities(
@@ -282,7 +349,7 @@ def predictive_moments(model: NewRowModel, samples: tf.Tensor) -> tuple[tf.Tenso
 
     so the variance holds the latent, GP and noise uncertainty.
     """
-    mean, variance = model.predict_y(tf.reshape(samples, [-1, model.latent_dim]))
+    mean, variance = model.predict_y(tf.reshape(samples, [-1, tf.shape(samples)[-1]]))
     shape = tf.concat([tf.shape(samples)[:2], [model.data_dim]], axis=0)
     mean, variance = tf.reshape(mean, shape), tf.reshape(variance, shape)
     predictive_mean = tf.reduce_mean(mean, axis=0)
@@ -326,17 +393,23 @@ def infer_latents(
     seed: int = 0,
     mask=None,
     chunk_size: int | None = None,
+    covariates=None,
+    size_factors=None,
 ) -> tuple[tf.Tensor, ...]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
     Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
     Point and MAP estimates have zero variance. The model itself is not modified. Rows are
     processed ``chunk_size`` at a time (default: intermediates near 50M numbers, see
-    :class:`LatentInference`); the result does not depend on it.
+    :class:`LatentInference`); the result does not depend on it. A model fitted with
+    covariates needs the new rows' ``covariates`` [N*, P]; one fitted with size factors takes
+    theirs, ``size_factors`` [N*], by default each row's library size over the training rows'
+    reference (:func:`~gpflow_svi_gplvm.covariates.new_row_inputs`).
     """
     Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
+    inputs = new_row_inputs(model, Y, covariates, size_factors)
     inference = LatentInference(model, iterations, learning_rate, seed=seed, chunk_size=chunk_size)
-    return inference.infer(Y)
+    return inference.infer(Y, inputs)
 
 
 def reconstruct(
@@ -349,22 +422,28 @@ def reconstruct(
     seed: int = 0,
     mask=None,
     chunk_size: int | None = None,
+    covariates=None,
+    size_factors=None,
 ) -> tuple[tf.Tensor, ...]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
-    ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows;
-    otherwise latents are inferred first, as in :func:`infer_latents`. See
+    ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows (and
+    their covariates and size factors); otherwise latents are inferred first, as in
+    :func:`infer_latents` (with ``covariates`` and ``size_factors`` as there). See
     :func:`predictive_moments` for how q(x) is integrated out (``num_samples`` draws, common to
     all rows). ``chunk_size`` as in :func:`infer_latents`.
     """
     Y = check_observations(Y, "Y_new", model.data_dim, mask)
+    if rows is not None:
+        rows = _checked_training_rows(model, rows, len(Y))
     if rows is None or model.latent.amortised:
         inference = LatentInference(
             model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
         )
-        return inference.reconstruct(Y)
+        if rows is not None and model.row_inputs is not None:
+            return inference.reconstruct(Y, model.row_inputs.numpy()[rows])
+        return inference.reconstruct(Y, new_row_inputs(model, Y, covariates, size_factors))
     chunk_size = chunk_rows(model, chunk_size, num_samples)
-    rows = _checked_training_rows(model, rows, len(Y))
     noise = _predictive_noise(num_samples, model.latent_dim, seed)
     exact_model = _exact_predictive_model(model)
 
@@ -376,9 +455,9 @@ def reconstruct(
     )
     def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if exact_model is not None:
-            batch = model.latent(idx, Y, 1, tf.zeros([1, 1, model.latent_dim], Y.dtype))
+            batch = model.latent_batch(idx, Y, 1, tf.zeros([1, 1, model.latent_dim], Y.dtype))
             return closed_form_predictive(exact_model, batch.mean, _covariance(batch))
-        return predictive_moments(model, model.latent(idx, Y, num_samples, noise).samples)
+        return predictive_moments(model, model.latent_batch(idx, Y, num_samples, noise).samples)
 
     mean, variance = in_row_chunks(predict, chunk_size, tf.constant(rows), tf.constant(Y))
     return mean, variance
@@ -395,6 +474,8 @@ def log_predictive_density(
     seed: int = 0,
     mask=None,
     chunk_size: int | None = None,
+    covariates=None,
+    size_factors=None,
 ) -> tf.Tensor:
     r"""log p(t* | Y) of ``targets`` [N, D] (default: Y itself) under the predictive of new rows Y.
 
@@ -414,7 +495,8 @@ def log_predictive_density(
     the log density of each row's observed targets [N],
     :math:`\frac{1}{S} \sum_s \prod_d (\dots)`: given x the outputs are independent, so this is
     the row's joint predictive. Negate and average for an NLPD. ``targets`` may hold entries that
-    Y hides (score a reconstruction on them).
+    Y hides (score a reconstruction on them). ``covariates`` and ``size_factors`` as in
+    :func:`infer_latents`.
     """
     Y = check_observations(Y, "Y_new", model.data_dim, mask)
     targets = Y if targets is None else check_observations(targets, "targets", model.data_dim)
@@ -427,7 +509,8 @@ def log_predictive_density(
     inference = LatentInference(
         model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
     )
-    per_entry, per_row = inference.log_density(Y, targets)
+    inputs = new_row_inputs(model, Y, covariates, size_factors)
+    per_entry, per_row = inference.log_density(Y, targets, inputs)
     return per_row if joint else per_entry
 
 

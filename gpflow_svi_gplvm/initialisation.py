@@ -13,13 +13,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-import tensorflow as tf
 from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.likelihoods import Gaussian, Likelihood, Poisson
 from gpflow.mean_functions import Constant, MeanFunction
 
 from .distributed import Workers
-from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
+from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support, log_link
 from .validation import check_integer, row_blocks
 
 __all__ = [
@@ -197,16 +196,17 @@ def initial_offset(
 ) -> np.ndarray:
     """A per-output constant [D] for the mean function so that f starts at the data's level.
 
-    Gaussian: the observed column means (of all ``workers``' rows). Poisson with the exp link:
-    their logs. Other likelihoods: zeros (the offset is trained either way; this only shortens
-    the start).
+    Gaussian: the observed column means (of all ``workers``' rows). Counts with a log link
+    (Poisson with the exp link, negative binomial): their logs. Other likelihoods: zeros (the
+    offset is trained either way; this only shortens the start).
     """
     base = base_likelihood(likelihood)
     means = column_moments(Y, workers)[1]  # 0 for a column with nothing observed
     if isinstance(base, Gaussian):
         return means
-    if isinstance(base, Poisson) and base.invlink is tf.exp:
-        return np.log(np.maximum(means, 1e-3) / float(base.binsize))
+    if log_link(base):
+        binsize = float(base.binsize) if isinstance(base, Poisson) else 1.0
+        return np.log(np.maximum(means, 1e-3) / binsize)
     return np.zeros_like(means)
 
 
@@ -243,19 +243,23 @@ def default_shared_covariance(shared_covariance: bool | None, data_dim: int) -> 
 def initial_latents(
     Y: np.ndarray,
     latent_dim: int,
-    latent_init: str,
+    latent_init: str | np.ndarray,
     seed: int = 0,
     rows: np.ndarray | None = None,
     workers: Workers | None = None,
 ) -> np.ndarray:
-    """Initial latents [N, Q] for Y [N, D]: ``latent_init`` "pca" (:func:`pca_latents`) or
-    "random" (:func:`random_latents`). With ``workers``, Y [n, D] is this worker's rows
-    (``rows`` [n] among the N) and the result is the table of all N rows, the same on every
-    worker."""
-    if latent_init not in ("pca", "random"):
-        raise ValueError(f"latent_init must be 'pca' or 'random', got {latent_init!r}.")
+    """Initial latents [N, Q] for Y [N, D]: ``latent_init`` "pca" (:func:`pca_latents`),
+    "random" (:func:`random_latents`) or the latents themselves, an array [N, Q]. With
+    ``workers``, Y [n, D] is this worker's rows (``rows`` [n] among the N) and the result is the
+    table of all N rows, the same on every worker."""
     workers = workers or Workers()
     num_data = Y.shape[0] if rows is None else int(workers.sum(Y.shape[0]))
+    if not isinstance(latent_init, str):
+        return _given_latents(latent_init, num_data, latent_dim)
+    if latent_init not in ("pca", "random"):
+        raise ValueError(
+            f"latent_init must be 'pca', 'random' or an array [N, Q], got {latent_init!r}."
+        )
     if latent_init == "random":
         return random_latents(num_data, latent_dim, seed=seed)
     scores = pca_latents(Y, latent_dim, seed=seed, rows=rows, workers=workers)
@@ -264,6 +268,17 @@ def initial_latents(
     table = np.zeros((num_data, latent_dim))
     table[rows] = scores
     return workers.sum(table)
+
+
+def _given_latents(latents, num_data: int, latent_dim: int) -> np.ndarray:
+    """Starting latents given as an array, checked to be finite numbers [N, Q]."""
+    latents = np.asarray(latents, dtype=float)
+    if latents.shape != (num_data, latent_dim) or not np.isfinite(latents).all():
+        raise ValueError(
+            f"latent_init as an array must hold finite numbers of shape [N, Q] = "
+            f"[{num_data}, {latent_dim}], got shape {latents.shape}."
+        )
+    return latents
 
 
 def default_components(

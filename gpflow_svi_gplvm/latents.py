@@ -62,8 +62,9 @@ class NewRowFit(NamedTuple):
     """How q(x*) of new rows is fitted by a family that must optimise it (see
     :meth:`LatentVariables.new_rows`); an amortised family ignores it."""
 
-    objective: Callable[[LatentBatch, tf.Tensor], tf.Tensor]
-    """(batch, Y [B, D]) -> each row's part of the bound [B], maximised over q(x*)."""
+    objective: Callable[[LatentBatch, tf.Tensor, tf.Tensor], tf.Tensor]
+    """(batch of A of the rows, their Y [A, D], their positions [A] among the B rows fitted) ->
+    each of those rows' part of the bound [A], maximised over q(x*)."""
     initial_mean: Callable[[tf.Tensor], tf.Tensor]
     """Y [B, D] -> [B, Q]: where the mean of q(x*) of each row starts."""
     num_samples: int
@@ -285,7 +286,7 @@ class RowLatentVariables(LatentVariables):
             shape = [fit.num_samples, 1, self.latent_dim]
             noise = tf.random.stateless_normal(shape, seed=seed, dtype=Y.dtype)
             batch = self.batch_of(constrain(raw), fit.num_samples, noise)
-            return -fit.objective(batch, tf.gather(Y, rows))  # [A]
+            return -fit.objective(batch, tf.gather(Y, rows), rows)  # [A]
 
         return constrain(_polyak_adam(loss, raw, fit))
 

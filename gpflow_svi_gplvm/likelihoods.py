@@ -1,14 +1,36 @@
-"""Likelihoods for data with missing entries, and checks that data lie in a likelihood's support."""
+r"""Likelihoods for data with missing entries, counts with overdispersion, and checks that data
+lie in a likelihood's support.
+
+Counts are modelled on the log scale: the rate of entry (n, d) is :math:`\exp(f_d(x_n))`, and a
+per-row size factor :math:`s_n` (library size) enters as the offset :math:`\log s_n` of f (see
+:class:`~gpflow_svi_gplvm.covariates.SizeFactorOffset`), so that the rate is
+:math:`s_n \exp(f)`. GPflow's :class:`~gpflow.likelihoods.Poisson` (log link, closed-form
+variational expectations) and :class:`NegativeBinomial` both take that offset.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
+from check_shapes import inherit_check_shapes
+from gpflow.base import Parameter
+from gpflow.config import default_float
 from gpflow.likelihoods import Bernoulli, Likelihood, Poisson, ScalarLikelihood
+from gpflow.utilities import positive
 
 from .validation import row_blocks
 
-__all__ = ["MaskedLikelihood", "base_likelihood", "check_likelihood_support"]
+__all__ = [
+    "MaskedLikelihood",
+    "NegativeBinomial",
+    "base_likelihood",
+    "check_likelihood_support",
+    "log_link",
+]
+
+GAUSS_HERMITE_POINTS = 20
+"""Points of the Gauss-Hermite rule of :class:`NegativeBinomial`'s one-dimensional integrals."""
 
 
 class MaskedLikelihood(Likelihood):
@@ -77,6 +99,124 @@ class MaskedLikelihood(Likelihood):
         return self.base.conditional_variance(X, F)
 
 
+class NegativeBinomial(ScalarLikelihood):
+    r"""Negative binomial counts with mean :math:`\mu = e^f` and a dispersion :math:`\phi_d` per
+    output (gene): :math:`\mathrm{Var}[y] = \mu + \phi_d \mu^2` (:math:`\phi \to 0` is Poisson),
+
+    .. math::
+
+        \log p(y \mid f) = \log\Gamma(y + r) - \log\Gamma(r) - \log\Gamma(y + 1)
+        + y\, l - (y + r)\, \mathrm{softplus}(l), \qquad r = 1 / \phi_d,\ l = f - \log r,
+
+    TFP's ``NegativeBinomial(total_count=r, logits=l)``. Its variational expectation is closed
+    form except :math:`E_{q(f)}[\mathrm{softplus}(l)]`, a smooth one-dimensional integral taken by
+    Gauss-Hermite quadrature (:data:`GAUSS_HERMITE_POINTS` points); ``predict_log_density``
+    integrates the whole density by the same rule, and the predictive moments are closed form:
+    :math:`E[y] = e^{m + v/2}`, :math:`\mathrm{Var}[y] = E[y] + (1 + \phi) e^{2m + 2v} - E[y]^2`.
+
+    ``dispersion``: the starting :math:`\phi` (trained, positive); ``num_outputs`` D gives one
+    per output ([D]), None one for all. Inside :class:`MaskedLikelihood` the outputs come with a
+    trailing axis of one, which the per-output dispersion follows.
+    """
+
+    def __init__(self, dispersion: float = 0.1, num_outputs: int | None = None) -> None:
+        super().__init__()
+        if not (np.isfinite(dispersion) and dispersion > 0):
+            raise ValueError(f"dispersion must be a positive number, got {dispersion!r}.")
+        shape = () if num_outputs is None else (int(num_outputs),)
+        self.num_outputs = num_outputs
+        self.dispersion = Parameter(
+            np.full(shape, dispersion), transform=positive(), dtype=default_float()
+        )
+
+    def _total_count(self, F: tf.Tensor) -> tf.Tensor:
+        """r = 1 / phi, shaped to broadcast against F: [D] for F [..., D], [D, 1] for the
+        per-entry F [..., D, 1] of a masked likelihood."""
+        r = 1.0 / tf.convert_to_tensor(self.dispersion)
+        if self.num_outputs is None or self.num_outputs == 1 or F.shape[-1] == self.num_outputs:
+            return r
+        return r[:, None]
+
+    def _distribution(self, F: tf.Tensor) -> tfp.distributions.NegativeBinomial:
+        r = self._total_count(F)
+        return tfp.distributions.NegativeBinomial(total_count=r, logits=F - tf.math.log(r))
+
+    @inherit_check_shapes
+    def _scalar_log_prob(self, X, F, Y) -> tf.Tensor:
+        return self._distribution(F).log_prob(Y)
+
+    @inherit_check_shapes
+    def _conditional_mean(self, X, F) -> tf.Tensor:
+        return tf.exp(F)
+
+    @inherit_check_shapes
+    def _conditional_variance(self, X, F) -> tf.Tensor:
+        return tf.exp(F) + tf.exp(2.0 * F) / self._total_count(F)
+
+    @inherit_check_shapes
+    def _variational_expectations(self, X, Fmu, Fvar, Y) -> tf.Tensor:
+        r = self._total_count(Fmu)
+        log_r = tf.math.log(r)
+        softplus = _gauss_hermite(lambda f: tf.math.softplus(f - log_r), Fmu, Fvar)
+        terms = (
+            tf.math.lgamma(Y + r)
+            - tf.math.lgamma(r)
+            - tf.math.lgamma(Y + 1.0)
+            + Y * (Fmu - log_r)
+            - (Y + r) * softplus
+        )
+        return tf.reduce_sum(terms, axis=-1)
+
+    @inherit_check_shapes
+    def _predict_log_density(self, X, Fmu, Fvar, Y) -> tf.Tensor:
+        points, log_weights = _hermite_rule(Fmu.dtype)
+        f = _nodes(points, Fmu, Fvar)
+        log_probs = self._distribution(f).log_prob(Y) + _expand(log_weights, Fmu)
+        return tf.reduce_sum(tf.reduce_logsumexp(log_probs, axis=0), axis=-1)
+
+    @inherit_check_shapes
+    def _predict_mean_and_var(self, X, Fmu, Fvar) -> tuple[tf.Tensor, tf.Tensor]:
+        mean = tf.exp(Fmu + Fvar / 2.0)
+        second = tf.exp(2.0 * Fmu + 2.0 * Fvar) * (1.0 + 1.0 / self._total_count(Fmu))
+        return mean, mean + second - tf.square(mean)
+
+
+def _hermite_rule(dtype: tf.DType) -> tuple[tf.Tensor, tf.Tensor]:
+    """Gauss-Hermite points t_k [K] and log weights [K] for E_{N(0,1)}: t = sqrt(2) x_k,
+    w = w_k / sqrt(pi)."""
+    points, weights = np.polynomial.hermite.hermgauss(GAUSS_HERMITE_POINTS)
+    return (
+        tf.constant(np.sqrt(2.0) * points, dtype),
+        tf.constant(np.log(weights / np.sqrt(np.pi)), dtype),
+    )
+
+
+def _expand(values: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """values [K] as [K, 1, ..., 1], to broadcast against [K, *like.shape]."""
+    return tf.reshape(values, tf.concat([[-1], tf.ones_like(tf.shape(like))], axis=0))
+
+
+def _nodes(points: tf.Tensor, Fmu: tf.Tensor, Fvar: tf.Tensor) -> tf.Tensor:
+    """The quadrature nodes of q(f) = N(Fmu, Fvar): [K, ...Fmu's shape]."""
+    return Fmu[None] + tf.sqrt(Fvar)[None] * _expand(points, Fmu)
+
+
+def _gauss_hermite(function, Fmu: tf.Tensor, Fvar: tf.Tensor) -> tf.Tensor:
+    """E_{N(f | Fmu, Fvar)}[function(f)], elementwise, by Gauss-Hermite quadrature."""
+    points, log_weights = _hermite_rule(Fmu.dtype)
+    values = function(_nodes(points, Fmu, Fvar))
+    return tf.reduce_sum(tf.exp(_expand(log_weights, Fmu)) * values, axis=0)
+
+
+def log_link(likelihood: Likelihood) -> bool:
+    """Whether ``likelihood`` (masked or not) models counts with a log link (a Poisson with the
+    exp inverse link, or :class:`NegativeBinomial`), so that a size factor is an offset of f."""
+    base = base_likelihood(likelihood)
+    return isinstance(base, NegativeBinomial) or (
+        isinstance(base, Poisson) and base.invlink is tf.exp
+    )
+
+
 def base_likelihood(likelihood: Likelihood) -> Likelihood:
     """The likelihood of one entry: the wrapped one of a :class:`MaskedLikelihood`, else
     ``likelihood`` itself."""
@@ -86,12 +226,12 @@ def base_likelihood(likelihood: Likelihood) -> Likelihood:
 def check_likelihood_support(likelihood: Likelihood, Y: np.ndarray) -> None:
     """Raise ``ValueError`` when observed entries of Y lie outside the likelihood's support."""
     base = base_likelihood(likelihood)
-    if isinstance(base, Poisson):
+    if isinstance(base, (Poisson, NegativeBinomial)):
         if not all(_counts(block) for block in row_blocks(Y)):
             raise ValueError(
-                "A Poisson likelihood needs non-negative integer counts, but Y has negative or "
-                "non-integer entries. Pass raw counts, or use a Gaussian likelihood for "
-                "continuous data."
+                f"A {type(base).__name__} likelihood needs non-negative integer counts, but Y has "
+                "negative or non-integer entries. Pass raw counts, or use a Gaussian likelihood "
+                "for continuous data."
             )
     elif isinstance(base, Bernoulli):
         if not all(np.isin(block[~np.isnan(block)], (0.0, 1.0)).all() for block in row_blocks(Y)):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import gpflow
 import numpy as np
@@ -35,6 +36,7 @@ from gpflow.utilities import triangular
 from numpy.typing import ArrayLike
 
 from . import inference
+from .covariates import RowInputs, with_row_inputs, with_row_inputs_components
 from .distributed import RowShard, Workers
 from .flows import check_flow_options, flow_latent
 from .initialisation import (
@@ -57,6 +59,7 @@ from .latents import (
 )
 from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
+from .sparse_rows import SparseRows
 from .validation import check_observations, check_seed, row_blocks
 
 __all__ = [
@@ -82,7 +85,10 @@ DEFAULT_NUM_INDUCING = 25
 _PARAMETERS = """
     :param data: Y [N, D], NaN where an entry is missing; or a
         :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows under a
-        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``).
+        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
+        :class:`~gpflow_svi_gplvm.sparse_rows.SparseRows`, a sparse matrix read a block of rows
+        at a time (train on it with a dataset of its rows, as
+        :mod:`gpflow_svi_gplvm.singlecell` does).
     :param latent_dim: Q, the latent dimensions.
     :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
     :param kernel: a GPflow kernel on the latents; default a squared exponential with one
@@ -93,8 +99,8 @@ _PARAMETERS = """
         data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
     :param num_samples: S, the draws of q(x_n) per row when the expectation over q(x) is taken by
         Monte Carlo (``latent_expectation``).
-    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA) or ``"random"``
-        (draws from the prior N(0, I), as the paper does).
+    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA), ``"random"``
+        (draws from the prior N(0, I), as the paper does) or an array [N, Q] of starting values.
     :param mean_function: default a per-output constant starting at the data's level.
     :param whiten: whether q(u) is whitened (GPflow's ``whiten``).
     :param seed: seeds the random initial latents, the choice of Z and the encoder's weights.
@@ -103,6 +109,12 @@ _PARAMETERS = """
         (False), or None: shared when D >= :data:`SHARED_COVARIANCE_MIN_OUTPUTS` (100).
     :param latent_expectation: ``"auto"``, ``"closed-form"`` or ``"monte-carlo"``: how the data
         term's expectation over q(x_n) is taken (see :class:`SVIGPLVM`).
+    :param covariates: C [N, P], observed covariates of each row (one-hot batch, technical
+        covariates) that join the latents in the GP input [x_n, c_n]; ``kernel`` is then a
+        :class:`~gpflow_svi_gplvm.covariates.CovariateKernel`, or a kernel on the latents that
+        is summed with a linear ARD kernel on C (see :mod:`gpflow_svi_gplvm.covariates`).
+    :param size_factors: s [N], a positive size factor (library size) per row for a count
+        likelihood with a log link: the rate of y_nd is s_n exp(f_d).
 """
 
 
@@ -162,7 +174,7 @@ class SVIGPLVM(SVGP):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -170,29 +182,37 @@ class SVIGPLVM(SVGP):
         num_samples: int = 1,
         *,
         latent: LatentFactory | None = None,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
+        inputs = RowInputs(covariates, size_factors, num_data)
+        inputs.set_reference(Y, rows, workers)
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
-        initial = initial_latents(Y, latent_dim, latent_init, seed, rows, workers)
-        components = default_components(
-            Y, latent_dim, kernel, likelihood, mean_function, workers=workers
+        # Read a block of rows at a time (row_blocks), whatever holds them.
+        blocks = cast(np.ndarray, Y)
+        initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers)
+        components = with_row_inputs_components(
+            default_components(blocks, latent_dim, kernel, likelihood, mean_function, workers),
+            latent_dim,
+            inputs,
         )
         super().__init__(
             components.kernel,
             components.likelihood,
-            inducing_inputs(initial, num_inducing, seed=seed),
+            inducing_inputs(_with_covariates(initial, inputs), num_inducing, seed=seed),
             mean_function=components.mean_function,
             num_latent_gps=data_dim,
             whiten=whiten,
@@ -208,10 +228,36 @@ class SVIGPLVM(SVGP):
         self.latent = _check_latent(
             self._build_latent(latent, initial, Y, workers), num_data, latent_dim
         )
-        self.data_dim = data_dim
-        self.latent_dim = latent_dim
-        self.num_samples = num_samples
+        self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
+        self._set_row_inputs(inputs)
         self.closed_form = _closed_form(self, latent_expectation)
+
+    def _set_row_inputs(self, inputs: RowInputs) -> None:
+        """Keep the training rows' observed inputs [N, R] (a non-trainable variable, so
+        checkpoints and exports carry it) and the size factors' reference library size."""
+        self.num_covariates = inputs.num_covariates
+        table = inputs.table
+        self.row_inputs = None if table is None else tf.Variable(table, trainable=False)
+        self.size_factor_reference = None
+        if inputs.size_factors is not None:
+            self.size_factor_reference = tf.Variable(inputs.reference, dtype=tf.float64)
+
+    @property
+    def input_dim(self) -> int:
+        """The GP input's width: Q latents, then the observed inputs (covariates, log size
+        factor)."""
+        extra = 0 if self.row_inputs is None else int(self.row_inputs.shape[1])
+        return self.latent_dim + extra
+
+    def latent_batch(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise=None, training: bool = False
+    ) -> LatentBatch:
+        """The latent module's batch for training rows ``idx`` [B] (data Y [B, D]), with the
+        rows' observed inputs appended (:func:`~gpflow_svi_gplvm.covariates.with_row_inputs`)."""
+        batch = self.latent(idx, Y, num_samples, noise, training=training)
+        if self.row_inputs is None:
+            return batch
+        return with_row_inputs(batch, tf.gather(self.row_inputs, idx))
 
     def _build_latent(
         self,
@@ -270,8 +316,8 @@ class SVIGPLVM(SVGP):
     )
     def predict_f_at_draws(self, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         r"""Mean and marginal variance [S, B, D] of :math:`q(f(x_n^{(s)}))` at draws ``samples``
-        [S, B, Q] of the latents: one :meth:`predict_f` on the draws flattened draw-major."""
-        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, self.latent_dim]))
+        [S, B, Q] of the GP inputs: one :meth:`predict_f` on the draws flattened draw-major."""
+        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, tf.shape(samples)[-1]]))
         shape = tf.concat([tf.shape(samples)[:2], tf.shape(f_mean)[-1:]], axis=0)
         return tf.reshape(f_mean, shape), tf.reshape(f_var, shape)
 
@@ -359,7 +405,7 @@ class SVIGPLVM(SVGP):
     def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Each row's part of the bound [B], unscaled: the data term plus the row term
         :math:`r_n`."""
-        batch = self.latent(idx, Y, self.num_samples, training=training)
+        batch = self.latent_batch(idx, Y, self.num_samples, training=training)
         return self.expected_data_term(batch, Y) + batch.row_term
 
     @check_shapes(
@@ -463,20 +509,22 @@ class PointGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
         likelihood: Likelihood | None = None,
         num_samples: int = 1,
         *,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         super().__init__(**_shared_options(locals()), latent=PointLatent)
 
@@ -491,7 +539,7 @@ class MAPGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -499,13 +547,15 @@ class MAPGPLVM(SVIGPLVM):
         num_samples: int = 1,
         *,
         prior: tfp.distributions.Distribution | None = None,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         super().__init__(
             **_shared_options(locals()), latent=lambda initial: MAPLatent(initial, prior=prior)
@@ -522,7 +572,7 @@ class BayesianSVIGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -530,13 +580,15 @@ class BayesianSVIGPLVM(SVIGPLVM):
         num_samples: int = 1,
         *,
         initial_variance: float | np.ndarray = 0.1,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         super().__init__(
             **_shared_options(locals()),
@@ -583,7 +635,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard,
+        data: ArrayLike | RowShard | SparseRows,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -599,13 +651,15 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         mean_hidden_sizes: Sequence[int] | None = None,
         covariance_hidden_sizes: Sequence[int] | None = None,
         standardise_inputs: bool = True,
-        latent_init: str = "pca",
+        latent_init: str | np.ndarray = "pca",
         mean_function: MeanFunction | None = None,
         whiten: bool = True,
         seed: int = 0,
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         seed = check_seed(seed)
         # Read by _build_latent, which SVIGPLVM.__init__ calls once the data is checked.
@@ -749,6 +803,8 @@ _SHARED_OPTIONS = (
     "mask",
     "shared_covariance",
     "latent_expectation",
+    "covariates",
+    "size_factors",
 )
 
 
@@ -758,11 +814,16 @@ def _shared_options(arguments: dict) -> dict:
 
 
 def _local_rows(
-    data: ArrayLike | RowShard, mask: ArrayLike | None
-) -> tuple[np.ndarray | tf.Tensor, np.ndarray | None, int, Workers]:
+    data: ArrayLike | RowShard | SparseRows, mask: ArrayLike | None
+) -> tuple[np.ndarray | tf.Tensor | SparseRows, np.ndarray | None, int, Workers]:
     """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
-    :class:`RowShard`), their row numbers (None for all rows in order), N and the workers
-    holding them; a shard is checked against the other workers' (under the strategy in scope)."""
+    :class:`RowShard`, or :class:`SparseRows` read a block at a time), their row numbers (None
+    for all rows in order), N and the workers holding them; a shard is checked against the other
+    workers' (under the strategy in scope)."""
+    if isinstance(data, SparseRows):
+        if mask is not None:
+            raise ValueError("SparseRows hold every entry: a mask cannot be given with them.")
+        return data, None, data.shape[0], Workers()
     if not isinstance(data, RowShard):
         Y = check_observations(data, "data", mask=mask)
         return Y, None, Y.shape[0], Workers()
@@ -771,6 +832,14 @@ def _local_rows(
     workers = Workers.of()
     data.check(workers)
     return data.Y, data.rows, data.num_data, workers
+
+
+def _with_covariates(initial: np.ndarray, inputs: RowInputs) -> np.ndarray:
+    """The initial latents [N, Q] with the observed inputs [N, R] beside them: where inducing
+    inputs Z [M, Q + R] are chosen from (a log size factor's column of Z is not read by the
+    kernel; it keeps Z as wide as the GP inputs)."""
+    table = inputs.table
+    return initial if table is None else np.concatenate([initial, table], axis=1)
 
 
 def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:

@@ -80,6 +80,16 @@ def test_flows_benchmark_demo_quick():
     assert "| flow, per-row | SVI bound with q(u) |" in out
 
 
+@pytest.mark.slow
+def test_single_cell_benchmark_quick():
+    pytest.importorskip("anndata")
+    pytest.importorskip("scanpy")
+    # Two of the five contenders, one process each: the scoring and table of every one.
+    contenders = ["PCA", "B-SVI NB + batch"]
+    out = _run(str(BENCHMARKS / "single_cell.py"), "atlas", "--quick", "--contenders", *contenders)
+    assert "| B-SVI NB + batch |" in out and "| PCA |" in out and "failed" not in out
+
+
 def _benchmark_module(name: str, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their siblings
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")

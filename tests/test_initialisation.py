@@ -166,5 +166,5 @@ def test_initial_latents_are_pca_or_prior_draws():
     Y = np.random.default_rng(0).standard_normal((20, 4))
     np.testing.assert_array_equal(initial_latents(Y, 2, "pca", seed=3), pca_latents(Y, 2, seed=3))
     np.testing.assert_array_equal(initial_latents(Y, 2, "random", seed=3), random_latents(20, 2, 3))
-    with pytest.raises(ValueError, match="latent_init must be 'pca' or 'random'"):
+    with pytest.raises(ValueError, match="latent_init must be 'pca', 'random' or an array"):
         initial_latents(Y, 2, "zeros")

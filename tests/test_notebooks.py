@@ -15,6 +15,7 @@ NOTEBOOKS = [
     "06_new_data_and_serving.py",
     "07_bring_your_own.py",
     "08_flows_and_hmc.py",
+    "09_single_cell.py",
 ]
 # The folders of the data folder ($GPFLOW_SVI_GPLVM_DATA) that a notebook reads; the others
 # use scikit-learn's bundled digits only.
@@ -24,6 +25,9 @@ NEEDED_DATA = {
     "04_taxi_counts.py": ["taxi"],
     "05_movielens.py": ["movielens100k"],
 }
+
+# The optional packages a notebook imports ("singlecell" extra); it is skipped without them.
+NEEDED_MODULES = {"09_single_cell.py": ["anndata", "scanpy"]}
 
 jupytext = pytest.importorskip("jupytext")
 nbclient = pytest.importorskip("nbclient")
@@ -49,6 +53,8 @@ def _skip_without_data(name: str) -> None:
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs(name, monkeypatch):
     _skip_without_data(name)
+    for module in NEEDED_MODULES.get(name, []):
+        pytest.importorskip(module)
     monkeypatch.setenv("GPFLOW_SVI_GPLVM_FAST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = jupytext.read(NOTEBOOK_DIR / name)

@@ -123,7 +123,7 @@ def test_num_samples_must_be_positive(num_samples, Y):
 
 @model_classes
 def test_unknown_latent_init_is_rejected(model_class, Y):
-    with pytest.raises(ValueError, match=r"latent_init must be 'pca' or 'random', got 'kmeans'"):
+    with pytest.raises(ValueError, match=r"'random' or an array \[N, Q\], got 'kmeans'"):
         model_class(Y, Q, M, latent_init="kmeans")
 
 

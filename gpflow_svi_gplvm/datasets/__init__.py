@@ -9,10 +9,12 @@ experimental protocols (train/test splits, artificial missingness).
   faces, motion capture, MovieLens 100K); the data are not shipped with the package.
 * :mod:`.skeleton`: the CMU motion-capture skeleton and the bone of each pose column.
 * :mod:`.splits`: the seeded train/test split, random missingness and blanked bones.
+* :mod:`.atlas`: a simulated single-cell atlas (gamma-Poisson counts, cell types, batches).
 
 Every public name of the submodules is importable from here.
 """
 
+from .atlas import SimulatedAtlas, simulate_atlas
 from .dataset import (
     DataSet,
     load_array_file,
@@ -57,6 +59,8 @@ from .splits import (
 )
 
 __all__ = [
+    "SimulatedAtlas",
+    "simulate_atlas",
     "DataSet",
     "load_digits",
     "load_array_file",

@@ -1,0 +1,93 @@
+"""Rows of a large, mostly-zero matrix kept sparse and densified a block at a time.
+
+A count matrix of single cells (N cells x D genes, about 10% non-zero) is held as CSR (float32
+values, int32 columns: 8 bytes per non-zero entry, against 8 N D bytes dense). :class:`SparseRows`
+reads any row-sliceable source (a NumPy array, a SciPy sparse matrix, an AnnData's backed
+on-disk matrix) in row blocks, and gives dense float64 rows by slicing (``rows[a:b]`` [b - a, D]),
+which is how every whole-data pass of the package reads Y (:func:`~.validation.row_blocks`), or
+by index, one minibatch at a time (:meth:`SparseRows.take`): the dense N x D matrix never exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from .validation import ROWS_PER_BLOCK
+
+__all__ = ["SparseRows"]
+
+
+class SparseRows:
+    """N rows of D columns held as CSR; slices and :meth:`take` give dense float64 rows.
+
+    Build it with :meth:`from_matrix`. ``transform`` (optional) maps each dense block and its
+    row numbers to the values served (e.g. log-normalised counts for a PCA), so a view of the
+    same rows costs nothing (:meth:`view`).
+    """
+
+    def __init__(
+        self,
+        matrix: sp.csr_matrix,
+        transform: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    ):
+        self.matrix = matrix
+        self.transform = transform
+
+    @classmethod
+    def from_matrix(
+        cls,
+        source,
+        columns: np.ndarray | None = None,
+        check: Callable[[np.ndarray, int], None] | None = None,
+        rows_per_block: int = ROWS_PER_BLOCK,
+    ) -> SparseRows:
+        """Read ``source`` [N, D'] (anything sliced by rows into a NumPy array or SciPy sparse
+        matrix) a block of rows at a time, keep ``columns`` (indices [D], default all) and store
+        the result as CSR. ``check(block, first_row)`` sees each dense block first and may
+        raise."""
+        blocks = []
+        for start in range(0, source.shape[0], rows_per_block):
+            block = source[start : start + rows_per_block]
+            block = block.tocsr() if sp.issparse(block) else sp.csr_matrix(np.asarray(block))
+            if columns is not None:
+                block = block[:, columns]
+            if check is not None:
+                check(block.toarray(), start)
+            blocks.append(block.astype(np.float32))
+        matrix = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, 0))
+        matrix.indices = matrix.indices.astype(np.int32)
+        return cls(matrix)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.matrix.shape
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def __len__(self) -> int:
+        return self.matrix.shape[0]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        """Dense float64 rows [b, D] of a slice of rows."""
+        if not isinstance(rows, slice):
+            raise TypeError("SparseRows is sliced by rows only (rows[a:b]); use take(indices).")
+        return self.take(np.arange(self.shape[0])[rows])
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Dense float64 rows [B, D] at the row numbers ``rows`` [B]."""
+        rows = np.asarray(rows)
+        block = self.matrix[rows].toarray().astype(np.float64)
+        return block if self.transform is None else self.transform(block, rows)
+
+    def view(self, transform: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> SparseRows:
+        """The same rows served through ``transform(dense block, row numbers)``."""
+        return SparseRows(self.matrix, transform)
+
+    def row_sums(self) -> np.ndarray:
+        """The sum of each row [N] (the library size of count data)."""
+        return np.asarray(self.matrix.sum(axis=1), dtype=np.float64).reshape(-1)
