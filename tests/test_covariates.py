@@ -12,15 +12,18 @@ from gpflow_svi_gplvm import (
     MAPGPLVM,
     AmortisedBayesianGPLVM,
     BayesianSVIGPLVM,
+    LatentInference,
     NegativeBinomial,
     PointGPLVM,
     export_saved_model,
+    fit,
 )
 from gpflow_svi_gplvm.covariates import (
     CovariateKernel,
     SizeFactorOffset,
     cell_cycle_kernel,
     latent_lengthscales,
+    new_row_inputs,
     with_row_inputs,
 )
 from gpflow_svi_gplvm.latents import LatentBatch
@@ -148,3 +151,19 @@ def test_bad_covariates_and_size_factors_are_named():
         PointGPLVM(Y, Q, 5, likelihood=gpflow.likelihoods.Poisson(), size_factors=-SIZE)
     with pytest.raises(ValueError, match="need a count likelihood with a log link"):
         PointGPLVM(Y, Q, 5, size_factors=SIZE)
+
+
+def test_new_rows_with_covariates_stop_one_by_one_and_fit_as_they_would_alone():
+    """A point x* has no sampling: each row stops when its bound does, and the rows still moving
+    keep their own covariates (checked against each row fitted alone)."""
+    Y_log = np.log1p(Y)
+    model = PointGPLVM(Y_log, Q, 6, covariates=COVARIATES, seed=1)
+    fit(model, Y_log, iterations=200, batch_size=20, progress=False)
+    inference = LatentInference(model)
+    assert inference.tolerance is not None
+    inputs = tf.constant(new_row_inputs(model, Y_log[:4], COVARIATES[:4], None))
+    together = inference.latents(tf.constant(Y_log[:4]), inputs)[0].numpy()
+    assert len(np.unique(together.round(6), axis=0)) == 4
+    for n in range(4):
+        alone = inference.latents(tf.constant(Y_log[n : n + 1]), inputs[n : n + 1])[0].numpy()
+        np.testing.assert_allclose(alone[0], together[n], rtol=1e-7, atol=1e-9)

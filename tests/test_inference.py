@@ -341,7 +341,7 @@ def _fitted_bound(inference, Y):
     """The summed row bounds of q(x*) as ``inference`` fits them (compiled, like its graphs)."""
     zeros = tf.zeros([1, 1, Q], tf.float64)
     bound = tf.function(
-        lambda Y: tf.reduce_sum(inference._row_bounds(inference._batch(Y, 1, zeros), Y))
+        lambda Y: tf.reduce_sum(inference._row_bounds(inference._batch(Y, None, 1, zeros), Y))
     )
     return float(bound(tf.constant(Y)))
 
