@@ -752,6 +752,8 @@ class FlowBayesianGPLVM(SVIGPLVM):
         mask: ArrayLike | None = None,
         shared_covariance: bool | None = None,
         latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
     ):
         check_flow_options(flow, num_layers, flow_parameters)
 

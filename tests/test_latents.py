@@ -42,7 +42,7 @@ def test_row_family_fits_new_rows_by_maximising_the_objective():
     latent = PointLatent(np.zeros((10, Q)))
     Y = tf.constant(np.random.default_rng(0).standard_normal((B, Q)))
 
-    def objective(batch: LatentBatch, Y: tf.Tensor) -> tf.Tensor:
+    def objective(batch: LatentBatch, Y: tf.Tensor, rows: tf.Tensor) -> tf.Tensor:
         return -tf.reduce_sum(tf.square(batch.mean - Y), axis=-1)
 
     fit = _fit(objective, tf.zeros_like, iterations=400)

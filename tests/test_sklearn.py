@@ -154,7 +154,7 @@ def test_unknown_model_name_is_a_value_error_listing_the_names(data):
         GPLVMEmbedding(model="pca").fit(data[0])
     for name in ("point", "map", "bsvi", "aeb"):
         assert repr(name) in str(error.value)
-    assert set(MODELS) == {"point", "map", "bsvi", "aeb"}
+    assert set(MODELS) == {"point", "map", "bsvi", "aeb", "flow"}
     with pytest.raises(ValueError, match="Unknown model"):
         GPLVMEmbedding(model=BayesianSVIGPLVM).fit(data[0])
 
