@@ -301,7 +301,7 @@ class LatentInference(tf.Module):
         where :func:`exact_predictive_applies`, else by ``num_samples`` draws."""
         if self.exact_model is not None:
             batch = self._batch(Y, inputs, 1, tf.zeros([1, 1, self.model.latent_dim], Y.dtype))
-            return closed_form_predictive(self.exact_model, batch.mean, _covariance(batch))
+            return closed_form_predictive(self.exact_model, batch.mean, batch.covariance)
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
         samples = self._batch(Y, inputs, self.num_samples, noise).samples
         return predictive_moments(self.model, samples)
@@ -456,7 +456,7 @@ def reconstruct(
     def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if exact_model is not None:
             batch = model.latent_batch(idx, Y, 1, tf.zeros([1, 1, model.latent_dim], Y.dtype))
-            return closed_form_predictive(exact_model, batch.mean, _covariance(batch))
+            return closed_form_predictive(exact_model, batch.mean, batch.covariance)
         return predictive_moments(model, model.latent_batch(idx, Y, num_samples, noise).samples)
 
     mean, variance = in_row_chunks(predict, chunk_size, tf.constant(rows), tf.constant(Y))
@@ -527,13 +527,6 @@ def _exact_predictive_model(model: NewRowModel) -> SVGP | None:
     if isinstance(model, SVGP) and model.latent.gaussian and closed_form_applies(model) is None:
         return model
     return None
-
-
-def _covariance(batch: LatentBatch) -> tf.Tensor:
-    """A Gaussian batch's covariance: marginal variances [B, Q], or full [B, Q, Q]."""
-    if batch.scale is None:
-        return batch.variance
-    return tf.linalg.matmul(batch.scale, batch.scale, transpose_b=True)
 
 
 TOLERANCE = 1e-4

@@ -57,6 +57,14 @@ class LatentBatch(NamedTuple):
     """[B, Q, Q] lower Cholesky factor of a full covariance of q(x_n); None when q(x_n) is
     diagonal (or a point)."""
 
+    @property
+    def covariance(self) -> tf.Tensor:
+        """The covariance of a Gaussian q(x_n): marginal variances [B, Q], or full [B, Q, Q]
+        where there is a ``scale``."""
+        if self.scale is None:
+            return self.variance
+        return tf.linalg.matmul(self.scale, self.scale, transpose_b=True)
+
 
 class NewRowFit(NamedTuple):
     """How q(x*) of new rows is fitted by a family that must optimise it (see

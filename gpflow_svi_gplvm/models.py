@@ -392,10 +392,7 @@ class SVIGPLVM(SVGP):
         likelihood = self.likelihood if likelihood is None else likelihood
         if not (self.closed_form if closed_form is None else closed_form):
             return self.data_term(batch.samples, Y, likelihood)
-        covariance = batch.variance
-        if batch.scale is not None:
-            covariance = tf.linalg.matmul(batch.scale, batch.scale, transpose_b=True)
-        return closed_form_data_term(self, likelihood, batch.mean, covariance, Y)
+        return closed_form_data_term(self, likelihood, batch.mean, batch.covariance, Y)
 
     @check_shapes(
         "idx: [batch]",
