@@ -6,12 +6,13 @@ Usage::
 
 For each device (the first GPU when TensorFlow sees one; the CPU, with the GPU hidden by
 ``CUDA_VISIBLE_DEVICES=-1``), in its own process, and each float (float64, float32): B-SVI with the
-package's defaults at three shapes, its step timed as the difference of two run lengths of one
-compiled Trainer (``steps`` and ``2 steps``, after a warm-up call that traces):
+package's defaults at three shapes, on ``benchmarks/high_dim.py``'s synthetic data, its step timed
+as the difference of two run lengths of one compiled Trainer (``steps`` and ``2 steps``, after a
+warm-up call that traces):
 
-- oil flow: N=800, D=12, Q=10, M=25, batch 100 (synthetic rows of oil flow's size);
-- MNIST: N=2000, D=784, Q=5, M=100, batch 100, 60% missing (as ``benchmarks/high_dim.py``);
-- single cell: N=100,000, D=2000, Q=10, M=100, batch 256, Poisson counts, shared q(u) covariance.
+- oil flow: N=800, D=12, Q=10, M=25, batch 100 (oil flow's size);
+- MNIST: N=2000, D=784, Q=5, M=100, batch 100, 60% missing (``high_dim.py``'s shape);
+- single cell: N=100,000, D=2000, Q=10, M=100, batch 256, Poisson counts (``high_dim.py``'s).
 
 Then one full run on the first device (the GPU when there is one): oil flow-sized synthetic data
 with 20% of the entries hidden, 2000 steps, and the RMSE of the hidden entries' reconstruction.
@@ -27,48 +28,50 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import high_dim  # noqa: E402  (a sibling script: its shapes and synthetic data)
+from high_dim import Shape  # noqa: E402
 
-# name: (N, D, Q, M, batch, missing fraction, likelihood)
-SHAPES = {
-    "oil flow": (800, 12, 10, 25, 100, 0.0, "gaussian"),
-    "MNIST": (2000, 784, 5, 100, 100, 0.6, "gaussian"),
-    "single cell": (100_000, 2000, 10, 100, 256, 0.0, "poisson"),
-}
-SMOKE = {
-    name: (200, min(D, 16), Q, 10, 50, m, lik) for name, (_, D, Q, _, _, m, lik) in SHAPES.items()
-}
 FLOATS = ("float64", "float32")
 
 
-def synthetic(N: int, D: int, missing: float, likelihood: str, seed: int = 0):
-    """Y [N, D] from a smooth map of a 3-D latent (NaN where missing; counts for Poisson)."""
-    import numpy as np
+def shapes(smoke: bool) -> dict[str, Shape]:
+    """Oil flow's size and ``benchmarks/high_dim.py``'s MNIST and single-cell shapes (tiny ones
+    for ``smoke``)."""
+    found = high_dim.shapes()
+    chosen = {
+        "oil flow": Shape(800, 12, 10, 25, 100, 0.0, "gaussian", os.cpu_count() or 1),
+        "MNIST": found["mnist"],
+        "single cell": found["single-cell"],
+    }
+    if not smoke:
+        return chosen
+    return {
+        name: replace(
+            shape, num_data=200, data_dim=min(shape.data_dim, 16), num_inducing=10, batch_size=50
+        )
+        for name, shape in chosen.items()
+    }
 
-    rng = np.random.default_rng(seed)
-    f = np.sin(rng.standard_normal((N, 3)) @ rng.standard_normal((3, D)))
-    if likelihood == "poisson":
-        return rng.poisson(0.105 * np.exp(0.3 * f)).astype(float)
-    Y = f + 0.1 * rng.standard_normal(f.shape)
-    Y[rng.random(Y.shape) < missing] = np.nan
-    return Y
 
-
-def build(shape: tuple, float_name: str):
-    """B-SVI (defaults) on synthetic data of ``shape`` in ``float_name``, and its Trainer."""
+def build(shape: Shape, float_name: str):
+    """B-SVI (defaults) on ``high_dim.synthetic`` data of ``shape`` in ``float_name``, and its
+    Trainer."""
     import gpflow
     import numpy as np
 
     import gpflow_svi_gplvm as svi
 
-    N, D, Q, M, batch, missing, likelihood = shape
     gpflow.config.set_default_float(np.dtype(float_name))
     gpflow.config.set_default_jitter(1e-4 if float_name == "float32" else 1e-6)
-    Y = synthetic(N, D, missing, likelihood)
-    options = {"likelihood": gpflow.likelihoods.Poisson()} if likelihood == "poisson" else {}
-    model = svi.BayesianSVIGPLVM(Y, Q, num_inducing=M, **options)
-    return svi.Trainer(model, Y, batch_size=batch, seed=0)
+    Y = high_dim.synthetic(shape)
+    poisson = shape.likelihood == "poisson"
+    options = {"likelihood": gpflow.likelihoods.Poisson()} if poisson else {}
+    model = svi.BayesianSVIGPLVM(Y, shape.latent_dim, num_inducing=shape.num_inducing, **options)
+    return svi.Trainer(model, Y, batch_size=shape.batch_size, seed=0)
 
 
 def step_seconds(trainer, steps: int) -> float:
@@ -96,7 +99,7 @@ def device_run(smoke: bool) -> dict:
     )
     steps = 20 if smoke else 200
     results = {}
-    for name, shape in (SMOKE if smoke else SHAPES).items():
+    for name, shape in shapes(smoke).items():
         for float_name in FLOATS:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # the missing-data notice
@@ -114,7 +117,7 @@ def full_run(smoke: bool) -> dict:
 
     import gpflow_svi_gplvm as svi
 
-    truth = synthetic(800, 12, 0.0, "gaussian")
+    truth = high_dim.synthetic(shapes(smoke)["oil flow"])
     hidden = np.random.default_rng(1).random(truth.shape) < 0.2
     Y = np.where(hidden, np.nan, truth)
     iterations = 100 if smoke else 2000
