@@ -120,7 +120,7 @@ def measure_one(
     from gpflow_svi_gplvm.training import Trainer
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from speed import PlainTrainer, floor_dataset, floor_model
+    from svgp_floor import PlainTrainer, floor_dataset, floor_model
 
     Y = synthetic(shape)
     likelihood = (

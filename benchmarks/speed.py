@@ -68,11 +68,12 @@ from gpflow.config import default_float  # noqa: E402
 from gpflow.keras import tf_keras  # noqa: E402
 from missing_data import MODELS  # noqa: E402
 from paper_config import PAPER_CONFIGURATION  # noqa: E402
+from svgp_floor import PlainTrainer, floor_dataset, floor_model  # noqa: E402
 
 import gpflow_svi_gplvm as svi  # noqa: E402
 from gpflow_svi_gplvm import datasets  # noqa: E402
 from gpflow_svi_gplvm.datasets import random_missing  # noqa: E402
-from gpflow_svi_gplvm.initialisation import inducing_inputs, pca_latents  # noqa: E402
+from gpflow_svi_gplvm.initialisation import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.latents import LatentBatch, LatentVariables, paper_encoder_options  # noqa: E402
 from gpflow_svi_gplvm.training import Trainer, make_dataset  # noqa: E402
 
@@ -120,65 +121,6 @@ def synthetic(num_rows: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------- contenders
 
 
-class PlainTrainer:
-    """A plain compiled GPflow training loop, structured exactly like the package's Trainer.
-
-    Same pipeline (given), same tf_keras Adam built before the first trace, same input signature
-    and ``tf.range`` loop with a TensorArray of ELBOs; only the finiteness guard (``tf.cond``
-    around the update, ``break`` on a non-finite loss) is left out, as in a plain GPflow loop.
-    With an SVGP and a dataset of (X, Y) it is the floor. ``loss_kwargs`` go to
-    ``model.training_loss`` (e.g. ``training=True`` for a package model, as its Trainer passes).
-    ``update=False`` (diagnostic) computes the loss and all gradients but applies no update, so
-    the difference to ``update=True`` is the optimiser's cost.
-    """
-
-    def __init__(
-        self, model, dataset, learning_rate, seed, jit_compile, loss_kwargs=None, update=True
-    ):
-        tf.random.set_seed(seed)
-        self.model = model
-        self.loss_kwargs = dict(loss_kwargs or {})
-        self.update = update
-        self.iterator = iter(dataset)
-        self.optimizer = tf_keras.optimizers.Adam(learning_rate)
-        self.variables = model.trainable_variables
-        self.optimizer.build(self.variables)
-        self.step = tf.function(
-            self._step, input_signature=[dataset.element_spec], jit_compile=jit_compile
-        )
-        self.run = tf.function(self._run, input_signature=[tf.TensorSpec([], tf.int32)])
-
-    def _step(self, batch) -> tf.Tensor:
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(self.variables)
-            loss = self.model.training_loss(batch, **self.loss_kwargs)
-        gradients = tape.gradient(loss, self.variables)
-        if not self.update:  # consume every gradient so that none is pruned from the graph
-            values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in gradients]
-            return loss + 0.0 * tf.add_n([tf.reduce_sum(v) for v in values])
-        self.optimizer.apply_gradients(zip(gradients, self.variables))
-        return loss
-
-    def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
-        elbos = tf.TensorArray(default_float(), size=num_steps)
-        for i in tf.range(num_steps):
-            elbos = elbos.write(i, -self.step(next(self.iterator)))
-        return elbos.stack()
-
-    def train(self, iterations: int, steps_per_call: int = 100, progress: bool = False):
-        done = 0
-        while done < iterations:
-            chunk = min(steps_per_call, iterations - done)
-            values = self.run(tf.constant(chunk, tf.int32)).numpy()
-            done += len(values)
-            if not np.all(np.isfinite(values)):
-                raise FloatingPointError(f"non-finite ELBO {values[-1]} in the plain loop.")
-
-    @property
-    def tracing_count(self) -> int:
-        return self.step.experimental_get_tracing_count()
-
-
 class FixedLatent(LatentVariables):
     """Diagnostic latent module: x_n are fixed, known inputs (a constant table, no parameters).
 
@@ -200,39 +142,6 @@ class FixedLatent(LatentVariables):
         return LatentBatch(mean[None], tf.zeros_like(mean[:, 0]), mean, variance)
 
 
-def floor_model(
-    Y: np.ndarray,
-    X: np.ndarray,
-    num_inducing: int = NUM_INDUCING,
-    likelihood: gpflow.likelihoods.Likelihood | None = None,
-) -> gpflow.models.SVGP:
-    """The SVGP the package builds, with known inputs X [N, Q]: same kernel, likelihood, mean,
-    Z and per-output q(u) (Y's missing entries count as observed: a floor of the same shapes)."""
-    if likelihood is None:
-        noise = 0.1 * float(np.nanmean(np.nanvar(Y, axis=0)))
-        likelihood = gpflow.likelihoods.Gaussian(variance=max(noise, 1e-3))
-    return gpflow.models.SVGP(
-        gpflow.kernels.SquaredExponential(lengthscales=np.ones(X.shape[1])),
-        likelihood,
-        inducing_inputs(X, num_inducing, seed=SEED),
-        mean_function=gpflow.mean_functions.Constant(np.nan_to_num(np.nanmean(Y, axis=0))),
-        num_latent_gps=Y.shape[1],
-        whiten=True,
-        num_data=Y.shape[0],
-    )
-
-
-def floor_dataset(X: np.ndarray, Y: np.ndarray, batch_size: int = BATCH_SIZE) -> tf.data.Dataset:
-    """The usual GPflow pipeline: shuffle rows, repeat, batch (work per row, not per batch)."""
-    return (
-        tf.data.Dataset.from_tensor_slices((X, Y))
-        .shuffle(X.shape[0], seed=SEED, reshuffle_each_iteration=True)
-        .repeat()
-        .batch(batch_size, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-
-
 def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[[], object]]:
     """Name -> a factory of an object with ``train(iterations, steps_per_call, progress)``."""
     X = pca_latents(Y, LATENT_DIM, seed=SEED)  # known inputs of the right shape and scale
@@ -252,7 +161,12 @@ def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[
 
     def floor(update=True):
         return lambda: PlainTrainer(
-            floor_model(Y, X), floor_dataset(X, Y), LEARNING_RATE, SEED, jit, update=update
+            floor_model(Y, X, NUM_INDUCING),
+            floor_dataset(X, Y, BATCH_SIZE),
+            LEARNING_RATE,
+            SEED,
+            jit,
+            update=update,
         )
 
     def plain_loop(model_factory, update=True):
@@ -305,7 +219,7 @@ def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[
             # The package's Trainer gathers whole batches; this is the floor's row-by-row
             # pipeline of (idx, y) instead, so the gap to B-SVI is the pipeline's share.
             "[diag] B-SVI, the floor's pipeline": package(
-                bsvi(), data=floor_dataset(np.arange(NUM_DATA, dtype=np.int64), Y)
+                bsvi(), data=floor_dataset(np.arange(NUM_DATA, dtype=np.int64), Y, BATCH_SIZE)
             ),
             # The default B-SVI takes its expectation over q(x) in closed form and natural
             # gradients on q(u); each lever alone, and neither (the step before they existed).
