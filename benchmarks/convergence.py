@@ -32,11 +32,17 @@ Optimiser settings:
 - ``natgrad``: natural-gradient steps of size ``--gamma`` on q(u), ``RowSparseAdam`` on the rest
   (``q_u_optimizer="natgrad"``, the default for a Gaussian likelihood);
 - ``natgrad+row-k``: the same with the per-row bias correction;
-- ``default``: the package's defaults: natural gradients on q(u) for this Gaussian likelihood and
+- ``default``: the package's defaults: natural gradients on q(u) for this Gaussian likelihood,
   ``latent_expectation="auto"`` (the closed form over q(x) on oil flow's complete data, Monte
-  Carlo on MNIST's gaps under a shared covariance).
+  Carlo on MNIST's gaps under a shared covariance) and ``row_updates="auto"`` (dense updates of
+  tables of at most 40,000 entries, N Q);
+- ``default-sparse``: the defaults with ``row_updates="sparse"`` (the defaults before dense row
+  updates existed);
+- ``default+decay``, ``default+warm-up``, ``default+both``: the defaults with a step-size
+  schedule (``SCHEDULES``): Adam's rate 0.01 / (1 + t / 5000), and/or natural-gradient steps
+  whose size grows log-linearly from 1e-4 to 0.1 over the first 1000 steps.
 
-All but ``default`` estimate the expectation over q(x) by Monte Carlo with one draw
+All but the ``default`` settings estimate the expectation over q(x) by Monte Carlo with one draw
 (``latent_expectation="monte-carlo"``), as every setting did before the closed form existed.
 
 Prints a markdown table (means over seeds, and the spread of the ELBO) and writes a figure to
@@ -77,6 +83,7 @@ from gpflow_svi_gplvm.datasets import (  # noqa: E402
 )
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
 from gpflow_svi_gplvm.optimizers import RowSparseAdam  # noqa: E402
+from gpflow_svi_gplvm.schedules import WarmUp  # noqa: E402
 from gpflow_svi_gplvm.training import Trainer  # noqa: E402
 
 BATCH, LEARNING_RATE = 100, 0.01
@@ -134,18 +141,36 @@ PROBLEMS = {"oilflow": oilflow, "mnist": mnist}
 def make_trainer(
     setting: str, model: BayesianSVIGPLVM, Y: np.ndarray, seed: int, gamma: float = 0.03
 ) -> Trainer:
-    q_u = "natgrad" if setting.startswith("natgrad") or setting == "default" else "adam"
+    q_u = "natgrad" if setting.startswith(("natgrad", "default")) else "adam"
     if setting == "dense":
         optimizer = tf_keras.optimizers.Adam(LEARNING_RATE)
         return Trainer(model, Y, BATCH, optimizer=optimizer, seed=seed, q_u_optimizer=q_u)
+    options = dict(learning_rate=LEARNING_RATE, natgrad_gamma=gamma)
+    options.update(SCHEDULES.get(setting, {}))
+    # The settings from before row_updates existed keep moving only the batch's rows.
+    defaults = setting.startswith("default") and setting != "default-sparse"
+    row_updates = "auto" if defaults else "sparse"
     trainer = Trainer(
-        model, Y, BATCH, LEARNING_RATE, seed=seed, q_u_optimizer=q_u, natgrad_gamma=gamma
+        model, Y, BATCH, seed=seed, q_u_optimizer=q_u, row_updates=row_updates, **options
     )
     if setting.endswith("row-k"):  # swapped in before the step is first traced
         trainer.optimizer = RowSparseAdam(
             trainer.optimizer_variables, LEARNING_RATE, bias_correction="row"
         )
     return trainer
+
+
+DECAY_STEPS, WARM_UP_END, WARM_UP_STEPS = 5000, 0.1, 1000
+SCHEDULES = {
+    "default+decay": dict(learning_rate=lambda t: LEARNING_RATE / (1.0 + t / DECAY_STEPS)),
+    "default+warm-up": dict(natgrad_gamma=WarmUp(1e-4, WARM_UP_END, WARM_UP_STEPS)),
+    "default+both": dict(
+        learning_rate=lambda t: LEARNING_RATE / (1.0 + t / DECAY_STEPS),
+        natgrad_gamma=WarmUp(1e-4, WARM_UP_END, WARM_UP_STEPS),
+    ),
+}
+"""Schedules against the defaults' constant step sizes: Adam's rate halved at DECAY_STEPS
+(inverse-time decay), and gamma grown log-linearly from 1e-4 to WARM_UP_END in WARM_UP_STEPS."""
 
 
 def run(
@@ -159,7 +184,7 @@ def run(
     """Train one model to each mark in turn; the measurements at every mark."""
     data = problem(seed)
     tf.random.set_seed(seed)
-    model = data.build(seed, "auto" if setting == "default" else "monte-carlo")
+    model = data.build(seed, "auto" if setting.startswith("default") else "monte-carlo")
     trainer = make_trainer(setting, model, data.Y_train, seed, gamma)
     everything = (tf.range(len(data.Y_train), dtype=tf.int64), tf.constant(data.Y_train))
     full_elbo = tf.function(lambda: model.elbo(everything), input_signature=[])
@@ -269,7 +294,8 @@ def main(argv=None) -> int:
         "--optimizers",
         nargs="+",
         default=["row", "row-k", "dense"],
-        choices=["row", "row-k", "dense", "natgrad", "natgrad+row-k", "default"],
+        choices=["row", "row-k", "dense", "natgrad", "natgrad+row-k", "default", "default-sparse"]
+        + list(SCHEDULES),
     )
     parser.add_argument("--gamma", type=float, default=0.03, help="natural-gradient step size")
     parser.add_argument("--quick", action="store_true", help="one seed, marks 20 and 40")

@@ -25,6 +25,7 @@ from .models import (
     PointGPLVM,
 )
 from .posterior_check import latent_draws, mmd, posterior_draws, sliced_wasserstein
+from .schedules import WarmUp
 from .training import History, NonFiniteLossError, Trainer, fit
 
 __version__ = "0.1.0"
@@ -50,6 +51,7 @@ __all__ = [
     "NegativeBinomial",
     "fit",
     "Trainer",
+    "WarmUp",
     "RowShard",
     "WorkerLostError",
     "LatentInference",

@@ -24,11 +24,13 @@ hyperparameters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
+
+from .schedules import StepSize
 
 __all__ = ["InducingNaturalGradient"]
 
@@ -37,21 +39,30 @@ class InducingNaturalGradient(tf.Module):
     """Natural-gradient steps with step size ``gamma`` on a model's ``q_mu`` [M, D] and
     ``q_sqrt`` ([D, M, M] per output or [1, M, M] shared), from the loss's gradients with respect
     to their unconstrained variables (:attr:`variables_to_train`), as the Trainer's tape gives
-    them. A step whose new covariance is not positive definite leaves q(u) as it is and counts
-    itself in :attr:`rejected_steps`."""
+    them. ``gamma`` is a number in (0, 1] or a schedule of the step count
+    (:class:`~gpflow_svi_gplvm.schedules.StepSize`, e.g. a
+    :class:`~gpflow_svi_gplvm.schedules.WarmUp`). A step whose new covariance is not positive
+    definite leaves q(u) as it is and counts itself in :attr:`rejected_steps`."""
 
     def __init__(
-        self, q_mu: gpflow.Parameter, q_sqrt: gpflow.Parameter, gamma: float = 0.03
+        self,
+        q_mu: gpflow.Parameter,
+        q_sqrt: gpflow.Parameter,
+        gamma: float | Callable[[tf.Tensor], tf.Tensor] | StepSize = 0.03,
     ) -> None:
         super().__init__()
         self.q_mu, self.q_sqrt = q_mu, q_sqrt
-        self.gamma = gamma
+        self.gamma = (
+            gamma
+            if isinstance(gamma, StepSize)
+            else StepSize(gamma, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
+        )
         self.variables_to_train = (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
         self.rejected_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="rejected")
 
-    def apply_gradients(self, gradients: Sequence[tf.Tensor]) -> None:
+    def apply_gradients(self, gradients: Sequence[tf.Tensor], step: tf.Tensor | int = 0) -> None:
         """One step from the loss's gradients (``q_mu``'s [M, D], ``q_sqrt``'s unconstrained
-        one) with respect to :attr:`variables_to_train`."""
+        one) with respect to :attr:`variables_to_train`; ``step`` (0 at the first) sets gamma."""
         mean_gradient, sqrt_gradient = gradients
         # A new tensor: TFP bijectors cache forward/inverse pairs, and the gradient below must
         # flow through the inverse, not the cached variable.
@@ -80,8 +91,9 @@ class InducingNaturalGradient(tf.Module):
         eta_1_gradient = _factor_means(mean_gradient, shared) - 2.0 * tf.linalg.matmul(
             eta_2_gradient, m
         )
-        theta_1 = tf.linalg.matmul(precision, m) - self.gamma * eta_1_gradient
-        precision += 2.0 * self.gamma * eta_2_gradient  # theta_2 = -precision / 2
+        gamma = tf.cast(self.gamma(step), m.dtype)
+        theta_1 = tf.linalg.matmul(precision, m) - gamma * eta_1_gradient
+        precision += 2.0 * gamma * eta_2_gradient  # theta_2 = -precision / 2
         new_L = _inverse_cholesky(precision)
         new_m = tf.linalg.matmul(new_L, tf.linalg.matmul(new_L, theta_1, transpose_a=True))
         # Rounding can leave the new precision indefinite when Kuu is badly conditioned (data on

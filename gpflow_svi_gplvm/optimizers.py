@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
+
+from .schedules import StepSize
 
 __all__ = ["RowSparseAdam", "adam_moments_and_step"]
 
@@ -14,7 +16,7 @@ def adam_moments_and_step(
     second: tf.Tensor,
     gradient: tf.Tensor,
     count: tf.Tensor,
-    learning_rate: float,
+    learning_rate: float | tf.Tensor,
     beta_1: float = 0.9,
     beta_2: float = 0.999,
     epsilon: float = 1e-7,
@@ -63,11 +65,12 @@ class RowSparseAdam(tf.Module):
     def __init__(
         self,
         variables: Sequence[tf.Variable],
-        learning_rate: float = 1e-2,
+        learning_rate: float | Callable[[tf.Tensor], tf.Tensor] | StepSize = 1e-2,
         beta_1: float = 0.9,
         beta_2: float = 0.999,
         epsilon: float = 1e-7,
         bias_correction: str = "global",
+        dense_entries: int = 0,
     ):
         super().__init__()
         if bias_correction not in ("global", "row"):
@@ -76,7 +79,10 @@ class RowSparseAdam(tf.Module):
                 f"update count), got {bias_correction!r}."
             )
         self.variables_to_train = list(variables)
-        self.learning_rate = learning_rate
+        self.learning_rate = (
+            learning_rate if isinstance(learning_rate, StepSize) else StepSize(learning_rate)
+        )
+        self.dense_entries = dense_entries
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
         self.first_moments = [
@@ -96,24 +102,34 @@ class RowSparseAdam(tf.Module):
         )
 
     def _moments_and_step(
-        self, first: tf.Tensor, second: tf.Tensor, gradient: tf.Tensor, counts: tf.Tensor
+        self,
+        first: tf.Tensor,
+        second: tf.Tensor,
+        gradient: tf.Tensor,
+        counts: tf.Tensor,
+        learning_rate: tf.Tensor,
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """The new moments and the step to subtract for (the given rows of) a variable."""
-        rates = (self.learning_rate, self.beta_1, self.beta_2, self.epsilon)
+        rates = (tf.cast(learning_rate, first.dtype), self.beta_1, self.beta_2, self.epsilon)
         return adam_moments_and_step(first, second, gradient, counts, *rates)
 
     def apply_gradients(self, gradients: Sequence[tf.Tensor | tf.IndexedSlices | None]) -> None:
         """One step for ``gradients``, aligned with the variables given at construction."""
         t = self.iterations.assign_add(1)
+        learning_rate = self.learning_rate(t - 1)
         for i, (variable, gradient, first, second) in enumerate(
             zip(self.variables_to_train, gradients, self.first_moments, self.second_moments)
         ):
             if gradient is None:
                 continue
             updates = None if self.row_updates is None else self.row_updates[i]
+            if isinstance(gradient, tf.IndexedSlices) and _entries(variable) <= self.dense_entries:
+                gradient = tf.math.unsorted_segment_sum(
+                    gradient.values, gradient.indices, variable.shape[0]
+                )
             if not isinstance(gradient, tf.IndexedSlices):
                 counts = t if updates is None else updates.assign_add(tf.ones_like(updates))
-                m, v, step = self._moments_and_step(first, second, gradient, counts)
+                m, v, step = self._moments_and_step(first, second, gradient, counts, learning_rate)
                 first.assign(m)
                 second.assign(v)
                 variable.assign_sub(step)
@@ -121,7 +137,7 @@ class RowSparseAdam(tf.Module):
             rows, values = _summed_rows(gradient)
             counts = t if updates is None else tf.gather(updates, rows) + 1
             m, v, step = self._moments_and_step(
-                tf.gather(first, rows), tf.gather(second, rows), values, counts
+                tf.gather(first, rows), tf.gather(second, rows), values, counts, learning_rate
             )
             if updates is not None:
                 updates.scatter_update(tf.IndexedSlices(counts, rows))
@@ -135,3 +151,8 @@ def _summed_rows(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
     rows, positions = tf.unique(tf.cast(gradient.indices, tf.int64))
     values = tf.math.unsorted_segment_sum(gradient.values, positions, tf.shape(rows)[0])
     return rows, values
+
+
+def _entries(variable: tf.Variable) -> int:
+    """How many numbers ``variable`` holds."""
+    return int(variable.shape.num_elements())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -24,15 +25,21 @@ from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_sup
 from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
+from .schedules import StepSize
 from .validation import (
     check_integer,
-    check_learning_rate,
     check_observations,
     check_seed,
     row_blocks,
 )
 
 __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "minibatch_indices"]
+
+DENSE_ENTRIES = 40_000
+"""Latent tables of at most this many entries (N Q for a table of means) take dense Adam updates
+under ``row_updates="auto"``: below it moving every row costs at most about a tenth of a step and
+trains faster per step; above it only the batch's rows move, so that a step's cost does not grow
+with N (``benchmarks/row_updates.py``, ``benchmarks/convergence.py``)."""
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -188,6 +195,15 @@ class Trainer:
     a higher ELBO than Adam on q(u) at every mark from 500 to 3000 steps on MNIST (2000 images, 60%
     missing), where 0.1 fell behind Adam after 1000 steps (``benchmarks/convergence.py``).
 
+    ``learning_rate`` (Adam's) and ``natgrad_gamma`` are numbers or schedules: functions of the
+    step count t (0 at the first step), such as a ``tf_keras`` ``LearningRateSchedule`` or a
+    :class:`~gpflow_svi_gplvm.schedules.WarmUp`, checked before training
+    (:class:`~gpflow_svi_gplvm.schedules.StepSize`) and read from Adam's step count, so a resumed
+    run continues them. ``row_updates`` chooses how the package's Adam moves the per-row latent
+    tables: "sparse" moves only the batch's rows (a step's cost does not grow with N), "dense"
+    every row every step (the rows' moments keep moving them between their batches, as tf_keras'
+    Adam does), "auto" (default) dense for tables of at most :data:`DENSE_ENTRIES` entries.
+
     With ``checkpoint_dir``, a :class:`~gpflow_svi_gplvm.checkpoints.Checkpoints` folder keeps
     the model, the optimiser, the latent module's random generator and the step count (from
     which the batches follow; a user's dataset's iterator besides) every ``checkpoint_every``
@@ -201,7 +217,7 @@ class Trainer:
         model: SVIGPLVM,
         data: ArrayLike | RowShard | tf.data.Dataset,
         batch_size: int = 100,
-        learning_rate: float = 1e-2,
+        learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
         optimizer: tf_keras.optimizers.Optimizer | None = None,
         seed: int = 0,
         jit_compile: bool = False,
@@ -212,10 +228,14 @@ class Trainer:
         strategy: tf.distribute.Strategy | None = None,
         allow_new_data: bool = False,
         q_u_optimizer: str | None = None,
-        natgrad_gamma: float = 0.03,
+        natgrad_gamma: float | Callable[[tf.Tensor], tf.Tensor] = 0.03,
         overwrite: bool = False,
+        row_updates: str = "auto",
     ) -> None:
         seed = check_seed(seed)
+        learning_rate = StepSize(learning_rate)
+        natgrad_gamma = StepSize(natgrad_gamma, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
+        self.dense_entries = _dense_entries(row_updates, optimizer)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.workers = Workers.of(strategy) if strategy is not None else Workers()
         if strategy is not None:
@@ -223,9 +243,10 @@ class Trainer:
         settings = dict(
             batch_size=batch_size,
             seed=seed,
-            learning_rate=learning_rate,
-            natgrad_gamma=natgrad_gamma,
+            learning_rate=learning_rate.values,
+            natgrad_gamma=natgrad_gamma.values,
             q_u_optimizer=q_u_optimizer,
+            row_updates=row_updates,
             checkpoints=checkpoint_dir is not None,
             checkpoint_every=checkpoint_every,
         )
@@ -372,17 +393,16 @@ class Trainer:
     def _build_optimizers(
         self,
         optimizer: tf_keras.optimizers.Optimizer | None,
-        learning_rate: float,
-        natgrad_gamma: float,
+        learning_rate: StepSize,
+        natgrad_gamma: StepSize,
     ) -> None:
         """Adam (or ``optimizer``) for :attr:`optimizer_variables` and, with natural gradients,
         an :class:`InducingNaturalGradient` for q(u); :attr:`variables` lists both, Adam's first."""
         self.natural_gradient: InducingNaturalGradient | None = None
         self.variables = list(self.model.trainable_variables)
         if self.q_u_optimizer == "natgrad":
-            gamma = check_learning_rate(natgrad_gamma, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
             self.natural_gradient = InducingNaturalGradient(
-                self.model.q_mu, self.model.q_sqrt, gamma
+                self.model.q_mu, self.model.q_sqrt, natgrad_gamma
             )
             q_u = {v.ref() for v in self.natural_gradient.variables_to_train}
             # Adam's variables first, q(u)'s last: the tape differentiates all in one pass.
@@ -395,7 +415,7 @@ class Trainer:
                 # Moves only the batch's rows of per-row tables, so a step's cost does not grow
                 # with N, and costs fewer operations per variable than tf_keras' Adam.
                 self.optimizer = RowSparseAdam(
-                    self.optimizer_variables, check_learning_rate(learning_rate)
+                    self.optimizer_variables, learning_rate, dense_entries=self.dense_entries
                 )
             else:
                 self.optimizer = optimizer
@@ -480,13 +500,14 @@ class Trainer:
         """Apply the summed gradients of :attr:`variables` (Adam's first, q(u)'s last)."""
         split = len(self.optimizer_variables)
         adam_gradients, natural_gradients = gradients[:split], gradients[split:]
+        step = tf.identity(self.optimizer.iterations)  # before this step's: 0 at the first
         if isinstance(self.optimizer, RowSparseAdam):
             # Every copy of every variable takes the same update.
             self.optimizer.apply_gradients(adam_gradients)
         else:
             self.strategy.run(self._replica_apply, args=(adam_gradients,))
         if self.natural_gradient is not None:
-            self.natural_gradient.apply_gradients(natural_gradients)
+            self.natural_gradient.apply_gradients(natural_gradients, step)
 
     def _step(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
         """One update from one element of the iterator (row positions, or a user's
@@ -779,6 +800,23 @@ def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
     return choice
 
 
+def _dense_entries(row_updates: str, optimizer: tf_keras.optimizers.Optimizer | None) -> int:
+    """The most entries a latent table may have for the package's Adam to update it densely."""
+    choices = {"sparse": 0, "dense": sys.maxsize, "auto": DENSE_ENTRIES}
+    if row_updates not in choices:
+        raise ValueError(
+            f"row_updates must be 'auto' (dense updates of tables of at most {DENSE_ENTRIES} "
+            f"entries), 'dense' (every row every step) or 'sparse' (only the batch's rows), got "
+            f"{row_updates!r}."
+        )
+    if optimizer is not None and row_updates != "auto":
+        raise ValueError(
+            "row_updates chooses how the package's Adam updates the latent tables; with "
+            "optimizer= given, that optimizer decides: leave row_updates at 'auto'."
+        )
+    return choices[row_updates]
+
+
 def _check_distributed(
     model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool, workers: Workers
 ) -> None:
@@ -798,7 +836,7 @@ def fit(
     data: ArrayLike | RowShard | tf.data.Dataset,
     iterations: int = 1000,
     batch_size: int = 100,
-    learning_rate: float = 1e-2,
+    learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
     optimizer: tf_keras.optimizers.Optimizer | None = None,
     seed: int = 0,
     progress: bool = True,
@@ -813,8 +851,9 @@ def fit(
     strategy: tf.distribute.Strategy | None = None,
     allow_new_data: bool = False,
     q_u_optimizer: str | None = None,
-    natgrad_gamma: float = 0.03,
+    natgrad_gamma: float | Callable[[tf.Tensor], tf.Tensor] = 0.03,
     overwrite: bool = False,
+    row_updates: str = "auto",
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
@@ -846,6 +885,7 @@ def fit(
         q_u_optimizer=q_u_optimizer,
         natgrad_gamma=natgrad_gamma,
         overwrite=overwrite,
+        row_updates=row_updates,
     )
     with trainer:
         if resume:

@@ -136,3 +136,17 @@ def test_paper_runtime_data_has_the_configuration_tables_shapes(name, shape, mon
         missing = np.isnan(Y).mean()
         expected = 0.445 if name == "mocap" else 0.0
         assert abs(missing - expected) < 0.01, note
+
+
+@pytest.mark.slow
+def test_row_update_and_count_likelihood_step_benchmarks_quick():
+    out = _run(str(BENCHMARKS / "row_updates.py"), "--quick")
+    assert "| 200 |" in out and "| 400 |" in out
+    out = _run(str(BENCHMARKS / "count_step.py"), "--quick", "--points", "10", "5")
+    assert "| NB, 10 points |" in out and "| 5 |" in out
+
+
+@pytest.mark.slow
+def test_default_settings_benchmark_quick():
+    out = _run(str(BENCHMARKS / "amortised_defaults.py"), "--quick", "--models", "AEB-SVI")
+    assert "| AEB-SVI | defaults |" in out and "| AEB-SVI | Monte Carlo, Adam |" in out

@@ -143,3 +143,41 @@ def test_one_adam_update_is_tf_keras_formula_with_scalar_or_per_row_counts():
     _, _, step = adam_moments_and_step(*tensors, lr, b1, b2, eps)
     scalar = lr * np.sqrt(1 - b2**5) / (1 - b1**5) * expected_m / (np.sqrt(expected_v) + eps)
     np.testing.assert_allclose(step.numpy(), scalar, rtol=1e-13)
+
+
+def test_a_table_within_dense_entries_moves_every_row_as_tf_keras_adam_does():
+    rng = np.random.default_rng(2)
+    start, target = rng.standard_normal((6, 3)), rng.standard_normal((6, 3))
+    batches = [np.array(rows) for rows in ([1, 4], [4, 1, 1], [0, 5], [2])]
+    table, big = tf.Variable(start), tf.Variable(start)
+    dense = RowSparseAdam([table], 0.05, dense_entries=18)
+    sparse = RowSparseAdam([big], 0.05, dense_entries=17)  # one entry too many: row-sparse
+    x, m, v = start.copy(), np.zeros_like(start), np.zeros_like(start)
+    for t, rows in enumerate(batches, start=1):
+        dense.apply_gradients(_gradient(table, rows, target[rows]))
+        sparse.apply_gradients(_gradient(big, rows, target[rows]))
+        g = np.zeros_like(x)
+        np.add.at(g, rows, 2.0 * (x[rows] - target[rows]) * WEIGHTS)
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        x = x - 0.05 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(table.numpy(), x, rtol=1e-12)
+    # Row 3 was never in a batch: the dense update left it alone too (its moments are zero),
+    # rows 1 and 4 kept moving after their last batch in the dense update only.
+    np.testing.assert_array_equal(table.numpy()[3], start[3])
+    assert not np.allclose(big.numpy()[[1, 4]], x[[1, 4]])
+
+
+def test_a_learning_rate_schedule_sets_each_steps_rate():
+    rng = np.random.default_rng(3)
+    start, target = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    rows = np.arange(4)
+    table = tf.Variable(start)
+    optimizer = RowSparseAdam([table], lambda t: 0.1 / (1.0 + t))
+    x, m, v = start.copy(), np.zeros_like(start), np.zeros_like(start)
+    for t in range(1, 6):
+        optimizer.apply_gradients(_gradient(table, rows, target))
+        g = 2.0 * (x - target) * WEIGHTS
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        rate = 0.1 / t  # the schedule sees t - 1: 0 at the first step
+        x = x - rate * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(table.numpy(), x, rtol=1e-12)
