@@ -135,7 +135,7 @@ class SingleCellGPLVM:
     ``size_factors``: "library" (each cell's total count over the mean), an ``obs`` column, or
     None (counts only); ``model``: "bsvi" (B-SVI), "aeb" (AEB-SVI), "map" or "point";
     further keyword options go to the model class. Latents start at a PCA of
-    :math:`\\log(1 + y / s)`.
+    :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
     """
 
     def __init__(
@@ -182,7 +182,7 @@ class SingleCellGPLVM:
         rows = self._rows(adata)
         covariates = self.encoding.fit(adata.obs).transform(adata.obs)
         sizes = self._size_factors(adata, rows)
-        initial = self._initial_latents(rows, sizes)
+        initial = self._initial_latents(rows, sizes, covariates)
         self.model = lookup_model(self.model_name)(
             rows,
             self.latent_dim,
@@ -286,13 +286,34 @@ class SingleCellGPLVM:
             )
         return values
 
-    def _initial_latents(self, rows: SparseRows, sizes: np.ndarray | None) -> np.ndarray:
-        """PCA scores [N, Q] of log(1 + y / s) (of y itself for a Gaussian likelihood)."""
+    def _initial_latents(
+        self, rows: SparseRows, sizes: np.ndarray | None, covariates: np.ndarray | None
+    ) -> np.ndarray:
+        """PCA scores [N, Q] of log(1 + y / s) (of y itself for a Gaussian likelihood) with each
+        gene's least-squares fit on the covariates C [N, R] (and a constant) taken out, so that
+        the latent starts from what the covariates do not explain, as it should end."""
         factors = np.ones(rows.shape[0]) if sizes is None else sizes
-        if self.likelihood != "gaussian":
-            rows = rows.view(lambda block, index: np.log1p(block / factors[index, None]))
+
+        def normalised(block: np.ndarray, index: np.ndarray) -> np.ndarray:
+            if self.likelihood == "gaussian":
+                return block
+            return np.log1p(block / factors[index, None])
+
+        transform = normalised
+        if covariates is not None:
+            design = np.column_stack([np.ones(rows.shape[0]), covariates])  # [N, R + 1]
+            moments = np.zeros((design.shape[1], rows.shape[1]))
+            for start in range(0, rows.shape[0], 4096):
+                index = np.arange(start, min(start + 4096, rows.shape[0]))
+                moments += design[index].T @ normalised(rows.take(index), index)
+            # pinv: a one-hot batch beside the constant is collinear with it.
+            effects = np.linalg.pinv(design.T @ design) @ moments  # [R + 1, D]
+
+            def transform(block: np.ndarray, index: np.ndarray) -> np.ndarray:
+                return normalised(block, index) - design[index] @ effects
+
         # pca_latents reads a block of rows at a time (row_blocks), which SparseRows serves.
-        return pca_latents(cast(np.ndarray, rows), self.latent_dim, seed=self.seed)
+        return pca_latents(cast(np.ndarray, rows.view(transform)), self.latent_dim, seed=self.seed)
 
     def _likelihood(self, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
         if self.likelihood == "negative_binomial":

@@ -167,3 +167,31 @@ def test_new_rows_with_covariates_stop_one_by_one_and_fit_as_they_would_alone():
     for n in range(4):
         alone = inference.latents(tf.constant(Y_log[n : n + 1]), inputs[n : n + 1])[0].numpy()
         np.testing.assert_allclose(alone[0], together[n], rtol=1e-7, atol=1e-9)
+
+
+def test_single_cell_latents_start_from_what_the_batch_does_not_explain():
+    """A batch that shifts half the genes dominates the PCA of log counts; with the batch as a
+    covariate the starting latents separate the cell types and not the batches."""
+    import scipy.sparse
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.sparse_rows import SparseRows
+
+    rng = np.random.default_rng(0)
+    cells, genes = 400, 30
+    kind, batch = rng.integers(0, 2, cells), rng.integers(0, 2, cells)
+    log_rate = 1.0 + 0.8 * kind[:, None] * (np.arange(genes) < 5)
+    log_rate = log_rate + 2.0 * batch[:, None] * (np.arange(genes) >= 15)
+    counts = scipy.sparse.csr_matrix(rng.poisson(np.exp(log_rate)).astype(float))
+    face = SingleCellGPLVM(1, likelihood="poisson", batch_key="batch")
+    sizes = np.ones(cells)
+
+    def separation(latents: np.ndarray, labels: np.ndarray) -> float:
+        """The gap between the groups' mean latents in units of the latents' spread."""
+        x = latents[:, 0]
+        return abs(x[labels == 1].mean() - x[labels == 0].mean()) / x.std()
+
+    plain = face._initial_latents(SparseRows(counts), sizes, None)
+    assert separation(plain, batch) > 1.5 > separation(plain, kind)
+    residual = face._initial_latents(SparseRows(counts), sizes, batch[:, None].astype(float))
+    assert separation(residual, kind) > 1.5 and separation(residual, batch) < 0.1
