@@ -1,7 +1,7 @@
 """Single-cell embeddings: the package against PCA and scVI on a simulated atlas and on PBMC.
 
     python benchmarks/single_cell.py atlas [--cells 10000 --genes 2000 --iterations 3000]
-                                           [--de-scale 1.5 --batch-scale 0.5]
+                                           [--de-scale 1.5 --batch-scale 0.5 --library-size 2000]
     python benchmarks/single_cell.py pbmc  [--iterations 3000]
     python benchmarks/single_cell.py atlas --quick        # a smoke run: 600 cells, 100 genes
     python benchmarks/single_cell.py step --cells 100000  # seconds per step, peak memory
@@ -57,7 +57,13 @@ GAUSSIAN = {  # PBMC's stored values are log-normalised, not counts; it has no b
 
 
 def make_atlas(
-    cells: int, genes: int, path: Path, de_scale: float, batch_scale: float, seed: int = 0
+    cells: int,
+    genes: int,
+    path: Path,
+    de_scale: float,
+    batch_scale: float,
+    library_size: float,
+    seed: int = 0,
 ) -> None:
     """Write the simulated atlas as an h5ad: counts in layers["counts"], labels in obs."""
     import anndata
@@ -65,7 +71,16 @@ def make_atlas(
 
     from gpflow_svi_gplvm.datasets import simulate_atlas
 
-    atlas = simulate_atlas(cells, genes, de_scale=de_scale, batch_scale=batch_scale, seed=seed)
+    atlas = simulate_atlas(
+        cells,
+        genes,
+        library_size=library_size,
+        de_scale=de_scale,
+        batch_scale=batch_scale,
+        seed=seed,
+    )
+    density = atlas.counts.nnz / (cells * genes)
+    print(f"atlas: {cells} cells x {genes} genes, {density:.1%} of the counts non-zero")
     obs = pd.DataFrame(
         {
             "cell_type": pd.Categorical([f"type{t}" for t in atlas.cell_type]),
@@ -294,7 +309,9 @@ def compare(args: argparse.Namespace) -> None:
         data = Path(folder) / "data.h5ad"
         start = time.perf_counter()
         if args.command == "atlas":
-            make_atlas(args.cells, args.genes, data, args.de_scale, args.batch_scale)
+            make_atlas(
+                args.cells, args.genes, data, args.de_scale, args.batch_scale, args.library_size
+            )
         else:
             make_pbmc(data)
         print(f"data: {args.command}, made in {time.perf_counter() - start:.0f} s")
@@ -353,6 +370,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--genes", type=int, default=2000)
     parser.add_argument("--de-scale", type=float, default=1.5, help="simulate_atlas's de_scale")
+    parser.add_argument("--library-size", type=float, default=2000.0, help="mean counts a cell")
     parser.add_argument(
         "--batch-scale", type=float, default=0.5, help="simulate_atlas's batch_scale"
     )

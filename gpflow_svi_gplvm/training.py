@@ -857,16 +857,14 @@ def fit(
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data``: the training Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed), this
-    worker's :class:`~gpflow_svi_gplvm.distributed.RowShard` under a multi-worker ``strategy``,
-    or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``. ``checkpoint_dir``: a folder of
-    this run's own, checkpointed every ``checkpoint_every`` steps; ``resume=True`` continues the
-    run whose checkpoints it holds up to ``iterations`` steps in all, exactly as if never
-    interrupted, refusing one written on other data (values, gaps, row order) or with another
-    ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh;
-    without either, a folder holding a run's checkpoints is a ``ValueError``. ``seed`` fixes the
-    batch order and latent samples; the rest are :class:`Trainer`'s settings.
-    """
+    ``data``: Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed), this worker's
+    :class:`~gpflow_svi_gplvm.distributed.RowShard` under a multi-worker ``strategy``, or a
+    ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``; ``seed`` fixes batches and draws.
+    ``checkpoint_dir``: this run's own folder, checkpointed every ``checkpoint_every`` steps;
+    ``resume=True`` continues its run up to ``iterations`` steps in all, as if never interrupted,
+    refusing one written on other data (values, gaps, row order) or with another ``batch_size``
+    unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh; without either,
+    a folder holding a run's checkpoints is a ``ValueError``. The rest are :class:`Trainer`'s."""
     iterations = check_integer(iterations, "iterations", minimum=0)
     _check_resume(resume, overwrite, checkpoint_dir)
     trainer = Trainer(
