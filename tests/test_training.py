@@ -507,7 +507,9 @@ def test_held_rows_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y)
     dataset = sg.training.make_dataset(model, small_Y, BATCH, seed=3)
     trainer = sg.Trainer(model, dataset, seed=3)
     assert trainer.shard is None
-    np.testing.assert_array_equal(trainer.train(25, progress=False).elbo, reference.elbo)
+    # The same steps; the dense update of this small table runs on TensorFlow's thread pool, whose
+    # split of the work can round the last bit differently from run to run.
+    np.testing.assert_allclose(trainer.train(25, progress=False).elbo, reference.elbo, rtol=1e-12)
 
 
 def test_the_held_rows_are_the_data_and_stay_out_of_the_model_and_checkpoints(small_Y, tmp_path):
