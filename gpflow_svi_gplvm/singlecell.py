@@ -35,6 +35,7 @@ from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
 from .sparse_rows import SparseRows
 from .training import History, fit, minibatch_indices
+from .validation import row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -302,10 +303,9 @@ class SingleCellGPLVM:
         transform = normalised
         if covariates is not None:
             design = np.column_stack([np.ones(rows.shape[0]), covariates])  # [N, R + 1]
-            moments = np.zeros((design.shape[1], rows.shape[1]))
-            for start in range(0, rows.shape[0], 4096):
-                index = np.arange(start, min(start + 4096, rows.shape[0]))
-                moments += design[index].T @ normalised(rows.take(index), index)
+            moments = np.zeros((design.shape[1], rows.shape[1]))  # C^T L, a block at a time
+            for design_block, block in zip(row_blocks(design), row_blocks(rows.view(normalised))):
+                moments += design_block.T @ block
             # pinv: a one-hot batch beside the constant is collinear with it.
             effects = np.linalg.pinv(design.T @ design) @ moments  # [R + 1, D]
 
