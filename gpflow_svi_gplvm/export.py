@@ -4,7 +4,9 @@ Signatures (inputs by name; every output a dict of ``mean`` and ``variance``):
 
 - ``decode``: ``X`` [None, Q] -> the likelihood's predictive of Y [None, D] at X;
 - ``encode``: ``Y`` [None, D] (NaN = missing) -> q(x*) [None, Q]: the encoder for amortised
-  models, otherwise a fixed number of Adam steps on q(x*) inside the graph, globals frozen;
+  models, otherwise q(x*) fitted inside the graph as :class:`~gpflow_svi_gplvm.LatentInference`
+  fits it (Newton steps per row where the bound has no sampling, else Adam steps), globals
+  frozen;
 - ``reconstruct``: ``Y`` [None, D] (NaN = missing) -> the predictive of every entry [None, D];
 - ``serving_default``: ``reconstruct``.
 

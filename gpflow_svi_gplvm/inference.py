@@ -106,16 +106,17 @@ class LatentInference(tf.Module):
     draws] or, with a shared q(u) covariance, [rows x draws, D], near 50M numbers), so memory
     stays bounded however many rows there are.
     Non-amortised models: rows start at the candidate latent (inducing inputs and up to
-    ``max_candidates`` training latents) whose decoded mean best fits their observed entries,
-    then take Adam steps with ``learning_rate``. Where a row's bound has no Monte Carlo noise (a
-    point x*, or a Gaussian q(x*) where :func:`exact_predictive_applies`: its bound is then
-    taken in closed form, whatever the training used; ``tolerance="auto"``), each row stops
-    once its bound improves by less than ``tolerance`` (relative) for a few steps, at most
-    ``iterations`` steps, and a step computes only the rows still moving: most rows stop within
-    tens of steps. Otherwise (or with ``tolerance=None``) every row takes ``iterations`` steps
-    and q(x*) is the average of the iterates of the final ``averaging`` fraction of them
-    (Polyak-Ruppert averaging: each step's gradient comes from the model's few draws of x*, so
-    the last iterate alone jitters around the optimum; 0 returns the last iterate). The draws of
+    ``max_candidates`` training latents) whose decoded mean best fits their observed entries.
+    Where a row's bound has no Monte Carlo noise (a point x*, or a Gaussian q(x*) where
+    :func:`exact_predictive_applies`: its bound is then taken in closed form, whatever the
+    training used; ``tolerance="auto"``), each row then takes damped Newton steps of its own
+    (:mod:`~gpflow_svi_gplvm.newton_rows`) until the bound a step would still add is below
+    ``tolerance`` (relative), at most ``iterations`` steps; a step computes only the rows still
+    moving, and most rows stop within a handful of steps. Otherwise (or with ``tolerance=None``)
+    every row takes ``iterations`` Adam steps with ``learning_rate`` and q(x*) is the average of
+    the iterates of the final ``averaging`` fraction of them (Polyak-Ruppert averaging: each
+    step's gradient comes from the model's few draws of x*, so the last iterate alone jitters
+    around the optimum; 0 returns the last iterate). The draws of
     the standard noise behind x* are common to all rows (stateless, from ``seed``), in the
     optimisation and in the predictive, so processing rows together, one by one or in chunks
     agrees. The predictive of a Gaussian q(x*) under a squared-exponential kernel and a Gaussian
@@ -398,7 +399,8 @@ def infer_latents(
 ) -> tuple[tf.Tensor, ...]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
-    Amortised models: one encoder pass. Others: ``iterations`` Adam steps on q(x*) alone.
+    Amortised models: one encoder pass. Others: q(x*) alone optimised, in at most ``iterations``
+    steps, as :class:`LatentInference` does.
     Point and MAP estimates have zero variance. The model itself is not modified. Rows are
     processed ``chunk_size`` at a time (default: intermediates near 50M numbers, see
     :class:`LatentInference`); the result does not depend on it. A model fitted with
@@ -530,7 +532,7 @@ def _exact_predictive_model(model: NewRowModel) -> SVGP | None:
 
 
 TOLERANCE = 1e-4
-"""``tolerance="auto"``'s relative improvement below which a new row's fit stops."""
+"""``tolerance="auto"``'s relative Newton decrement below which a new row's fit stops."""
 
 
 def _check_tolerance(tolerance: float | str | None, model: NewRowModel) -> float | None:

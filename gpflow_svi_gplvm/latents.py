@@ -25,6 +25,7 @@ from gpflow.config import default_float
 from gpflow.utilities import positive
 
 from .networks import MLP, SetPooling
+from .newton_rows import newton_rows
 from .optimizers import adam_moments_and_step
 from .validation import check_integer, check_layer_sizes
 
@@ -78,7 +79,7 @@ class NewRowFit(NamedTuple):
     num_samples: int
     """Draws of x* per step."""
     iterations: int
-    """Adam steps."""
+    """Adam steps; with a ``tolerance``, the most Newton steps a row takes."""
     learning_rate: float
     """Adam's step size."""
     averaging_start: int
@@ -86,10 +87,10 @@ class NewRowFit(NamedTuple):
     seed: int
     """Seed of the stateless draws of each step, common to all rows."""
     tolerance: float | None = None
-    """For a deterministic objective: a row stops once its part of the bound has improved by less
-    than ``tolerance`` (relative) for :data:`PATIENCE` steps, and the fit ends when every row has
-    stopped (or after ``iterations``); its best iterate is q(x*). None: ``iterations`` steps and
-    the average of the iterates from ``averaging_start`` on."""
+    """For a deterministic objective: each row takes damped Newton steps until its Newton
+    decrement falls below ``tolerance`` (relative to its part of the bound; see
+    :mod:`~gpflow_svi_gplvm.newton_rows`). None: ``iterations`` Adam steps and the average of
+    the iterates from ``averaging_start`` on."""
 
 
 _NO_NEW_ROWS = (
@@ -268,19 +269,24 @@ class RowLatentVariables(LatentVariables):
 
     def fitted_rows(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
         r"""The parameter rows of new rows Y [B, D] (one [B, Q] tensor per table) that maximise
-        ``fit.objective``, by Adam in the tables' unconstrained space, in-graph.
+        ``fit.objective``, in the tables' unconstrained space, in-graph.
 
-        Rows start at :meth:`initial_rows` of ``fit.initial_mean(Y)``. Step t draws the standard
-        noise [S, 1, Q] from the stateless seed (``fit.seed``, t), common to all rows, so that
-        rows fitted together, one by one or in chunks agree. The result is the Polyak-Ruppert
-        average of the iterates from step :math:`t_0` = ``fit.averaging_start`` on (each step's
-        gradient comes from a few draws, so the last iterate alone jitters around the optimum),
-        kept as a running mean:
+        Rows start at :meth:`initial_rows` of ``fit.initial_mean(Y)``. With ``fit.tolerance``,
+        each row takes damped Newton steps of its own until it converges
+        (:func:`~gpflow_svi_gplvm.newton_rows.newton_rows`), the draws of the standard noise
+        [S, 1, Q] fixed for the whole fit. Without, every row takes ``fit.iterations`` Adam
+        steps, step t drawing the noise from the stateless seed (``fit.seed``, t), and the
+        result is the Polyak-Ruppert average of the iterates from step :math:`t_0` =
+        ``fit.averaging_start`` on (each step's gradient comes from a few draws, so the last
+        iterate alone jitters around the optimum), kept as a running mean:
 
         .. math::
 
             \bar\theta_t = \bar\theta_{t-1} + \frac{\theta_t - \bar\theta_{t-1}}{t - t_0 + 1},
             \qquad t \ge t_0.
+
+        The draws are common to all rows, so that rows fitted together, one by one or in chunks
+        agree.
         """
         transforms = [parameter.transform for parameter in self.row_parameters]
         initial = self.initial_rows(fit.initial_mean(Y))
@@ -296,99 +302,50 @@ class RowLatentVariables(LatentVariables):
             batch = self.batch_of(constrain(raw), fit.num_samples, noise)
             return -fit.objective(batch, tf.gather(Y, rows), rows)  # [A]
 
-        return constrain(_polyak_adam(loss, raw, fit))
-
-
-PATIENCE = 20
-"""Steps without improvement after which a row of a deterministic fit stops (``tolerance``):
-two of Adam's momentum time constants, so that an overshoot past the optimum is not a stop."""
+        if fit.tolerance is None:
+            every_row = tf.range(tf.shape(Y, out_type=tf.int64)[0])
+            return constrain(_polyak_adam(lambda step, raw: loss(step, raw, every_row), raw, fit))
+        # One set of draws for the whole fit (those of step 0): the objective stays fixed.
+        step = tf.constant(0, tf.int64)
+        return constrain(
+            newton_rows(lambda raw, rows: loss(step, raw, rows), raw, fit.tolerance, fit.iterations)
+        )
 
 
 def _polyak_adam(
-    loss: Callable[[tf.Tensor, list[tf.Tensor], tf.Tensor], tf.Tensor],
+    loss: Callable[[tf.Tensor, list[tf.Tensor]], tf.Tensor],
     start: list[tf.Tensor],
     fit: NewRowFit,
 ) -> list[tf.Tensor]:
-    """Adam steps on ``loss(step, parameters of some rows, their positions [A])`` (each of those
-    rows' part [A], rows independent) from ``start`` [B, ...], inside one explicit
-    ``tf.while_loop``: ``fit.iterations`` of them and the average of the iterates from
-    ``fit.averaging_start`` on (the last one when that is the last step); or, with
-    ``fit.tolerance``, until every row has stopped improving, and each row's best iterate (see
-    :class:`NewRowFit`). A step computes only the rows still moving, so its cost falls as rows
-    stop."""
+    """``fit.iterations`` Adam steps on ``loss(step, parameters)`` (each row's part [B], rows
+    independent) from ``start`` [B, ...], inside one explicit ``tf.while_loop``, and the average
+    of the iterates from ``fit.averaging_start`` on (the last one when that is the last step)."""
 
-    def adam_step(step, raw, first, second, estimate, best, stalled):
-        rows = tf.where(stalled < PATIENCE)[:, 0]  # [A] the rows still moving
-        positions = rows[:, None]
-        moving = [tf.gather(r, rows) for r in raw]
+    def adam_step(step, raw, first, second, average):
         with tf.GradientTape() as tape:
-            tape.watch(moving)
-            values = loss(step, moving, rows)  # [A]
-            total = tf.reduce_sum(values)
-        gradients = tape.gradient(total, moving)
+            tape.watch(raw)
+            total = tf.reduce_sum(loss(step, raw))
+        gradients = tape.gradient(total, raw)
         updates = [
-            adam_moments_and_step(
-                tf.gather(m, rows), tf.gather(v, rows), g, step + 1, fit.learning_rate
-            )
+            adam_moments_and_step(m, v, g, step + 1, fit.learning_rate)
             for m, v, g in zip(first, second, gradients)
         ]
-        raw = [
-            tf.tensor_scatter_nd_update(r, positions, r_a - u[2])
-            for r, r_a, u in zip(raw, moving, updates)
-        ]
-        first = [tf.tensor_scatter_nd_update(m, positions, u[0]) for m, u in zip(first, updates)]
-        second = [tf.tensor_scatter_nd_update(v, positions, u[1]) for v, u in zip(second, updates)]
-        if fit.tolerance is None:
-            # The running mean of the iterates from averaging_start on (weight 1 at that step).
-            dtype = raw[0].dtype
-            weight = 1.0 / tf.cast(tf.maximum(step - fit.averaging_start + 1, 1), dtype)
-            weight *= tf.cast(step >= fit.averaging_start, dtype)
-            estimate = [a + weight * (r - a) for a, r in zip(estimate, raw)]
-        else:
-            estimate, best, stalled = _keep_best(
-                fit.tolerance, rows, values, moving, estimate, best, stalled
-            )
-        return step + 1, raw, first, second, estimate, best, stalled
+        raw = [r - u[2] for r, u in zip(raw, updates)]
+        # The running mean of the iterates from averaging_start on (weight 1 at that step).
+        dtype = raw[0].dtype
+        weight = 1.0 / tf.cast(tf.maximum(step - fit.averaging_start + 1, 1), dtype)
+        weight *= tf.cast(step >= fit.averaging_start, dtype)
+        average = [a + weight * (r - a) for a, r in zip(average, raw)]
+        return step + 1, raw, [u[0] for u in updates], [u[1] for u in updates], average
 
-    def more(step, raw, first, second, estimate, best, stalled) -> tf.Tensor:
-        return tf.logical_and(step < fit.iterations, tf.reduce_any(stalled < PATIENCE))
+    def more(step: tf.Tensor, *_) -> tf.Tensor:
+        return step < fit.iterations
 
     # An explicit while loop: the compiled graph does not depend on AutoGraph converting the
     # caller (a notebook kernel once ran it unconverted).
     zeros = [tf.zeros_like(r) for r in start]
-    rows = tf.shape(start[0])[:1]
-    best = tf.fill(rows, tf.constant(np.inf, start[0].dtype))
-    stalled = tf.zeros(rows, tf.int32)
-    state = (tf.constant(0, tf.int64), start, zeros, list(zeros), list(start), best, stalled)
+    state = (tf.constant(0, tf.int64), start, zeros, list(zeros), list(start))
     return tf.while_loop(more, adam_step, state, parallel_iterations=1)[4]
-
-
-def _keep_best(
-    tolerance: float,
-    rows: tf.Tensor,
-    values: tf.Tensor,
-    parameters: list[tf.Tensor],
-    best_parameters: list[tf.Tensor],
-    best: tf.Tensor,
-    stalled: tf.Tensor,
-) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-    """For ``rows`` [A] at ``parameters`` (each [A, ...]) with losses ``values`` [A]: each row's
-    best parameters and loss so far (all rows: [B, ...], [B]) and its steps since its loss last
-    fell by more than ``tolerance`` relative to it (``stalled`` [B])."""
-    positions = rows[:, None]
-    previous = tf.gather(best, rows)
-    better = values < previous
-    significant = tf.math.is_inf(previous) | (
-        values < previous - tolerance * (1.0 + tf.abs(previous))
-    )
-    best = tf.tensor_scatter_nd_update(best, positions, tf.where(better, values, previous))
-    kept = []
-    for table, rows_now in zip(best_parameters, parameters):
-        where = tf.reshape(better, [-1] + [1] * (rows_now.shape.rank - 1))
-        rows_best = tf.where(where, rows_now, tf.gather(table, rows))
-        kept.append(tf.tensor_scatter_nd_update(table, positions, rows_best))
-    counts = tf.where(significant, tf.zeros_like(rows, tf.int32), tf.gather(stalled, rows) + 1)
-    return kept, best, tf.tensor_scatter_nd_update(stalled, positions, counts)
 
 
 class PointLatent(RowLatentVariables):

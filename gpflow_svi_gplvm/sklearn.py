@@ -61,8 +61,9 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     learning_rate : float, default=0.01
         Adam's learning rate for training.
     inference_iterations : int, default=300
-        Adam steps on q(x*) for new rows in ``transform`` and ``score`` (unused by "aeb", whose
-        encoder gives q(x*) in one pass).
+        The most optimisation steps on q(x*) of new rows in ``transform`` and ``score``, as in
+        :class:`~gpflow_svi_gplvm.LatentInference` (unused by "aeb", whose encoder gives q(x*) in
+        one pass).
     seed : int, default=0
         Seeds the latent initialisation, the minibatch order, the training samples and the
         inference of new rows: equal seeds give equal results.
@@ -211,8 +212,9 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Returns
         -------
         X : ndarray of shape (N*, n_components)
-            Means of q(x*): ``inference_iterations`` Adam steps from the best-fitting candidate
-            latent (one encoder pass for "aeb"), as ``model_.infer_latents``.
+            Means of q(x*), fitted from the best-fitting candidate latent in at most
+            ``inference_iterations`` steps (one encoder pass for "aeb"), as
+            ``model_.infer_latents``.
         """
         check_is_fitted(self)
         Y = self._validate(Y, reset=False)

@@ -50,7 +50,7 @@ from gpflow_svi_gplvm.plotting import plot_ard, plot_latent_space
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 5000
-INFERENCE_ITERATIONS = 50 if FAST else 300  # Adam steps on q(x*) of each test row
+INFERENCE_ITERATIONS = 50 if FAST else 300  # the most steps on q(x*) of each test row
 
 oil = load_oilflow()
 split = train_test_split(oil.Y, test_fraction=0.2, seed=0, labels=oil.labels)

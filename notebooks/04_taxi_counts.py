@@ -43,7 +43,7 @@ from gpflow_svi_gplvm.plotting import plot_elbo, plot_latent_space
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 3000
-INFERENCE_ITERATIONS = 50 if FAST else 300  # Adam steps on q(x*) of each test hour
+INFERENCE_ITERATIONS = 50 if FAST else 300  # the most steps on q(x*) of each test hour
 
 taxi = load_taxi()
 services = list(taxi.metadata["columns"])

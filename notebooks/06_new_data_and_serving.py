@@ -45,7 +45,7 @@ from gpflow_svi_gplvm.plotting import plot_image_grid, plot_latent_space
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 200 if FAST else 4000
-INFERENCE_ITERATIONS = 50 if FAST else 300  # Adam steps on q(x*) of new rows
+INFERENCE_ITERATIONS = 50 if FAST else 300  # the most steps on q(x*) of new rows
 
 digits = load_digits()
 split = train_test_split(digits.Y, test_fraction=0.2, seed=0, labels=digits.labels)

@@ -1,0 +1,131 @@
+r"""Damped Newton steps, row by row, for the q(x*) of new rows whose bound is deterministic.
+
+Each new row's part of the bound depends on that row's parameters alone (P numbers: Q means and
+Q variances for a Gaussian q(x*)), so the Hessian of the summed loss is block diagonal, one
+P x P block :math:`H_n` per row, computed for all rows at once by differentiating the gradient
+(vectorised over the P directions). A step moves row n by
+
+.. math::
+
+    \delta_n = -V_n \left(|\Lambda_n| + \lambda_n \max|\Lambda_n|\, I\right)^{-1} V_n^\top g_n,
+    \qquad H_n = V_n \Lambda_n V_n^\top,
+
+with the absolute eigenvalues (a descent direction where the loss is not convex) and a per-row
+damping :math:`\lambda_n` relative to the block's scale, and is kept only where it lowers that
+row's loss: :math:`\lambda_n` falls 3-fold after a kept step and grows 4-fold after a refused one
+(Levenberg-Marquardt). A row stops once its Newton decrement :math:`-g_n^\top \delta_n` (about the
+loss the next step would remove) falls below ``tolerance`` :math:`(1 + |\ell_n|)`, or when its
+damping passes :data:`MAX_DAMPING` (no step of any length lowers its loss); a step computes only
+the rows still moving. Near the optimum the steps converge quadratically, so most rows stop
+within a handful of steps, where first-order steps take tens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["MAX_DAMPING", "newton_rows"]
+
+MAX_DAMPING = 1e6
+"""Relative damping beyond which a row stops: its steps are then a millionth of the Newton step."""
+
+INITIAL_DAMPING = 1e-3
+"""Relative damping of every row's first step."""
+
+
+def newton_rows(
+    loss: Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor],
+    start: list[tf.Tensor],
+    tolerance: float,
+    iterations: int,
+) -> list[tf.Tensor]:
+    """Parameters (one tensor [B, ...] per table, like ``start``) that minimise
+    ``loss(parameters of some rows, their positions [A])`` -> each of those rows' loss [A] (rows
+    independent), by at most ``iterations`` damped Newton steps per row, in one explicit
+    ``tf.while_loop`` (see the module's docstring). Every parameter returned is the lowest-loss
+    point its row reached."""
+    flat, tables = _flattened(start)
+
+    def step(count, theta, proposal, value, gradient, hessian, damping, done):
+        moving = tf.where(tf.logical_not(done))[:, 0]  # [A]
+        new = _derivatives(loss, tables, tf.gather(proposal, moving), moving)
+        old = [tf.gather(t, moving) for t in (theta, value, gradient, hessian)]
+        kept = new[0] < old[1]  # NaN is never kept
+        theta_a, value_a, gradient_a, hessian_a = (
+            tf.where(tf.reshape(kept, [-1] + [1] * (o.shape.rank - 1)), n, o)
+            for n, o in zip((tf.gather(proposal, moving), *new), old)
+        )
+        damping_a = tf.gather(damping, moving)
+        damping_a = tf.where(kept, damping_a / 3.0, damping_a * 4.0)
+        delta = _damped_step(gradient_a, hessian_a, damping_a)
+        decrement = -tf.reduce_sum(gradient_a * delta, axis=1)
+        converged = kept & (decrement < tolerance * (1.0 + tf.abs(value_a)))
+        stopped = converged | (damping_a > MAX_DAMPING)
+        updates = (theta_a, theta_a + delta, value_a, gradient_a, hessian_a, damping_a, stopped)
+        state = (theta, proposal, value, gradient, hessian, damping, done)
+        at = moving[:, None]
+        return (count + 1, *(tf.tensor_scatter_nd_update(s, at, u) for s, u in zip(state, updates)))
+
+    def more(count, *state) -> tf.Tensor:
+        done = state[-1]
+        return tf.logical_and(count < iterations, tf.reduce_any(tf.logical_not(done)))
+
+    # The first step evaluates every row at its start: with the loss "infinite" there, that
+    # evaluation is always kept.
+    rows, size = tf.shape(flat)[0], flat.shape[1]
+    state = (
+        tf.constant(0),
+        flat,
+        flat,
+        tf.fill([rows], tf.constant(np.inf, flat.dtype)),
+        tf.zeros_like(flat),
+        tf.eye(size, batch_shape=[rows], dtype=flat.dtype),
+        tf.fill([rows], tf.constant(INITIAL_DAMPING, flat.dtype)),
+        tf.zeros([rows], tf.bool),
+    )
+    return tables(tf.while_loop(more, step, state, parallel_iterations=1)[1])
+
+
+def _flattened(
+    start: list[tf.Tensor],
+) -> tuple[tf.Tensor, Callable[[tf.Tensor], list[tf.Tensor]]]:
+    """The tables [B, ...] side by side as one [B, P] tensor, and the map back."""
+    shapes = [table.shape[1:] for table in start]
+    widths = [int(np.prod(shape)) for shape in shapes]
+    flat = tf.concat([tf.reshape(t, [tf.shape(t)[0], w]) for t, w in zip(start, widths)], 1)
+
+    def tables(theta: tf.Tensor) -> list[tf.Tensor]:
+        parts = tf.split(theta, widths, axis=1)
+        return [tf.reshape(p, tf.concat([[-1], s], 0)) for p, s in zip(parts, shapes)]
+
+    return flat, tables
+
+
+def _derivatives(
+    loss: Callable[[list[tf.Tensor], tf.Tensor], tf.Tensor],
+    tables: Callable[[tf.Tensor], list[tf.Tensor]],
+    theta: tf.Tensor,
+    rows: tf.Tensor,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Loss [A], gradient [A, P] and Hessian blocks [A, P, P] of ``rows`` [A] at theta [A, P]."""
+    with tf.GradientTape() as outer:
+        outer.watch(theta)
+        with tf.GradientTape() as inner:
+            inner.watch(theta)
+            values = loss(tables(theta), rows)
+            total = tf.reduce_sum(values)
+        gradient = inner.gradient(total, theta)
+    return values, gradient, outer.batch_jacobian(gradient, theta)
+
+
+def _damped_step(gradient: tf.Tensor, hessian: tf.Tensor, damping: tf.Tensor) -> tf.Tensor:
+    """The step delta [A, P] from the absolute eigenvalues of each Hessian block [A, P, P] and
+    the relative ``damping`` [A]."""
+    eigenvalues, vectors = tf.linalg.eigh(0.5 * (hessian + tf.linalg.matrix_transpose(hessian)))
+    size = tf.abs(eigenvalues)
+    shift = damping[:, None] * tf.reduce_max(size, axis=1, keepdims=True)
+    coordinates = tf.linalg.matvec(vectors, gradient, transpose_a=True) / (size + shift)
+    return -tf.linalg.matvec(vectors, coordinates)
