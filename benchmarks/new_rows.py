@@ -14,7 +14,8 @@ entries (standardised units). Settings, side by side in this run:
 - ``300 fixed steps``: every row takes 300 Adam steps with Polyak averaging (``tolerance=None``);
 - ``exported``: the defaults served from ``export_saved_model``, loaded with TensorFlow alone;
 - with ``--baseline PATH`` (a checkout of an earlier version of the package), that version's
-  ``reconstruct`` in a subprocess on the same model (same seed) and requests.
+  ``LatentInference(model, iterations=300)`` with its other defaults, in a subprocess on the
+  same model (same seed) and requests.
 
 In-process seconds are a second call of one compiled object (the first call traces); one row's
 seconds are the median of 20 calls.
@@ -86,15 +87,15 @@ def measure(reconstruct, Y, sizes: list[int]) -> dict[int, dict]:
     return results
 
 
-def in_process(sizes: list[int], iterations: int, fixed_only: bool = False) -> dict:
-    """This package's settings on one trained model (``fixed_only``: the fixed steps only, the
+def in_process(sizes: list[int], iterations: int, defaults_only: bool = False) -> dict:
+    """This package's settings on one trained model (``defaults_only``: its defaults only, the
     call an earlier version also has)."""
     import tensorflow as tf
 
     import gpflow_svi_gplvm as svi
 
     Y, model = digits_and_model(iterations)
-    if fixed_only:
+    if defaults_only:
         inference = svi.LatentInference(model, iterations=300)
         return {"baseline": measure(lambda rows: inference.reconstruct(rows)[0], Y, sizes)}
     results = {}
@@ -109,13 +110,13 @@ def in_process(sizes: list[int], iterations: int, fixed_only: bool = False) -> d
 
 
 def baseline(path: str, sizes: list[int], iterations: int) -> dict:
-    """The fixed steps of the package checked out at ``path``, in a subprocess."""
+    """The defaults of the package checked out at ``path``, in a subprocess."""
     code = (
         "import json, os, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
         "import gpflow_svi_gplvm, new_rows;"
         "assert gpflow_svi_gplvm.__file__.startswith(sys.argv[1]);"
         "print(json.dumps(new_rows.in_process("
-        "json.loads(sys.argv[3]), int(sys.argv[4]), fixed_only=True)))"
+        "json.loads(sys.argv[3]), int(sys.argv[4]), defaults_only=True)))"
     )
     here = os.path.dirname(os.path.abspath(__file__))
     command = [
@@ -129,7 +130,7 @@ def baseline(path: str, sizes: list[int], iterations: int) -> dict:
     ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     measured = json.loads(result.stdout.strip().splitlines()[-1])["baseline"]
-    return {"earlier version, 300 steps": {int(k): v for k, v in measured.items()}}
+    return {"version at --baseline, its defaults": {int(k): v for k, v in measured.items()}}
 
 
 def table(results: dict, sizes: list[int]) -> str:

@@ -555,7 +555,10 @@ def paper_runtime(iterations: int, repeats: int, steps_per_call: int) -> None:
 def report_inference(Y: np.ndarray, num_new: int) -> None:
     """Seconds to infer q(x*) for ``num_new`` new rows, after compilation (target B-SVI < 5 s)."""
     new_rows = synthetic(num_new)
-    print(f"\ninfer_latents for {num_new} new rows (D={DATA_DIM}, Q={LATENT_DIM}), 300 Adam steps")
+    print(
+        f"\ninfer_latents for {num_new} new rows (D={DATA_DIM}, Q={LATENT_DIM}), "
+        "LatentInference(model, iterations=300)'s other defaults"
+    )
     print("| model | first call (traces) s | next call s |")
     print("|---|---:|---:|")
     common = dict(num_inducing=NUM_INDUCING, num_samples=NUM_SAMPLES, seed=SEED)

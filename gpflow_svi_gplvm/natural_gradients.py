@@ -52,11 +52,7 @@ class InducingNaturalGradient(tf.Module):
     ) -> None:
         super().__init__()
         self.q_mu, self.q_sqrt = q_mu, q_sqrt
-        self.gamma = (
-            gamma
-            if isinstance(gamma, StepSize)
-            else StepSize(gamma, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
-        )
+        self.gamma = StepSize.of(gamma, gamma=True)
         self.variables_to_train = (q_mu.unconstrained_variable, q_sqrt.unconstrained_variable)
         self.rejected_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="rejected")
 

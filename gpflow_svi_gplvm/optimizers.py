@@ -79,9 +79,7 @@ class RowSparseAdam(tf.Module):
                 f"update count), got {bias_correction!r}."
             )
         self.variables_to_train = list(variables)
-        self.learning_rate = (
-            learning_rate if isinstance(learning_rate, StepSize) else StepSize(learning_rate)
-        )
+        self.learning_rate = StepSize.of(learning_rate)
         self.dense_entries = dense_entries
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")

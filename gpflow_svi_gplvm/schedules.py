@@ -49,6 +49,18 @@ class StepSize:
         self.constant, self.schedule = None, value
         self.values = tuple(self._probe(step, typical, maximum) for step in PROBE_STEPS)
 
+    @classmethod
+    def of(
+        cls, value: float | Callable[[tf.Tensor], tf.Tensor] | StepSize, gamma: bool = False
+    ) -> StepSize:
+        """``value`` itself where it is a StepSize, else ``value`` checked as Adam's learning
+        rate or, with ``gamma``, as the natural-gradient step size (at most 1)."""
+        if isinstance(value, StepSize):
+            return value
+        if gamma:
+            return cls(value, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
+        return cls(value)
+
     def _probe(self, step: int, typical: str, maximum: float) -> float:
         """The schedule's rate at ``step``, or a ``ValueError`` that says what is wrong."""
         advice = (

@@ -233,8 +233,8 @@ class Trainer:
         row_updates: str = "auto",
     ) -> None:
         seed = check_seed(seed)
-        learning_rate = StepSize(learning_rate)
-        natgrad_gamma = StepSize(natgrad_gamma, "natgrad_gamma", "0.01 to 0.1", maximum=1.0)
+        learning_rate = StepSize.of(learning_rate)
+        natgrad_gamma = StepSize.of(natgrad_gamma, gamma=True)
         self.dense_entries = _dense_entries(row_updates, optimizer)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.workers = Workers.of(strategy) if strategy is not None else Workers()
