@@ -7,6 +7,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .schedules import StepSize
 from .validation import (
+    check_device,
     check_integer,
     check_observations,
     check_seed,
@@ -204,6 +206,10 @@ class Trainer:
     every row every step (the rows' moments keep moving them between their batches, as tf_keras'
     Adam does), "auto" (default) dense for tables of at most :data:`DENSE_ENTRIES` entries.
 
+    ``device`` runs the compiled steps on that device ("/CPU:0", "/GPU:1"; a device this process
+    lacks is a ``ValueError``); None (default) lets TensorFlow place them, on the first GPU when
+    it sees one. The model's variables stay where they were built.
+
     With ``checkpoint_dir``, a :class:`~gpflow_svi_gplvm.checkpoints.Checkpoints` folder keeps
     the model, the optimiser, the latent module's random generator and the step count (from
     which the batches follow; a user's dataset's iterator besides) every ``checkpoint_every``
@@ -231,15 +237,17 @@ class Trainer:
         natgrad_gamma: float | Callable[[tf.Tensor], tf.Tensor] = 0.03,
         overwrite: bool = False,
         row_updates: str = "auto",
+        device: str | None = None,
     ) -> None:
         seed = check_seed(seed)
+        self.device = check_device(device)
         learning_rate = StepSize.of(learning_rate)
         natgrad_gamma = StepSize.of(natgrad_gamma, gamma=True)
         self.dense_entries = _dense_entries(row_updates, optimizer)
         self.strategy = strategy or tf.distribute.get_strategy()
         self.workers = Workers.of(strategy) if strategy is not None else Workers()
         if strategy is not None:
-            _check_distributed(model, strategy, jit_compile, self.workers)
+            _check_distributed(model, strategy, jit_compile, self.workers, device)
         settings = dict(
             batch_size=batch_size,
             seed=seed,
@@ -648,7 +656,8 @@ class Trainer:
         :class:`NonFiniteLossError` after a non-finite one (the model keeps its last good
         state, and no checkpoint is written)."""
         try:
-            values = self.run(tf.constant(num_steps, tf.int32)).numpy()
+            with nullcontext() if self.device is None else tf.device(self.device):
+                values = self.run(tf.constant(num_steps, tf.int32)).numpy()
         except LOST_WORKER_ERRORS as error:
             if self.workers.count == 1:
                 raise
@@ -818,12 +827,22 @@ def _dense_entries(row_updates: str, optimizer: tf_keras.optimizers.Optimizer | 
 
 
 def _check_distributed(
-    model: SVIGPLVM, strategy: tf.distribute.Strategy, jit_compile: bool, workers: Workers
+    model: SVIGPLVM,
+    strategy: tf.distribute.Strategy,
+    jit_compile: bool,
+    workers: Workers,
+    device: str | None,
 ) -> None:
     """A ``ValueError`` (the same on every worker) for what a strategy cannot train."""
     where = f"{workers.name}: " if workers.count > 1 else ""
     if jit_compile:
         raise ValueError(f"{where}jit_compile=True is not supported with a strategy: leave it off.")
+    if device is not None:
+        raise ValueError(
+            f"{where}device={device!r} with a strategy: the strategy places the step on its own "
+            "devices (choose them when building it, e.g. MirroredStrategy(['/GPU:0'])); leave "
+            "device=None."
+        )
     if not all(strategy.extended.variable_created_in_scope(v) for v in model.variables):
         raise ValueError(
             f"{where}The model's variables were not created under this strategy: build the model "
@@ -854,12 +873,12 @@ def fit(
     natgrad_gamma: float | Callable[[tf.Tensor], tf.Tensor] = 0.03,
     overwrite: bool = False,
     row_updates: str = "auto",
+    device: str | None = None,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data``: Y [N, D] (NaN = missing, or ``mask`` [N, D], True = observed), this worker's
-    :class:`~gpflow_svi_gplvm.distributed.RowShard` under a multi-worker ``strategy``, or a
-    ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``; ``seed`` fixes batches and draws.
+    ``data``: Y [N, D] (NaN = missing, or ``mask``), a :class:`~gpflow_svi_gplvm.RowShard` under a
+    multi-worker ``strategy``, or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``.
     ``checkpoint_dir``: this run's own folder, checkpointed every ``checkpoint_every`` steps;
     ``resume=True`` continues its run up to ``iterations`` steps in all, as if never interrupted,
     refusing one written on other data (values, gaps, row order) or with another ``batch_size``
@@ -884,6 +903,7 @@ def fit(
         natgrad_gamma=natgrad_gamma,
         overwrite=overwrite,
         row_updates=row_updates,
+        device=device,
     )
     with trainer:
         if resume:

@@ -21,6 +21,7 @@ __all__ = [
     "check_learning_rate",
     "check_fraction",
     "check_chunk_size",
+    "check_device",
     "check_layer_sizes",
     "row_blocks",
 ]
@@ -234,3 +235,29 @@ def check_layer_sizes(sizes: Sequence[int], name: str) -> tuple[int, ...]:
             f"{name} must be a sequence of layer widths such as (10, 5), got {sizes!r}."
         )
     return tuple(check_integer(size, f"each of {name}", hint="a layer width") for size in sizes)
+
+
+def check_device(device: str | None) -> str | None:
+    """``device``, a TensorFlow device name this process has ("/CPU:0", "/GPU:1", or a full
+    "/job:.../device:GPU:0"), or None (TensorFlow places the step); else a ``ValueError`` listing
+    the devices it has."""
+    if device is None:
+        return None
+    names = [d.name for d in tf.config.list_logical_devices()]
+    advice = (
+        f"this process has {', '.join(names)}: pass one of those (e.g. '/CPU:0'), or "
+        "device=None to let TensorFlow place the step (on the first GPU when it sees one)."
+    )
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a device name string, got {device!r}; {advice}")
+    try:
+        wanted = tf.DeviceSpec.from_string(device)
+    except ValueError as error:
+        raise ValueError(f"device {device!r} is not a device name ({error}); {advice}") from None
+    for name in names:
+        have = tf.DeviceSpec.from_string(name)
+        if (wanted.device_type or "").upper() == have.device_type and (
+            wanted.device_index or 0
+        ) == have.device_index:
+            return device
+    raise ValueError(f"device {device!r} does not exist here: {advice}")

@@ -523,3 +523,31 @@ def test_the_held_rows_are_the_data_and_stay_out_of_the_model_and_checkpoints(sm
     trainer.save()
     stored = tf.train.list_variables(str(tmp_path))
     assert all(tuple(shape) != Y.shape for _, shape in stored), stored
+
+
+def test_a_named_device_trains_like_the_default_placement(seeded_run, small_Y):
+    """device="/CPU:0" on a machine whose only device is the CPU: the same steps, the same ELBOs
+    (to the rounding of a thread pool's split of the work)."""
+    reference, _ = seeded_run
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    options = dict(iterations=25, batch_size=BATCH, seed=3, steps_per_call=4, progress=False)
+    history = sg.fit(model, small_Y, device="/CPU:0", **options)
+    np.testing.assert_allclose(history.elbo, reference.elbo, rtol=1e-12)
+
+
+@pytest.mark.parametrize("device", ["/GPU:99", "/CPU:7", "no such device", 0])
+def test_a_device_this_process_lacks_is_refused_before_training(small_Y, device):
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    before = values(model.trainable_variables)
+    with pytest.raises(ValueError, match="device.*this process has .*CPU:0"):
+        sg.fit(model, small_Y, iterations=5, device=device, progress=False)
+    for old, new in zip(before, values(model.trainable_variables)):
+        np.testing.assert_array_equal(old, new)
+
+
+def test_a_device_with_a_strategy_is_refused(small_Y):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    with pytest.raises(ValueError, match="the strategy places the step on its own devices"):
+        sg.Trainer(model, small_Y, strategy=strategy, device="/CPU:0")
