@@ -144,6 +144,8 @@ def test_row_update_and_count_likelihood_step_benchmarks_quick():
     assert "| 200 |" in out and "| 400 |" in out
     out = _run(str(BENCHMARKS / "count_step.py"), "--quick", "--points", "10", "5")
     assert "| NB, 10 points |" in out and "| 5 |" in out
+    out = _run(str(BENCHMARKS / "xla_parts.py"), "--quick")
+    assert "| uncompiled |" in out and "| closed form by XLA |" in out
 
 
 @pytest.mark.slow
