@@ -109,10 +109,12 @@ class LatentInference(tf.Module):
     ``max_candidates`` training latents) whose decoded mean best fits their observed entries.
     Where a row's bound has no Monte Carlo noise (a point x*, or a Gaussian q(x*) where
     :func:`exact_predictive_applies`: its bound is then taken in closed form, whatever the
-    training used; ``tolerance="auto"``), each row then takes damped Newton steps of its own
-    (:mod:`~gpflow_svi_gplvm.newton_rows`) until the bound a step would still add is below
-    ``tolerance`` (relative), at most ``iterations`` steps; a step computes only the rows still
-    moving, and most rows stop within a handful of steps. Otherwise (or with ``tolerance=None``)
+    training used; ``tolerance="auto"``), or wherever a number is given as ``tolerance`` (a
+    bound with draws then keeps one set of draws for the whole fit), each row then takes damped
+    Newton steps of its own (:mod:`~gpflow_svi_gplvm.newton_rows`) until the bound a step would
+    still add is below ``tolerance`` (relative), at most ``iterations`` steps; a step computes
+    only the rows still moving, and most rows stop within a handful of steps. Otherwise (or
+    with ``tolerance=None``)
     every row takes ``iterations`` Adam steps with ``learning_rate`` and q(x*) is the average of
     the iterates of the final ``averaging`` fraction of them (Polyak-Ruppert averaging: each
     step's gradient comes from the model's few draws of x*, so the last iterate alone jitters

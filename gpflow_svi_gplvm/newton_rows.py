@@ -30,10 +30,11 @@ import tensorflow as tf
 __all__ = ["MAX_DAMPING", "newton_rows"]
 
 MAX_DAMPING = 1e6
-"""Relative damping beyond which a row stops: its steps are then a millionth of the Newton step."""
+"""Relative damping beyond which a row stops: its steps are then at most about a millionth of the
+Newton step along the block's steepest curvature."""
 
 INITIAL_DAMPING = 1e-3
-"""Relative damping of every row's first step."""
+"""Relative damping a row starts with."""
 
 
 def newton_rows(

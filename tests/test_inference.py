@@ -340,6 +340,30 @@ def test_new_rows_of_a_closed_form_model_converge_by_newton_steps(bsvi, data):
     assert LatentInference(MAPGPLVM(data[0], Q, num_inducing=5)).tolerance == TOLERANCE
 
 
+def test_a_tolerance_given_where_the_bound_has_draws_fits_one_set_of_draws(data):
+    """No closed form (a Matern kernel): with a tolerance, Newton steps fit the bound of the
+    step-0 draws, which then is at least its value at the rows' start, and at a stationary
+    point of it (each row's gradient near zero)."""
+    matern = gpflow.kernels.Matern32(lengthscales=np.ones(Q))
+    model = BayesianSVIGPLVM(data[0], Q, num_inducing=5, kernel=matern, num_samples=3)
+    inference = LatentInference(model, tolerance=1e-10)
+    fit = inference._fit
+    Y = tf.constant(data[1][:6])
+    noise = tf.random.stateless_normal([3, 1, Q], seed=[fit.seed, 0], dtype=tf.float64)
+
+    def bounds(mean, variance):
+        batch = model.latent.batch_of((mean, variance), 3, noise)
+        return inference._row_bounds(batch, Y)
+
+    mean, variance = model.latent.fitted_rows(Y, fit)
+    start = model.latent.initial_rows(inference._initial_means(Y))
+    assert np.all(bounds(mean, variance).numpy() >= bounds(*start).numpy() - 1e-9)
+    with tf.GradientTape() as tape:
+        tape.watch(mean)
+        total = tf.reduce_sum(bounds(mean, variance))
+    np.testing.assert_allclose(tape.gradient(total, mean).numpy(), 0.0, atol=1e-4)
+
+
 @pytest.mark.parametrize("tolerance", [0, -1e-3, float("nan"), "fast", True])
 def test_a_bad_tolerance_is_refused(bsvi, tolerance):
     with pytest.raises(ValueError, match="tolerance"):
