@@ -2,12 +2,13 @@
 
 Usage::
 
-    python benchmarks/new_rows.py [--rows 1 100 10000] [--baseline PATH] [--quick]
+    python benchmarks/new_rows.py [--rows 1 100 10000] [--baseline PATH] [--held-out] [--quick]
 
 B-SVI on the digits (N=1797, D=64, standardised columns, 30% of the entries hidden; Q=5, M=50,
 the default shared q(u) covariance, 500 steps of batch 100, seed 0). A request of R rows is the
 digits repeated to R rows with another 30% of the entries hidden; the RMSE is over those hidden
-entries (standardised units). Settings, side by side in this run:
+entries (standardised units). With ``--held-out`` the model trains on a seeded 80% of the digits
+and the requests repeat the other 20%. Settings, side by side in this run:
 
 - ``defaults``: each row stops when its closed-form bound stops improving (``tolerance="auto"``),
   and the predictive is exact;
@@ -37,8 +38,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TRAINING = dict(iterations=500, batch_size=100, seed=0, progress=False)
 
 
-def digits_and_model(iterations: int):
-    """The standardised digits with 30% hidden, and B-SVI trained on them."""
+def digits_and_model(iterations: int, held_out: bool = False):
+    """The standardised digits with 30% hidden and B-SVI trained on them: on all of them, and
+    the rows of requests are the digits; or (``held_out``) on a seeded 80%, and the requests'
+    rows are the other 20%, which the model never saw."""
     import numpy as np
 
     import gpflow_svi_gplvm as svi
@@ -47,9 +50,14 @@ def digits_and_model(iterations: int):
     Y = load_digits().Y
     Y = (Y - Y.mean(0)) / np.where(Y.std(0) > 0, Y.std(0), 1.0)
     observed = np.where(np.random.default_rng(0).random(Y.shape) < 0.3, np.nan, Y)
+    requested = Y
+    if held_out:
+        order = np.random.default_rng(2).permutation(len(Y))
+        cut = int(0.8 * len(Y))
+        observed, requested = observed[order[:cut]], Y[order[cut:]]
     model = svi.BayesianSVIGPLVM(observed, 5, num_inducing=50)
     svi.fit(model, observed, **{**TRAINING, "iterations": iterations})
-    return Y, model
+    return requested, model
 
 
 def request(Y, rows: int):
@@ -87,14 +95,16 @@ def measure(reconstruct, Y, sizes: list[int]) -> dict[int, dict]:
     return results
 
 
-def in_process(sizes: list[int], iterations: int, defaults_only: bool = False) -> dict:
+def in_process(
+    sizes: list[int], iterations: int, defaults_only: bool = False, held_out: bool = False
+) -> dict:
     """This package's settings on one trained model (``defaults_only``: its defaults only, the
-    call an earlier version also has)."""
+    call an earlier version also has; ``held_out``: see :func:`digits_and_model`)."""
     import tensorflow as tf
 
     import gpflow_svi_gplvm as svi
 
-    Y, model = digits_and_model(iterations)
+    Y, model = digits_and_model(iterations, held_out)
     if defaults_only:
         inference = svi.LatentInference(model, iterations=300)
         return {"baseline": measure(lambda rows: inference.reconstruct(rows)[0], Y, sizes)}
@@ -109,14 +119,14 @@ def in_process(sizes: list[int], iterations: int, defaults_only: bool = False) -
     return results
 
 
-def baseline(path: str, sizes: list[int], iterations: int) -> dict:
+def baseline(path: str, sizes: list[int], iterations: int, held_out: bool) -> dict:
     """The defaults of the package checked out at ``path``, in a subprocess."""
     code = (
         "import json, os, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
         "import gpflow_svi_gplvm, new_rows;"
         "assert gpflow_svi_gplvm.__file__.startswith(sys.argv[1]);"
         "print(json.dumps(new_rows.in_process("
-        "json.loads(sys.argv[3]), int(sys.argv[4]), defaults_only=True)))"
+        "json.loads(sys.argv[3]), int(sys.argv[4]), True, sys.argv[5] == 'held-out')))"
     )
     here = os.path.dirname(os.path.abspath(__file__))
     command = [
@@ -127,6 +137,7 @@ def baseline(path: str, sizes: list[int], iterations: int) -> dict:
         here,
         json.dumps(sizes),
         str(iterations),
+        "held-out" if held_out else "all",
     ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     measured = json.loads(result.stdout.strip().splitlines()[-1])["baseline"]
@@ -147,11 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 100, 10000])
     parser.add_argument("--baseline", default=None, help="a checkout of an earlier version")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    parser.add_argument(
+        "--held-out", action="store_true", help="requests from 20%% of the digits never trained on"
+    )
     args = parser.parse_args(argv)
     sizes, iterations = ([1, 20], 20) if args.quick else (args.rows, TRAINING["iterations"])
-    results = in_process(sizes, iterations)
+    results = in_process(sizes, iterations, held_out=args.held_out)
     if args.baseline:
-        results.update(baseline(args.baseline, sizes, iterations))
+        results.update(baseline(args.baseline, sizes, iterations, args.held_out))
     print(table(results, sizes), flush=True)
     return 0
 
