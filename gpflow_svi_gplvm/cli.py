@@ -58,7 +58,7 @@ MODEL_HELP = """models (--model):
   point  the paper's Point: a free latent point per row (a sparse GPLVM)
   map    MAP: a free point per row under the prior N(0, I)
   bsvi   B-SVI: a Gaussian q(x_n) per row, the Bayesian GPLVM (the default)
-  aeb    AEB-SVI: q(x_n) from an encoder network reading y_n (new rows in one pass)
+  aeb    AEB-SVI: q(x_n) from an encoder network reading y_n (new rows start from one pass)
   flow   B-SVI (flow): a Gaussian q(x_n) pushed through 10 shared planar flow layers
 
 likelihoods (--likelihood):

@@ -3,10 +3,10 @@
 Signatures (inputs by name; every output a dict of ``mean`` and ``variance``):
 
 - ``decode``: ``X`` [None, Q] -> the likelihood's predictive of Y [None, D] at X;
-- ``encode``: ``Y`` [None, D] (NaN = missing) -> q(x*) [None, Q]: the encoder for amortised
-  models, otherwise q(x*) fitted inside the graph as :class:`~gpflow_svi_gplvm.LatentInference`
-  fits it (Newton steps per row where the bound has no sampling, else Adam steps), globals
-  frozen;
+- ``encode``: ``Y`` [None, D] (NaN = missing) -> q(x*) [None, Q], fitted inside the graph as
+  :class:`~gpflow_svi_gplvm.LatentInference` fits it (Newton steps per row where the bound has
+  no sampling, from the encoder's q(x*) for amortised models; else Adam steps, or the encoder
+  alone), globals frozen;
 - ``reconstruct``: ``Y`` [None, D] (NaN = missing) -> the predictive of every entry [None, D];
 - ``serving_default``: ``reconstruct``.
 

@@ -10,9 +10,9 @@ For a new row :math:`y_*` (NaN = missing), :math:`q(x_*)` maximises that row's p
 over the observed outputs :math:`\mathcal{O}`, with the kernel, likelihood, Z and q(u) fixed.
 How :math:`q(x_*)` is found belongs to the latent family
 (:meth:`~gpflow_svi_gplvm.latents.LatentVariables.new_rows`): per-row tables are optimised by
-Adam written out in tensors inside one compiled loop (no variables are created, so the same graph
-serves from a SavedModel); the amortised model needs no optimisation, one encoder pass. This
-module compiles the graphs, chooses where optimised rows start, and feeds rows in chunks.
+Newton or Adam steps written out in tensors inside one compiled loop (no variables are created,
+so the same graph serves from a SavedModel); the amortised model starts from one encoder pass.
+This module compiles the graphs, chooses where optimised rows start, and feeds rows in chunks.
 """
 
 from __future__ import annotations
@@ -105,8 +105,10 @@ class LatentInference(tf.Module):
     chunks of ``chunk_size`` (default: a size that keeps the GP's intermediates, [D, M, rows x
     draws] or, with a shared q(u) covariance, [rows x draws, D], near 50M numbers), so memory
     stays bounded however many rows there are.
-    Non-amortised models: rows start at the candidate latent (inducing inputs and up to
-    ``max_candidates`` training latents) whose decoded mean best fits their observed entries.
+    Non-amortised models: of the candidate latents (inducing inputs and up to
+    ``max_candidates`` training latents), the :data:`START_CANDIDATES` whose decoded means best
+    fit a row's observed entries are tried, and the row starts at the one with the highest bound
+    (amortised models start at their encoder's q(x*)).
     Where a row's bound has no Monte Carlo noise (a point x*, or a Gaussian q(x*) where
     :func:`exact_predictive_applies`: its bound is then taken in closed form, whatever the
     training used; ``tolerance="auto"``), or wherever a number is given as ``tolerance`` (a
@@ -217,11 +219,13 @@ class LatentInference(tf.Module):
 
     @check_shapes("Y: [batch, D]", "return: [batch, Q]")
     def _initial_means(self, Y: tf.Tensor, inputs: tf.Tensor | None = None) -> tf.Tensor:
-        r"""Per row, the candidate latent :math:`c` whose decoded mean :math:`\mu_c` is closest
-        on the observed entries :math:`o_{nd}`, minimising
-        :math:`\sum_d o_{nd} (y_{nd} / s_n - \mu_{cd})^2` (zero for a row with nothing
-        observed). Candidates are decoded with their own covariates and a size factor
-        :math:`s = 1`; a row's own size factor :math:`s_n` (1 without) rescales it."""
+        r"""Per row, of the :data:`START_CANDIDATES` candidate latents :math:`c` whose decoded
+        means :math:`\mu_c` are closest on the observed entries :math:`o_{nd}` (least
+        :math:`\sum_d o_{nd} (y_{nd} / s_n - \mu_{cd})^2`), the one where the row's bound is
+        highest (zero for a row with nothing observed): the squares choose cheaply among all
+        candidates, the bound among a few (a row's bound can have several optima, and the start
+        decides which one its fit finds). Candidates are decoded with their own covariates and a
+        size factor :math:`s = 1`; a row's own size factor :math:`s_n` (1 without) rescales it."""
         model = self.model
         trained = model.latent.moments(self._candidate_rows)[0]
         candidates = tf.concat([model.inducing_variable.Z[:, : model.latent_dim], trained], 0)
@@ -235,7 +239,15 @@ class LatentInference(tf.Module):
             - 2.0 * tf.matmul(values, decoded, transpose_b=True)
             + tf.matmul(tf.cast(observed, Y.dtype), tf.square(decoded), transpose_b=True)
         )
-        initial = tf.gather(candidates, tf.argmin(errors, axis=1))
+        count = min(START_CANDIDATES, int(candidates.shape[0]))
+        starts = tf.gather(candidates, tf.math.top_k(-errors, count).indices)  # [B, K, Q]
+        flat = tf.reshape(starts, [-1, model.latent_dim])  # row-major: row n's K starts together
+        noise = tf.zeros([1, 1, model.latent_dim], Y.dtype)
+        batch = model.latent.batch_of(model.latent.initial_rows(flat), 1, noise)
+        if inputs is not None:
+            batch = with_row_inputs(batch, tf.repeat(inputs, count, axis=0))
+        bounds = tf.reshape(self._row_bounds(batch, tf.repeat(Y, count, axis=0)), [-1, count])
+        initial = tf.gather(starts, tf.argmax(bounds, axis=1), batch_dims=1)
         anything_observed = tf.reduce_any(observed, axis=1, keepdims=True)
         return tf.where(anything_observed, initial, tf.zeros_like(initial))
 
@@ -401,8 +413,8 @@ def infer_latents(
 ) -> tuple[tf.Tensor, ...]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
-    Amortised models: one encoder pass. Others: q(x*) alone optimised, in at most ``iterations``
-    steps, as :class:`LatentInference` does.
+    q(x*) alone optimised, in at most ``iterations`` steps, as :class:`LatentInference` does
+    (amortised models: from one encoder pass).
     Point and MAP estimates have zero variance. The model itself is not modified. Rows are
     processed ``chunk_size`` at a time (default: intermediates near 50M numbers, see
     :class:`LatentInference`); the result does not depend on it. A model fitted with
@@ -532,6 +544,10 @@ def _exact_predictive_model(model: NewRowModel) -> SVGP | None:
         return model
     return None
 
+
+START_CANDIDATES = 8
+"""Candidate latents per new row, the closest on its observed entries, among which its fit
+starts at the one with the highest bound."""
 
 TOLERANCE = 1e-4
 """``tolerance="auto"``'s relative Newton decrement below which a new row's fit stops."""

@@ -290,26 +290,40 @@ class RowLatentVariables(LatentVariables):
         """
         transforms = [parameter.transform for parameter in self.row_parameters]
         initial = self.initial_rows(fit.initial_mean(Y))
-        raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, initial)]
+        return fit_rows(self.batch_of, transforms, initial, Y, fit)
 
-        def constrain(raw: Sequence[tf.Tensor]) -> tuple[tf.Tensor, ...]:
-            return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
 
-        def loss(step: tf.Tensor, raw: list[tf.Tensor], rows: tf.Tensor) -> tf.Tensor:
-            seed = tf.stack([tf.constant(fit.seed, tf.int64), step])
-            shape = [fit.num_samples, 1, self.latent_dim]
-            noise = tf.random.stateless_normal(shape, seed=seed, dtype=Y.dtype)
-            batch = self.batch_of(constrain(raw), fit.num_samples, noise)
-            return -fit.objective(batch, tf.gather(Y, rows), rows)  # [A]
+def fit_rows(
+    batch_of: Callable[[tuple[tf.Tensor, ...], int, tf.Tensor], LatentBatch],
+    transforms: Sequence[tfp.bijectors.Bijector | None],
+    start: Sequence[tf.Tensor],
+    Y: tf.Tensor,
+    fit: NewRowFit,
+) -> tuple[tf.Tensor, ...]:
+    """Parameter rows (one tensor [B, ...] per table, from ``start``) of new rows Y [B, D] that
+    maximise ``fit.objective`` of ``batch_of(rows, draws, noise)``, in the unconstrained space of
+    ``transforms`` (one GPflow transform or None per table), as
+    :meth:`RowLatentVariables.fitted_rows` describes."""
+    raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, start)]
 
-        if fit.tolerance is None:
-            every_row = tf.range(tf.shape(Y, out_type=tf.int64)[0])
-            return constrain(_polyak_adam(lambda step, raw: loss(step, raw, every_row), raw, fit))
-        # One set of draws for the whole fit (those of step 0): the objective stays fixed.
-        step = tf.constant(0, tf.int64)
-        return constrain(
-            newton_rows(lambda raw, rows: loss(step, raw, rows), raw, fit.tolerance, fit.iterations)
-        )
+    def constrain(raw: Sequence[tf.Tensor]) -> tuple[tf.Tensor, ...]:
+        return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
+
+    def loss(step: tf.Tensor, raw: list[tf.Tensor], rows: tf.Tensor) -> tf.Tensor:
+        seed = tf.stack([tf.constant(fit.seed, tf.int64), step])
+        shape = [fit.num_samples, 1, start[0].shape[-1]]
+        noise = tf.random.stateless_normal(shape, seed=seed, dtype=Y.dtype)
+        batch = batch_of(constrain(raw), fit.num_samples, noise)
+        return -fit.objective(batch, tf.gather(Y, rows), rows)  # [A]
+
+    if fit.tolerance is None:
+        every_row = tf.range(tf.shape(Y, out_type=tf.int64)[0])
+        return constrain(_polyak_adam(lambda step, raw: loss(step, raw, every_row), raw, fit))
+    # One set of draws for the whole fit (those of step 0): the objective stays fixed.
+    step = tf.constant(0, tf.int64)
+    return constrain(
+        newton_rows(lambda raw, rows: loss(step, raw, rows), raw, fit.tolerance, fit.iterations)
+    )
 
 
 def _polyak_adam(
@@ -451,16 +465,25 @@ class GaussianLatent(RowLatentVariables):
     def batch_of(
         self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
-        mean, variance = rows
-        samples = mean + tf.sqrt(variance) * noise
-        kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
-        return LatentBatch(samples, -kl, mean, variance)
+        return diagonal_gaussian_batch(rows, num_samples, noise)
 
     @inherit_check_shapes
     def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """New rows start at the median trained variance of each dimension."""
         median = tfp.stats.percentile(self.variance, 50.0, axis=0, interpolation="midpoint")
         return mean, tf.broadcast_to(median, tf.shape(mean))
+
+
+def diagonal_gaussian_batch(
+    rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
+) -> LatentBatch:
+    r"""The :class:`LatentBatch` of :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` for rows
+    (means, variances), each [B, Q], drawn with ``noise`` [S, B or 1, Q]; the row term is
+    :math:`-\mathrm{KL}(q(x_n) \| N(0, I))`."""
+    mean, variance = rows
+    samples = mean + tf.sqrt(variance) * noise
+    kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
+    return LatentBatch(samples, -kl, mean, variance)
 
 
 class EncoderLatent(LatentVariables):
@@ -627,6 +650,22 @@ class EncoderLatent(LatentVariables):
         log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale)), axis=-1)
         kl = 0.5 * (trace + tf.reduce_sum(tf.square(mean), -1) - self.latent_dim - log_det)
         return LatentBatch(samples, -kl, mean, variance, scale)
+
+    @inherit_check_shapes
+    def new_rows(
+        self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
+    ) -> LatentBatch:
+        """The encoder's q(x*) of new rows Y [B, D]; with ``fit.tolerance`` (where the row bound
+        has no draws), refined from there row by row by damped Newton steps on that bound, as
+        a diagonal Gaussian starting at the encoder's means and marginal variances
+        (:func:`fit_rows`; semi-amortised inference: the encoder's q(x*) is a start, not the
+        optimum of the row's bound)."""
+        if fit.tolerance is None:
+            return super().new_rows(Y, num_samples, noise, fit)
+        start = self.moments(tf.range(tf.shape(Y, out_type=tf.int64)[0]), Y)
+        transforms = [None, positive()]
+        rows = fit_rows(diagonal_gaussian_batch, transforms, start, Y, fit)
+        return diagonal_gaussian_batch(rows, num_samples, noise)
 
 
 def _check_encoder_options(covariance: str, missing_aware: bool, hide_fraction: float) -> None:

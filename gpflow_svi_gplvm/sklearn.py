@@ -62,8 +62,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Adam's learning rate for training.
     inference_iterations : int, default=300
         The most optimisation steps on q(x*) of new rows in ``transform`` and ``score``, as in
-        :class:`~gpflow_svi_gplvm.LatentInference` (unused by "aeb", whose encoder gives q(x*) in
-        one pass).
+        :class:`~gpflow_svi_gplvm.LatentInference` ("aeb" starts them from its encoder).
     seed : int, default=0
         Seeds the latent initialisation, the minibatch order, the training samples and the
         inference of new rows: equal seeds give equal results.
@@ -213,7 +212,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         X : ndarray of shape (N*, n_components)
             Means of q(x*), fitted from the best-fitting candidate latent in at most
-            ``inference_iterations`` steps (one encoder pass for "aeb"), as
+            ``inference_iterations`` steps (from the encoder's q(x*) for "aeb"), as
             ``model_.infer_latents``.
         """
         check_is_fitted(self)

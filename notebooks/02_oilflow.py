@@ -103,7 +103,7 @@ figure.tight_layout()
 # ## Reconstruction error on training and test rows (the paper's Table 3 and Figure 4)
 #
 # Training rows are reconstructed from their trained q(x_n) (`rows=` names them). For a test row
-# y*, q(x*) is fitted with every global parameter frozen (one encoder pass for the amortised
+# y*, q(x*) is fitted with every global parameter frozen (from one encoder pass for the amortised
 # model), then the predictive p(y* | q(x*)) is integrated over q(x*) by sampling. The test NLPD
 # is per row: -log p(y*_n) summed over the 12 readings, averaged over test rows (the paper does
 # not define its NLPD; this is our convention).

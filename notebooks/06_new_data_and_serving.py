@@ -18,7 +18,7 @@
 # - **encode**: q(x*) for a new row y* (NaN = missing). For the point, MAP and B-SVI models,
 #   q(x*) maximises that row's part of the bound,
 #   E_q(x*)[sum_{d observed} E_q(f_d(x*)) log p(y*_d | f_d)] + r(x*), with the kernel,
-#   likelihood, Z and q(u) frozen; the amortised model needs one pass of its encoder.
+#   likelihood, Z and q(u) frozen; the amortised model starts from one pass of its encoder.
 # - **reconstruct**: the predictive of every entry of y*, observed or not,
 #   p(y*_d) = E_q(x*)[p(y*_d | x*)], estimated by sampling q(x*). Its variance holds the
 #   uncertainty of the latent as well as the GP's and the noise.

@@ -23,6 +23,7 @@ from gpflow_svi_gplvm.inference import (
     log_predictive_density,
 )
 from gpflow_svi_gplvm.latent_expectations import closed_form_predictive
+from gpflow_svi_gplvm.latents import diagonal_gaussian_batch
 from gpflow_svi_gplvm.metrics import nlpd, rmse
 
 N_TRAIN, N_TEST, D, Q = 200, 60, 8, 2
@@ -152,15 +153,31 @@ def test_reconstruction_of_training_rows_uses_their_trained_latents(bsvi, data):
     assert rmse(at_means.numpy(), mean.numpy()) < 0.1
 
 
-def test_amortised_inference_is_one_encoder_pass(data):
+def test_amortised_inference_refines_the_encoders_q_x_by_the_row_bound(data):
+    """tolerance=None: one encoder pass. The default (the closed form applies): Newton steps from
+    the encoder's means and marginal variances, to a bound at least theirs."""
     Y_train, Y_test, hidden = data
     model = AmortisedBayesianGPLVM(Y_train, Q, num_inducing=10)
+    fit(model, Y_train, iterations=200, batch_size=50, progress=False)
     rows = np.where(hidden, np.nan, Y_test)
+    encoded = LatentInference(model, tolerance=None).infer(rows)
+    expected = model.latent.moments(tf.range(N_TEST, dtype=tf.int64), rows)
+    for got, want in zip(encoded, expected):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+    inference = LatentInference(model)
+    assert inference.tolerance == TOLERANCE
     mean, variance = model.infer_latents(rows)
-    expected_mean, expected_var = model.latent.moments(tf.range(N_TEST, dtype=tf.int64), rows)
-    np.testing.assert_array_equal(mean.numpy(), expected_mean.numpy())
-    np.testing.assert_array_equal(variance.numpy(), expected_var.numpy())
-    assert np.all(np.isfinite(mean.numpy()))
+    zeros = tf.zeros([1, 1, Q], tf.float64)
+
+    def bounds(mean, variance):
+        batch = diagonal_gaussian_batch((mean, variance), 1, zeros)
+        return inference._row_bounds(batch, tf.constant(rows)).numpy()
+
+    refined, start = bounds(mean, variance), bounds(*expected)
+    assert np.all(refined >= start - 1e-9)
+    assert refined.sum() > start.sum() + 1.0
+    np.testing.assert_allclose(refined, _fitted_bounds(inference, rows), rtol=1e-12)
 
 
 @pytest.mark.parametrize(
