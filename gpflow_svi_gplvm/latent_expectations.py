@@ -18,16 +18,16 @@ entry has a closed form in
     - \frac{1}{2\sigma^2}\big[r^2 - 2 r \psi_1^T a_d + a_d^T \Psi_2 a_d
     + \psi_0 - \mathrm{tr}(K_{uu}^{-1}\Psi_2) + \mathrm{tr}(B_d \Psi_2)\big].
 
-Summed over the observed entries of a row this has no Monte Carlo variance. On complete data
-the sums over outputs meet :math:`\Psi_2` once (a step costs O(B M^2 + D M^2)); with missing
-entries the sum of :math:`a_d^T \Psi_2 a_d` over a row's observed outputs costs O(B M^2 D), more
-than Monte Carlo's O(B M D) with a shared q(u) covariance, which is why
-``latent_expectation="auto"`` leaves that case to Monte Carlo.
+Summed over the observed entries of a row this has no Monte Carlo variance. The last four terms
+are :math:`\psi_0 + \langle \Psi_2, G_d \rangle` with
+:math:`G_d = a_d a_d^T + B_d - K_{uu}^{-1}` [M, M]. On complete data the row needs only
+:math:`\sum_d G_d`, so :math:`\Psi_2` meets the outputs once (a step costs O(B M^2 Q + D M^2 +
+M^3)); with missing entries each row weighs :math:`\langle \Psi_2, G_d \rangle` by its own
+observed outputs, O(B M^2 D), more than Monte Carlo's O(B M D) with a shared q(u) covariance,
+which is why ``latent_expectation="auto"`` leaves that case to Monte Carlo.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import gpflow
 import numpy as np
@@ -83,17 +83,23 @@ def closed_form_data_term(
     r""":math:`\sum_{d \in O_n} E_{q(x_n)} E_{q(f_d(x_n))} \log p(y_{nd} \mid f_d)` per row [B]
     under ``model``'s q(u), kernel and mean function and the Gaussian ``likelihood`` (masked or
     not), for q(x_n) with ``mean`` [B, Q] and ``covariance``: marginal variances [B, Q] or full
-    [B, Q, Q]. ``model`` must pass :func:`closed_form_applies`."""
+    [B, Q, Q]. ``model`` must pass :func:`closed_form_applies`.
+
+    In the terms of the module docstring an entry's expected square is
+    :math:`r^2 - 2 r \psi_1^T a_d + \psi_0 + \langle \Psi_2, G_d \rangle` with
+    :math:`G_d = a_d a_d^T + B_d - K_{uu}^{-1}` [M, M]; unmasked, the row needs only
+    :math:`\langle \Psi_2, \sum_d G_d \rangle`, one product of the flattened :math:`\Psi_2`
+    [B, M^2] with an M^2 vector."""
     kernel, inducing = model.kernel, model.inducing_variable
     variance = _noise_variance(likelihood)
     if not isinstance(kernel, SquaredExponential) or not isinstance(inducing, InducingPoints):
         raise ValueError(f"No closed form for this model: {closed_form_applies(model)}.")
     if variance is None:
         raise ValueError(f"No closed form for a {type(base_likelihood(likelihood)).__name__}.")
-    f = _f_statistics(model, mean, covariance)
-    psi_1, psi_2, a = f.psi_1, f.psi_2, f.a
-
     masked = isinstance(likelihood, MaskedLikelihood)
+    psi_0, psi_1, psi_2 = _psi_statistics(kernel, inducing, mean, covariance)
+    a, G = _inducing_moments(model, summed=not masked)  # [M, D], [M^2, D or 1]
+
     observed = tf.logical_not(tf.math.is_nan(Y))
     weights = tf.cast(observed, Y.dtype)  # [B, D]
     offset = model.mean_function(mean)  # [B, D] (constant in x)
@@ -101,20 +107,10 @@ def closed_form_data_term(
     counts = tf.reduce_sum(weights, axis=-1)  # [B]
 
     cross = tf.reduce_sum(residual * tf.linalg.matmul(psi_1, a), axis=-1)  # [B]
-    if masked:
-        quadratic = tf.reduce_sum(weights * tf.einsum("bmk,kd,md->bd", psi_2, a, a), axis=-1)
-    else:
-        quadratic = tf.einsum("bmk,mk->b", psi_2, tf.linalg.matmul(a, a, transpose_b=True))
-    if f.posterior_traces.shape[-1] == 1:  # one covariance shared by every output
-        posterior = counts * f.posterior_traces[:, 0]
-    else:
-        posterior = tf.reduce_sum(weights * f.posterior_traces, axis=-1)
+    second = tf.linalg.matmul(_flattened(psi_2), G)  # [B, D or 1]: <Psi_2, G_d>
+    second = tf.reduce_sum(weights * second, axis=-1) if masked else second[:, 0]
     expected_square = (
-        tf.reduce_sum(tf.square(residual), axis=-1)
-        - 2.0 * cross
-        + quadratic
-        + counts * f.prior_variance
-        + posterior
+        tf.reduce_sum(tf.square(residual), axis=-1) - 2.0 * cross + second + counts * psi_0
     )
     return -0.5 * counts * tf.math.log(2.0 * np.pi * variance) - 0.5 * expected_square / variance
 
@@ -138,43 +134,67 @@ def closed_form_predictive(
         V[y_{nd}] = a_d^T \Psi_2 a_d - (\psi_1^T a_d)^2 + \psi_0
         - \mathrm{tr}(K_{uu}^{-1}\Psi_2) + \mathrm{tr}(B_d \Psi_2) + \sigma^2.
 
-    Costs O(B M^2 D), like one closed-form step. ``model`` must pass
+    Costs O(B M^2 D), like one closed-form step with gaps. ``model`` must pass
     :func:`closed_form_applies`."""
-    f = _f_statistics(model, mean, covariance)
-    projected = tf.linalg.matmul(f.psi_1, f.a)  # [B, D]
-    quadratic = tf.einsum("bmk,kd,md->bd", f.psi_2, f.a, f.a)
-    variance = quadratic - tf.square(projected) + f.prior_variance[:, None] + f.posterior_traces
+    psi_0, psi_1, psi_2 = _psi_statistics(model.kernel, model.inducing_variable, mean, covariance)
+    a, G = _inducing_moments(model, summed=False)
+    projected = tf.linalg.matmul(psi_1, a)  # [B, D]
+    second = tf.linalg.matmul(_flattened(psi_2), G)  # [B, D]
+    variance = second - tf.square(projected) + psi_0[:, None]
     noise = _noise_variance(model.likelihood)
     return model.mean_function(mean) + projected, tf.maximum(variance, 0.0) + noise
 
 
-class _FStatistics(NamedTuple):
-    """What the closed forms need of q(f(x_n)) under Gaussian q(x_n), for a batch of B rows."""
-
-    psi_1: tf.Tensor
-    """[B, M]"""
-    psi_2: tf.Tensor
-    """[B, M, M]"""
-    a: tf.Tensor
-    r"""[M, D]: :math:`K_{uu}^{-1} E[u]`."""
-    prior_variance: tf.Tensor
-    r"""[B]: :math:`\psi_0 - \mathrm{tr}(K_{uu}^{-1}\Psi_2)`."""
-    posterior_traces: tf.Tensor
-    r"""[B, D or 1]: :math:`\mathrm{tr}(B_d \Psi_2)`."""
+def _flattened(psi_2: tf.Tensor) -> tf.Tensor:
+    r""":math:`\Psi_2` [B, M, M] as [B, M^2]."""
+    return tf.reshape(psi_2, tf.stack([tf.shape(psi_2)[0], -1]))
 
 
-def _f_statistics(model: SVGP, mean: tf.Tensor, covariance: tf.Tensor) -> _FStatistics:
-    """The psi statistics of q(x_n) (``mean`` [B, Q], ``covariance`` [B, Q] or [B, Q, Q]) and the
-    moments of q(u) they meet."""
+@check_shapes(
+    "return[0]: [M, D]",
+    "return[1]: [M2, L]",
+)
+def _inducing_moments(model: SVGP, summed: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    r""":math:`a = K_{uu}^{-1} E[u]` [M, D] and the flattened second-moment weights
+    :math:`G_d = a_d a_d^T + B_d - K_{uu}^{-1}` as columns [M^2, D], or their sum over the
+    outputs [M^2, 1] when ``summed``, with :math:`B_d = K_{uu}^{-1}\mathrm{Cov}[u_d]K_{uu}^{-1}`.
+
+    q(u) is parameterised by m = ``q_mu`` [M, D] and :math:`S_d = L_d L_d^T` (``q_sqrt``), with
+    :math:`K_{uu} = L_z L_z^T` and prior covariance P = I whitened (:math:`u = L_z v`), else
+    :math:`P = K_{uu}`. Then :math:`G_d = T(m_d m_d^T + S_d - P)` for the map
+    :math:`T(H) = L_z^{-T} H L_z^{-1}` whitened, :math:`K_{uu}^{-1} H K_{uu}^{-1}` otherwise, so the
+    sum over outputs is one M x M map of :math:`[m, L][m, L]^T - D P`."""
     kernel, inducing = model.kernel, model.inducing_variable
-    psi_0, psi_1, psi_2 = _psi_statistics(kernel, inducing, mean, covariance)
-    Lz = tf.linalg.cholesky(Kuu(inducing, kernel, jitter=gpflow.config.default_jitter()))
-    a, B = _whitened_moments(Lz, model.q_mu, model.q_sqrt, model.whiten)
-    # tr(K Psi_2) = sum(K * Psi_2) for symmetric K: O(B M^2) per matrix K.
-    Kmm_inverse = tf.linalg.cholesky_solve(Lz, tf.eye(tf.shape(Lz)[0], dtype=Lz.dtype))
-    prior_trace = tf.einsum("mk,bmk->b", Kmm_inverse, psi_2)
-    posterior_traces = tf.einsum("fmk,bmk->bf", B, psi_2)
-    return _FStatistics(psi_1, psi_2, a, psi_0 - prior_trace, posterior_traces)
+    Kmm = Kuu(inducing, kernel, jitter=gpflow.config.default_jitter())
+    Lz = tf.linalg.cholesky(Kmm)
+    q_mu = tf.convert_to_tensor(model.q_mu)  # [M, D]
+    L = tf.linalg.band_part(tf.convert_to_tensor(model.q_sqrt), -1, 0)  # [F, M, M]
+    M, num_outputs = tf.shape(q_mu)[0], tf.shape(q_mu)[1]
+    prior = tf.eye(M, dtype=Kmm.dtype) if model.whiten else Kmm
+    if summed:
+        # A shared factor stands for all D outputs: sqrt(D) L L^T sqrt(D).
+        repeats = tf.cast(num_outputs, L.dtype) if L.shape[0] == 1 else tf.constant(1, L.dtype)
+        factors = tf.reshape(tf.transpose(L, [1, 0, 2]), tf.stack([M, -1]))  # [M, F M]
+        columns = tf.concat([q_mu, tf.sqrt(repeats) * factors], axis=1)
+        H = tf.linalg.matmul(columns, columns, transpose_b=True)
+        H -= tf.cast(num_outputs, H.dtype) * prior
+    else:
+        means = tf.transpose(q_mu)[:, :, None]  # [D, M, 1]
+        H = tf.linalg.matmul(means, means, transpose_b=True)  # [D, M, M]
+        H += tf.linalg.matmul(L, L, transpose_b=True) - prior
+    Lz_batch = tf.broadcast_to(Lz, tf.shape(H))
+    if model.whiten:
+        a = tf.linalg.triangular_solve(Lz, q_mu, lower=True, adjoint=True)
+        half = tf.linalg.triangular_solve(Lz_batch, H, lower=True, adjoint=True)  # Lz^-T H
+        G = tf.linalg.triangular_solve(
+            Lz_batch, tf.linalg.matrix_transpose(half), lower=True, adjoint=True
+        )
+    else:
+        a = tf.linalg.cholesky_solve(Lz, q_mu)
+        half = tf.linalg.cholesky_solve(Lz_batch, H)  # K^-1 H
+        G = tf.linalg.cholesky_solve(Lz_batch, tf.linalg.matrix_transpose(half))
+    G = tf.reshape(G, tf.stack([-1, M * M]))  # [D or 1, M^2]
+    return a, tf.transpose(G)
 
 
 def _noise_variance(likelihood: Likelihood) -> tf.Tensor | None:
@@ -208,32 +228,6 @@ def _psi_statistics(
 
 
 @check_shapes(
-    "Lz: [M, M]",
-    "q_mu: [M, D]",
-    "q_sqrt: [L, M, M]",
-    "return[0]: [M, D]",
-    "return[1]: [L, M, M]",
-)
-def _whitened_moments(
-    Lz: tf.Tensor, q_mu: tf.Tensor, q_sqrt: tf.Tensor, whiten: bool
-) -> tuple[tf.Tensor, tf.Tensor]:
-    r""":math:`a = K_{uu}^{-1} E[u]` [M, D] and :math:`B = K_{uu}^{-1} \mathrm{Cov}[u]
-    K_{uu}^{-1}` [L, M, M] (L = D, or 1 for a shared covariance) from q(u)'s ``q_mu`` and
-    ``q_sqrt``, with :math:`K_{uu} = L_z L_z^\top`. Whitened, :math:`u = L_z v`, so
-    :math:`a = L_z^{-\top} m` and :math:`B = (L_z^{-\top} L)(L_z^{-\top} L)^\top`."""
-    q_sqrt = tf.linalg.band_part(q_sqrt, -1, 0)
-    if whiten:
-        a = tf.linalg.triangular_solve(Lz, q_mu, lower=True, adjoint=True)
-        factors = tf.linalg.triangular_solve(
-            tf.broadcast_to(Lz, tf.shape(q_sqrt)), q_sqrt, lower=True, adjoint=True
-        )
-    else:
-        a = tf.linalg.cholesky_solve(Lz, q_mu)
-        factors = tf.linalg.cholesky_solve(tf.broadcast_to(Lz, tf.shape(q_sqrt)), q_sqrt)
-    return a, tf.linalg.matmul(factors, factors, transpose_b=True)
-
-
-@check_shapes(
     "Z: [M, Q]",
     "mean: [batch, Q]",
     "variance: [batch, Q]",
@@ -246,45 +240,47 @@ def diagonal_psi_statistics(
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     r""":math:`\psi_0` [B], :math:`\psi_1` [B, M] and :math:`\Psi_2` [B, M, M] of a
     squared-exponential (ARD) kernel under :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` (``mean``
-    and ``variance`` [B, Q]), with Z [M, Q]:
+    and ``variance`` [B, Q]), with Z [M, Q], offsets :math:`u_{nmq} = \mu_{nq} - z_{mq}` and
+    :math:`c = l^2 + s`, :math:`d = l^2 + 2 s`:
 
     .. math::
 
-        \psi_1 = \sigma^2 \prod_q \sqrt{l_q^2 / c_{nq}}\,
-        e^{-\sum_q (\mu_{nq} - z_{mq})^2 / 2 c_{nq}},\quad c = l^2 + s,
+        \psi_1 = \sigma^2 \prod_q \sqrt{l_q^2 / c_{nq}}\, e^{-\sum_q u_{nmq}^2 / 2 c_{nq}},
 
         \Psi_2 = \sigma^4 \prod_q \sqrt{l_q^2 / d_{nq}}\,
-        e^{-\sum_q (z_{mq} - z_{kq})^2 / 4 l_q^2 - \sum_q (\mu_{nq} - \bar z_q)^2 / d_{nq}},
-        \quad d = l^2 + 2 s,\ \bar z = (z_m + z_k) / 2.
+        e^{-\sum_q (u_{nmq}^2 + u_{nkq}^2) / 2 d_{nq}
+        - \sum_q s_{nq} (z_{mq} - z_{kq})^2 / 2 d_{nq} l_q^2}.
 
-    The squares are expanded so that the sums over q are matrix products ([B, Q] x [Q, M^2])
-    rather than a [B, M, M, Q] tensor; GPflow's general ``expectation`` factorises a full
-    covariance per row instead.
+    This is the usual :math:`\Psi_2` exponent, :math:`(\mu_n - \bar z)^2 / d + (z_m - z_k)^2 / 4
+    l^2` with :math:`\bar z = (z_m + z_k) / 2`, regrouped by
+    :math:`u_m u_k = (u_m^2 + u_k^2 - (z_m - z_k)^2) / 2`: every term is a square with a positive
+    weight (nothing cancels), the [B, M, M] part is one matrix product [B, Q] x [Q, M^2], and as
+    :math:`s \to 0` :math:`\Psi_2 \to \psi_1 \psi_1^T`. GPflow's general ``expectation``
+    factorises a full covariance per row instead.
     """
-    num_inducing = tf.shape(Z)[0]
     lengthscales = tf.broadcast_to(kernel.lengthscales, tf.shape(mean)[-1:])
     squared = tf.square(lengthscales)  # [Q]
     psi_0 = tf.fill(tf.shape(mean)[:1], tf.convert_to_tensor(kernel.variance))
-
-    def gaussian_overlap(points: tf.Tensor, widths: tf.Tensor) -> tf.Tensor:
-        """sum_q (mean_nq - p_q)^2 / widths_nq for points [P, Q]: [B, P]."""
-        return (
-            tf.reduce_sum(tf.square(mean) / widths, axis=-1, keepdims=True)
-            - 2.0 * tf.linalg.matmul(mean / widths, points, transpose_b=True)
-            + tf.linalg.matmul(1.0 / widths, tf.square(points), transpose_b=True)
-        )
+    offsets = tf.square(mean[:, None, :] - Z[None, :, :])  # u^2 [B, M, Q]
 
     widths_1 = squared + variance  # [B, Q]
     log_scale_1 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_1), axis=-1, keepdims=True)
-    psi_1 = kernel.variance * tf.exp(log_scale_1 - 0.5 * gaussian_overlap(Z, widths_1))
+    exponent_1 = tf.reduce_sum(offsets / widths_1[:, None, :], axis=-1)  # [B, M]
+    psi_1 = kernel.variance * tf.exp(log_scale_1 - 0.5 * exponent_1)
 
     widths_2 = squared + 2.0 * variance
-    log_scale_2 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_2), axis=-1, keepdims=True)
-    midpoints = tf.reshape(0.5 * (Z[:, None, :] + Z[None, :, :]), [-1, tf.shape(Z)[1]])
-    separation = tf.reduce_sum(
-        tf.square(Z[:, None, :] - Z[None, :, :]) / (4.0 * squared), axis=-1
-    )  # [M, M]
-    exponent = log_scale_2 - gaussian_overlap(midpoints, widths_2)  # [B, M^2]
-    shape = tf.stack([tf.shape(mean)[0], num_inducing, num_inducing])
-    psi_2 = tf.square(kernel.variance) * tf.exp(tf.reshape(exponent, shape) - separation)
+    log_scale_2 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_2), axis=-1)  # [B]
+    half_2 = 0.5 * tf.reduce_sum(offsets / widths_2[:, None, :], axis=-1)  # [B, M]
+    separations = tf.reshape(tf.square(Z[:, None, :] - Z[None, :, :]), [-1, tf.shape(Z)[1]])
+    coupling = tf.linalg.matmul(
+        variance / (2.0 * widths_2 * squared), separations, transpose_b=True
+    )  # [B, M^2]
+    shape = tf.stack([tf.shape(mean)[0], tf.shape(Z)[0], tf.shape(Z)[0]])
+    exponent_2 = (
+        log_scale_2[:, None, None]
+        - half_2[:, :, None]
+        - half_2[:, None, :]
+        - tf.reshape(coupling, shape)
+    )
+    psi_2 = tf.square(kernel.variance) * tf.exp(exponent_2)
     return psi_0, psi_1, psi_2

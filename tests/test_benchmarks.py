@@ -144,8 +144,12 @@ def test_row_update_and_count_likelihood_step_benchmarks_quick():
     assert "| 200 |" in out and "| 400 |" in out
     out = _run(str(BENCHMARKS / "count_step.py"), "--quick", "--points", "10", "5")
     assert "| NB, 10 points |" in out and "| 5 |" in out
-    out = _run(str(BENCHMARKS / "xla_parts.py"), "--quick")
-    assert "| uncompiled |" in out and "| closed form by XLA |" in out
+    root = str(BENCHMARKS.parent)
+    out = _run(
+        str(BENCHMARKS / "closed_form_step.py"), "--quick", "--gaps", "--xla", "--baseline", root
+    )
+    assert "gaps (30%), masked" in out
+    assert all(f"| {name} |" in out for name in ("as built", "baseline", "XLA island"))
 
 
 @pytest.mark.slow
