@@ -28,6 +28,7 @@ from pathlib import Path
 import tensorflow as tf
 from gpflow.config import default_float
 
+from .compiled import GraphFunction
 from .export_folder import check_destination, make_staging, replace_folder, write_marker
 from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
 
@@ -118,9 +119,7 @@ class ServingModule(tf.Module):
         with tf.control_dependencies([check]):
             return tf.identity(values)
 
-    def _in_chunks(
-        self, function: tf.types.experimental.PolymorphicFunction, Y: tf.Tensor, rows: int
-    ) -> dict[str, tf.Tensor]:
+    def _in_chunks(self, function: GraphFunction, Y: tf.Tensor, rows: int) -> dict[str, tf.Tensor]:
         """The moments ``function`` gives for Y [None, D], computed in consecutive chunks of
         ``rows`` rows inside the graph (:func:`~gpflow_svi_gplvm.inference.in_row_chunks`)."""
         return self._moments(*in_row_chunks(function, rows, self._observations(Y)))

@@ -27,6 +27,7 @@ from gpflow.inducing_variables import InducingVariables
 from gpflow.likelihoods import Likelihood
 from gpflow.models import SVGP
 
+from .compiled import GraphFunction
 from .covariates import new_row_inputs, with_row_inputs
 from .latent_expectations import closed_form_applies, closed_form_predictive
 from .latents import LatentBatch, LatentVariables, NewRowFit, PointLatent
@@ -174,9 +175,9 @@ class LatentInference(tf.Module):
         # Rows' observed inputs [B, R] (covariates, log size factor) come last, where the model
         # has them.
         inputs = [] if model.row_inputs is None else [tf.TensorSpec([None, None], default_float())]
-        self.latents = tf.function(self._latents, input_signature=spec + inputs)
-        self.predict = tf.function(self._predict, input_signature=spec + inputs)
-        self.log_densities = tf.function(self._log_densities, input_signature=spec * 2 + inputs)
+        self.latents = GraphFunction(self._latents, spec + inputs)
+        self.predict = GraphFunction(self._predict, spec + inputs)
+        self.log_densities = GraphFunction(self._log_densities, spec * 2 + inputs)
 
     def infer(self, Y: np.ndarray, inputs: np.ndarray | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D] (and their
@@ -206,7 +207,7 @@ class LatentInference(tf.Module):
 
     def _in_chunks(
         self,
-        function: tf.types.experimental.PolymorphicFunction,
+        function: GraphFunction,
         num_draws: int,
         *arrays: np.ndarray | None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -372,17 +373,15 @@ def predictive_moments(model: NewRowModel, samples: tf.Tensor) -> tuple[tf.Tenso
     return predictive_mean, tf.maximum(second_moment - tf.square(predictive_mean), 0.0)
 
 
-def in_row_chunks(
-    function: tf.types.experimental.PolymorphicFunction, size: int, *tensors: tf.Tensor
-) -> tuple[tf.Tensor, ...]:
+def in_row_chunks(function: GraphFunction, size: int, *tensors: tf.Tensor) -> tuple[tf.Tensor, ...]:
     """``function`` over consecutive chunks of ``size`` rows of ``tensors`` (each [N, ...]),
     one chunk after another, its outputs (each [rows, ...]) concatenated along the rows.
 
-    ``function`` is a ``tf.function`` with an input signature, which gives the outputs' dtypes
-    and shapes. The loop is an explicit ``tf.while_loop``: eagerly it calls the compiled
-    ``function`` once per chunk; inside a graph (a served signature) it is one loop, so that a
-    request's peak memory does not grow with its number of rows. Rows are independent, so the
-    result equals one pass over all rows.
+    ``function`` is a :class:`~gpflow_svi_gplvm.compiled.GraphFunction`, whose input signature
+    gives the outputs' dtypes and shapes. The loop is an explicit ``tf.while_loop``: eagerly it
+    calls the compiled ``function`` once per chunk; inside a graph (a served signature) it is one
+    loop, so that a request's peak memory does not grow with its number of rows. Rows are
+    independent, so the result equals one pass over all rows.
     """
     outputs = function.get_concrete_function().structured_outputs
     count = (tf.shape(tensors[0])[0] + size - 1) // size
@@ -463,19 +462,15 @@ def reconstruct(
     noise = _predictive_noise(num_samples, model.latent_dim, seed)
     exact_model = _exact_predictive_model(model)
 
-    @tf.function(
-        input_signature=[
-            tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None, model.data_dim], default_float()),
-        ]
-    )
     def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if exact_model is not None:
             batch = model.latent_batch(idx, Y, 1, tf.zeros([1, 1, model.latent_dim], Y.dtype))
             return closed_form_predictive(exact_model, batch.mean, batch.covariance)
         return predictive_moments(model, model.latent_batch(idx, Y, num_samples, noise).samples)
 
-    mean, variance = in_row_chunks(predict, chunk_size, tf.constant(rows), tf.constant(Y))
+    signature = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, model.data_dim], Y.dtype)]
+    compiled = GraphFunction(predict, signature)
+    mean, variance = in_row_chunks(compiled, chunk_size, tf.constant(rows), tf.constant(Y))
     return mean, variance
 
 

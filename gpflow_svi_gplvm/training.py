@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
+from .compiled import GraphFunction
 from .distributed import LOST_WORKER_ERRORS, RowShard, WorkerLostError, Workers
 from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
 from .models import SVIGPLVM
@@ -382,9 +383,7 @@ class Trainer:
         if self.shard is None and self.workers.strategy is not None:
             dataset = self.strategy.experimental_distribute_dataset(dataset)
         self.iterator = iter(dataset)
-        self.step = tf.function(
-            self._step, input_signature=[self.iterator.element_spec], jit_compile=self.jit_compile
-        )
+        self.step = GraphFunction(self._step, [self.iterator.element_spec], self.jit_compile)
         # The loop is an explicit tf.while_loop: nothing in it is left to AutoGraph.
         self.run = tf.function(
             self._run, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False
