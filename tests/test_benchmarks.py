@@ -150,6 +150,8 @@ def test_row_update_and_count_likelihood_step_benchmarks_quick():
     )
     assert "gaps (30%), masked" in out
     assert all(f"| {name} |" in out for name in ("as built", "baseline", "XLA island"))
+    out = _run(str(BENCHMARKS / "first_call.py"), "--quick")
+    assert "| this checkout |" in out and "first new row" in out
 
 
 @pytest.mark.slow
