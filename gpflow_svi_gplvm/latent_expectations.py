@@ -253,24 +253,31 @@ def diagonal_psi_statistics(
 
     This is the usual :math:`\Psi_2` exponent, :math:`(\mu_n - \bar z)^2 / d + (z_m - z_k)^2 / 4
     l^2` with :math:`\bar z = (z_m + z_k) / 2`, regrouped by
-    :math:`u_m u_k = (u_m^2 + u_k^2 - (z_m - z_k)^2) / 2`: every term is a square with a positive
-    weight (nothing cancels), the [B, M, M] part is one matrix product [B, Q] x [Q, M^2], and as
-    :math:`s \to 0` :math:`\Psi_2 \to \psi_1 \psi_1^T`. GPflow's general ``expectation``
-    factorises a full covariance per row instead.
+    :math:`u_m u_k = (u_m^2 + u_k^2 - (z_m - z_k)^2) / 2`: the [B, M, M] part is one matrix
+    product [B, Q] x [Q, M^2] of positive weights and squares (as :math:`s \to 0` it vanishes and
+    :math:`\Psi_2 \to \psi_1 \psi_1^T`), and the [B, M] parts of :math:`\psi_1` and
+    :math:`\Psi_2` are one product [2B, 2Q] x [2Q, M] of the expanded squares. GPflow's general
+    ``expectation`` factorises a full covariance per row instead.
     """
     lengthscales = tf.broadcast_to(kernel.lengthscales, tf.shape(mean)[-1:])
     squared = tf.square(lengthscales)  # [Q]
     psi_0 = tf.fill(tf.shape(mean)[:1], tf.convert_to_tensor(kernel.variance))
-    offsets = tf.square(mean[:, None, :] - Z[None, :, :])  # u^2 [B, M, Q]
-
     widths_1 = squared + variance  # [B, Q]
-    log_scale_1 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_1), axis=-1, keepdims=True)
-    exponent_1 = tf.reduce_sum(offsets / widths_1[:, None, :], axis=-1)  # [B, M]
-    psi_1 = kernel.variance * tf.exp(log_scale_1 - 0.5 * exponent_1)
-
     widths_2 = squared + 2.0 * variance
+    log_scale_1 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_1), axis=-1, keepdims=True)
     log_scale_2 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_2), axis=-1)  # [B]
-    half_2 = 0.5 * tf.reduce_sum(offsets / widths_2[:, None, :], axis=-1)  # [B, M]
+    # sum_q w_nq (mu_nq - z_mq)^2 for both weights w (1 / c and 1 / 2d) at once: the squares
+    # expanded, one [2B, 2Q] x [2Q, M] product.
+    weights = tf.concat([1.0 / widths_1, 0.5 / widths_2], axis=0)  # [2B, Q]
+    means = tf.concat([mean, mean], axis=0)
+    expanded = tf.linalg.matmul(
+        tf.concat([weights * means, weights], axis=1),
+        tf.concat([-2.0 * Z, tf.square(Z)], axis=1),
+        transpose_b=True,
+    )  # [2B, M]
+    exponents = tf.reduce_sum(weights * tf.square(means), axis=-1, keepdims=True) + expanded
+    exponent_1, half_2 = tf.split(exponents, 2, axis=0)
+    psi_1 = kernel.variance * tf.exp(log_scale_1 - 0.5 * exponent_1)
     separations = tf.reshape(tf.square(Z[:, None, :] - Z[None, :, :]), [-1, tf.shape(Z)[1]])
     coupling = tf.linalg.matmul(
         variance / (2.0 * widths_2 * squared), separations, transpose_b=True
