@@ -117,12 +117,11 @@ class LatentInference(tf.Module):
     Newton steps of its own (:mod:`~gpflow_svi_gplvm.newton_rows`) until the bound a step would
     still add is below ``tolerance`` (relative), at most ``iterations`` steps; a step computes
     only the rows still moving, and most rows stop within a handful of steps. Otherwise (or
-    with ``tolerance=None``)
-    every row takes ``iterations`` Adam steps with ``learning_rate`` and q(x*) is the average of
-    the iterates of the final ``averaging`` fraction of them (Polyak-Ruppert averaging: each
-    step's gradient comes from the model's few draws of x*, so the last iterate alone jitters
-    around the optimum; 0 returns the last iterate). The draws of
-    the standard noise behind x* are common to all rows (stateless, from ``seed``), in the
+    with ``tolerance=None``) every row takes ``iterations`` Adam steps with ``learning_rate`` and
+    q(x*) is the average of the iterates of the final ``averaging`` fraction of them
+    (Polyak-Ruppert averaging: each step's gradient comes from the model's few draws of x*, so the
+    last iterate alone jitters around the optimum; 0 returns the last iterate). The draws of the
+    standard noise behind x* are common to all rows (stateless, from ``seed``), in the
     optimisation and in the predictive, so processing rows together, one by one or in chunks
     agrees. The predictive of a Gaussian q(x*) under a squared-exponential kernel and a Gaussian
     likelihood is exact (:func:`exact_predictive_applies`), without draws.
@@ -409,11 +408,13 @@ def infer_latents(
     chunk_size: int | None = None,
     covariates=None,
     size_factors=None,
+    tolerance: float | str | None = "auto",
 ) -> tuple[tf.Tensor, ...]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
     q(x*) alone optimised, in at most ``iterations`` steps, as :class:`LatentInference` does
-    (amortised models: from one encoder pass).
+    (amortised models: from their encoder's q(x*)), which ``tolerance`` stops (``None``: fixed
+    Adam steps, and an amortised model's one encoder pass).
     Point and MAP estimates have zero variance. The model itself is not modified. Rows are
     processed ``chunk_size`` at a time (default: intermediates near 50M numbers, see
     :class:`LatentInference`); the result does not depend on it. A model fitted with
@@ -423,7 +424,9 @@ def infer_latents(
     """
     Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
     inputs = new_row_inputs(model, Y, covariates, size_factors)
-    inference = LatentInference(model, iterations, learning_rate, seed=seed, chunk_size=chunk_size)
+    inference = LatentInference(
+        model, iterations, learning_rate, seed=seed, chunk_size=chunk_size, tolerance=tolerance
+    )
     return inference.infer(Y, inputs)
 
 
@@ -439,12 +442,13 @@ def reconstruct(
     chunk_size: int | None = None,
     covariates=None,
     size_factors=None,
+    tolerance: float | str | None = "auto",
 ) -> tuple[tf.Tensor, ...]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
     ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows (and
     their covariates and size factors); otherwise latents are inferred first, as in
-    :func:`infer_latents` (with ``covariates`` and ``size_factors`` as there). See
+    :func:`infer_latents` (with ``covariates``, ``size_factors`` and ``tolerance`` as there). See
     :func:`predictive_moments` for how q(x) is integrated out (``num_samples`` draws, common to
     all rows). ``chunk_size`` as in :func:`infer_latents`.
     """
@@ -453,7 +457,13 @@ def reconstruct(
         rows = _checked_training_rows(model, rows, len(Y))
     if rows is None or model.latent.amortised:
         inference = LatentInference(
-            model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
+            model,
+            iterations,
+            learning_rate,
+            num_samples,
+            seed,
+            chunk_size=chunk_size,
+            tolerance=tolerance,
         )
         if rows is not None and model.row_inputs is not None:
             return inference.reconstruct(Y, model.row_inputs.numpy()[rows])

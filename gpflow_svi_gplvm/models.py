@@ -488,7 +488,7 @@ class SVIGPLVM(SVGP):
     @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
     def infer_latents(self, Y_new, **options) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); options
-        (``iterations``, ``learning_rate``, ``seed``, ``mask``, ``chunk_size``) as in
+        (``iterations``, ``learning_rate``, ``seed``, ``mask``, ``chunk_size``, ``tolerance``) as in
         :func:`gpflow_svi_gplvm.inference.infer_latents`. The model is not modified."""
         return inference.infer_latents(self, Y_new, **options)
 

@@ -162,7 +162,11 @@ def test_amortised_inference_refines_the_encoders_q_x_by_the_row_bound(data):
     rows = np.where(hidden, np.nan, Y_test)
     encoded = LatentInference(model, tolerance=None).infer(rows)
     expected = model.latent.moments(tf.range(N_TEST, dtype=tf.int64), rows)
-    for got, want in zip(encoded, expected):
+    for got, want in zip(encoded + model.infer_latents(rows, tolerance=None), expected + expected):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # The functions take the tolerance too: the encoder's q(x*) alone under the predictive.
+    predicted = LatentInference(model, tolerance=None).reconstruct(rows)
+    for got, want in zip(model.reconstruct(rows, tolerance=None), predicted):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
 
     inference = LatentInference(model)
