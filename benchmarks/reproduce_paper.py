@@ -188,9 +188,9 @@ PROTOCOL_NOTES = """## Protocol
   the four models are trained on the training rows with `fit` (under the defaults: natural
   gradients for q(u) and Adam for the rest, minibatch min(100, N_train)).
 - Test rows are reconstructed in full (no hidden entries): `model.reconstruct(Y_test)` infers
-  q(x*) with the model frozen (one encoder pass for AEB-SVI, as in the paper; the row fit of
-  `LatentInference` for the others, zero latent variance for Point / MAP) and integrates over it
-  by sampling (64 draws).
+  q(x*) with the model frozen (for AEB-SVI with `tolerance=None`: one encoder pass, as in the
+  paper; the row fit of `LatentInference` for the others, zero latent variance for Point / MAP)
+  and integrates over it by sampling (64 draws).
 - Test RMSE: reconstruction mean vs the test rows. Test NLPD: minus the sum over a test row's D
   entries of log p(y*_nd), averaged over test rows, where p(y*_nd) is the exact predictive of
   the entry, `inference.log_predictive_density`: the mixture over the 64 draws of q(x*) of the

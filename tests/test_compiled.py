@@ -85,6 +85,24 @@ def test_a_likelihood_that_branches_in_python_trains_like_its_tf_cond_twin(small
     assert trainers[0].step.autograph and not trainers[1].step.autograph
 
 
+def stepped_rate(t):
+    """A user's learning-rate schedule with a Python branch on the step count t (a tensor)."""
+    if t < 10.0:
+        return 0.02
+    return 0.005
+
+
+def test_a_schedule_that_branches_in_python_trains_like_its_tf_where_twin(small_Y):
+    histories, trainers = [], []
+    for rate in (stepped_rate, lambda t: tf.where(t < 10.0, 0.02, 0.005)):
+        model = sg.BayesianSVIGPLVM(small_Y, 2, 8, latent_expectation="monte-carlo", seed=0)
+        trainer = sg.Trainer(model, small_Y, 10, learning_rate=rate, seed=0)
+        histories.append(trainer.train(20, progress=False).elbo)
+        trainers.append(trainer)
+    np.testing.assert_allclose(histories[0], histories[1], rtol=1e-10)
+    assert trainers[0].step.autograph and not trainers[1].step.autograph
+
+
 MODELS = {
     "Point": lambda Y: sg.PointGPLVM(Y, 2, 8, seed=0),
     "MAP": lambda Y: sg.MAPGPLVM(Y, 2, 8, seed=0),
