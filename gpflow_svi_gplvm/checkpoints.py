@@ -155,9 +155,13 @@ class Checkpoints:
 
     Of several ``workers`` only the chief writes the folder and the history; the others take
     part in each save (as TensorFlow's multi-worker saving expects) into a temporary folder of
-    their own that is deleted at once. Every worker restores from the folder, so it must be one
-    that all of them read (a shared file system); workers that restore different steps are a
-    ``ValueError``.
+    their own that is deleted at once. With ``own_tables`` (each worker keeps the latent tables
+    of its own rows) every worker writes its checkpoints, the global state and its table shard,
+    into ``worker-<index>/`` beside the chief's (which holds the chief's shard): no worker ever
+    gathers another's rows, and the global state costs little next to the tables. Every worker
+    restores from the folder, so it must be one that all of them read (a shared file system); they
+    resume at the latest step that every worker's checkpoints hold, and workers that restore
+    different steps are a ``ValueError``.
     """
 
     def __init__(
@@ -173,8 +177,10 @@ class Checkpoints:
         workers: Workers | None = None,
         overwrite: bool = False,
         model: dict | None = None,
+        own_tables: bool = False,
     ) -> None:
         self.workers = workers or Workers()
+        self.own_tables = own_tables and self.workers.count > 1
         self.every = check_integer(every, "checkpoint_every")
         self.max_to_keep = check_integer(max_to_keep, "max_to_keep")
         self.folder = RunFolder(directory)
@@ -188,6 +194,10 @@ class Checkpoints:
             if self.workers.chief:
                 self._take(overwrite)
         self.occupied = bool(self.workers.stack(int(self.folder.holds_checkpoints()))[0])
+        self.own_folder = self.directory
+        if self.own_tables and not self.workers.chief:
+            self.own_folder = self.directory / f"worker-{self.workers.index}"
+            self.own_folder.mkdir(exist_ok=True)
         self.manager = self._manager()
 
     def _take(self, overwrite: bool) -> None:
@@ -196,7 +206,7 @@ class Checkpoints:
         self.folder.check_writable()
         self.folder.lock()
         if overwrite and self.folder.holds_checkpoints():
-            deleted = self.folder.clear()
+            deleted = self.folder.clear() + _clear_worker_folders(self.directory)
             shown = ", ".join(deleted[:4]) + (", ..." if len(deleted) > 4 else "")
             warnings.warn(
                 f"overwrite=True: deleted {len(deleted)} files of the earlier run in "
@@ -207,33 +217,32 @@ class Checkpoints:
     def _manager(self) -> tf.train.CheckpointManager:
         """TensorFlow's manager of the folder; a missing or damaged index that does not list
         every checkpoint file is rebuilt from the files first (by the chief), with a warning."""
-        manager = tf.train.CheckpointManager(self.checkpoint, str(self.directory), self.max_to_keep)
-        on_disk = [
-            str(self.directory / f"ckpt-{step}") for step in checkpoint_steps(self.directory)
-        ]
+        folder = self.own_folder
+        manager = tf.train.CheckpointManager(self.checkpoint, str(folder), self.max_to_keep)
+        on_disk = [str(folder / f"ckpt-{step}") for step in checkpoint_steps(folder)]
         missing = sorted(set(on_disk) - set(manager.checkpoints), key=on_disk.index)
         if not missing:
             return manager
         listed = sorted(set(on_disk) | set(manager.checkpoints), key=_step_of)
-        if self.workers.chief:
+        if self.workers.chief or folder != self.directory:
             # Listed with their files' times: the manager keeps (and later deletes, beyond
             # max_to_keep) only checkpoints newer than the index's "last preserved" time.
             times = [Path(path + ".index").stat().st_mtime for path in listed]
             tf.compat.v1.train.update_checkpoint_state(
-                str(self.directory),
+                str(folder),
                 listed[-1],
                 all_model_checkpoint_paths=listed,
                 all_model_checkpoint_timestamps=times,
                 last_preserved_timestamp=min(times) - 1.0,
             )
         warnings.warn(
-            f"The checkpoint index of {self.directory} is missing or damaged (it does not list "
+            f"The checkpoint index of {folder} is missing or damaged (it does not list "
             f"{', '.join(Path(path).name for path in missing)}); rebuilt it from the checkpoint "
             "files.",
             stacklevel=5,
         )
         self.workers.stack(0)  # every worker reads the index after the chief has rewritten it
-        return tf.train.CheckpointManager(self.checkpoint, str(self.directory), self.max_to_keep)
+        return tf.train.CheckpointManager(self.checkpoint, str(folder), self.max_to_keep)
 
     @property
     def directory(self) -> Path:
@@ -269,6 +278,8 @@ class Checkpoints:
         self.data.current["run"] = self.run
         if self.workers.chief:
             write_history(self.directory, elbo)
+            self.manager.save(checkpoint_number=self.num_steps)
+        elif self.own_tables:
             self.manager.save(checkpoint_number=self.num_steps)
         else:
             with tempfile.TemporaryDirectory(prefix=f"gplvm-{self.workers.name}-") as scratch:
@@ -324,10 +335,11 @@ class Checkpoints:
 
     def _restore_latest(self, model: SVIGPLVM) -> str | None:
         """Load the latest readable checkpoint; its path, or None when there is none."""
-        if not self.manager.checkpoints:
+        paths = self._common_checkpoints()
+        if not paths:
             return None
         unreadable: list[str] = []
-        for path in reversed(self.manager.checkpoints):
+        for path in reversed(paths):
             if self._load(model, path, unreadable):
                 if unreadable:
                     warnings.warn(
@@ -370,6 +382,31 @@ class Checkpoints:
             unreadable.append(f"{path} ({_first_line(error)})")
             return False
         return True
+
+    def _common_checkpoints(self) -> list[str]:
+        """This worker's checkpoints, oldest first; with ``own_tables``, those of the steps that
+        every worker's folder holds (a worker stopped while saving may lack the newest)."""
+        paths = list(self.manager.checkpoints)
+        if not self.own_tables:
+            return paths
+        steps = np.full(self.max_to_keep + 1, -1, np.int64)
+        mine = [_step_of(path) for path in paths][-len(steps) :]
+        steps[: len(mine)] = mine
+        every = self.workers.stack(steps)
+        common = set(every[0]).intersection(*map(set, every[1:])) - {-1}
+        return [path for path in paths if _step_of(path) in common]
+
+
+def _clear_worker_folders(directory: Path) -> list[str]:
+    """Delete the checkpoints of the ``worker-<index>/`` folders of ``directory`` (and each
+    folder once empty); the names deleted."""
+    deleted = []
+    for folder in sorted(directory.glob("worker-*")):
+        if folder.is_dir():
+            deleted += [f"{folder.name}/{name}" for name in RunFolder(folder).clear()]
+            if not any(folder.iterdir()):
+                folder.rmdir()
+    return deleted
 
 
 def _step_of(path: str) -> int:

@@ -209,13 +209,14 @@ class RowInputs:
 
     def set_reference(self, Y, rows: np.ndarray | None = None, workers: Workers | None = None):
         """Set :attr:`reference` from Y [n, D]: all rows, or this worker's ``rows`` of all
-        ``workers``' (the size factors are those of all N rows)."""
+        ``workers``' (the size factors are those of all N rows, or with ``rows`` None of this
+        worker's)."""
         if self.size_factors is None:
             return
         workers = workers or Workers()
         factors = self.size_factors if rows is None else self.size_factors[rows]
-        total = workers.sum(np.sum(library_sizes(Y) / factors))
-        self.reference = float(total) / len(self.size_factors)
+        total, count = workers.sum(np.array([np.sum(library_sizes(Y) / factors), len(factors)]))
+        self.reference = float(total) / float(count)
 
     @property
     def width(self) -> int:

@@ -1,11 +1,16 @@
-"""Several workers: which worker this process is, sums over workers, and each worker's rows.
+"""Several workers: which worker this process is, sums over workers, each worker's rows and the
+latent tables it owns.
 
 Under ``tf.distribute.MultiWorkerMirroredStrategy`` every worker runs the same program on its own
-rows of Y (a :class:`RowShard`). The model's variables are mirrored, so every worker holds the
-same parameters; what differs between workers is only their data. Statistics of the whole data
-(column moments, the PCA basis, checks) are sums over the workers' rows (:meth:`Workers.sum`),
-and a check that fails on one worker fails on all of them, with the worker named
-(:meth:`Workers.agreeing`), so that no worker is left waiting for the others.
+rows of Y (a :class:`RowShard`, dense or CSR). The global parameters (kernel, Z, q(u),
+likelihood, encoder, covariate weights) are mirrored, so every worker holds the same ones; the
+per-row tables (the latent rows, their optimiser moments, the rows' covariates) are the worker's
+own, for its rows only (:func:`worker_owned_variables`): a worker only ever draws its own rows, so
+mirrored tables would cost 6 N Q numbers on every worker and send their batch rows over the
+network every step for nothing. Statistics of the whole data (column moments, the PCA basis,
+checks) are sums over the workers' rows (:meth:`Workers.sum`), and a check that fails on one
+worker fails on all of them, with the worker named (:meth:`Workers.agreeing`), so that no worker
+is left waiting for the others.
 """
 
 from __future__ import annotations
@@ -14,16 +19,29 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
+import scipy.sparse as sp
 import tensorflow as tf
 from numpy.typing import ArrayLike
 
+from .sparse_rows import SparseRows
 from .validation import check_integer, check_observations
 
-__all__ = ["RowShard", "Workers", "WorkerLostError", "worker_rows", "LOST_WORKER_ERRORS"]
+T = TypeVar("T")
+
+__all__ = [
+    "RowShard",
+    "Workers",
+    "WorkerLostError",
+    "worker_rows",
+    "worker_owned",
+    "worker_owned_variables",
+    "LOST_WORKER_ERRORS",
+]
 
 LOST_WORKER_ERRORS = (
     tf.errors.UnavailableError,
@@ -120,6 +138,14 @@ class Workers:
         slots[self.index] = array
         return self.sum(slots)
 
+    def texts(self, text: str) -> list[str]:
+        """Every worker's ``text``, in worker order."""
+        codes = np.frombuffer(text.encode(), np.uint8)
+        width = int(self.stack(len(codes)).max(initial=0))
+        padded = np.zeros(width, np.int64)
+        padded[: len(codes)] = codes
+        return [_decode(row) for row in self.stack(padded)] if width else [""] * self.count
+
     def differing(self, value: ArrayLike) -> list[int]:
         """The workers whose ``value`` differs from the chief's (none for one worker)."""
         values = self.stack(value)
@@ -159,6 +185,61 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
+_OWNING = threading.local()
+
+
+@contextlib.contextmanager
+def worker_owned_variables(active: bool = True) -> Iterator[None]:
+    """Inside (when ``active``), :func:`owned_by_worker` makes its variables for this worker
+    alone: how a model built from a :class:`RowShard` on several workers keeps its per-row
+    tables."""
+    previous = getattr(_OWNING, "active", False)
+    _OWNING.active = active
+    try:
+        yield
+    finally:
+        _OWNING.active = previous
+
+
+def owned_by_worker(create: Callable[[], T]) -> T:
+    """``create()``, whose variables are this worker's alone inside
+    :func:`worker_owned_variables` (made outside any strategy's scope, never mirrored, and marked
+    for :func:`worker_owned`); elsewhere ``create()`` as it is."""
+    if not getattr(_OWNING, "active", False):
+        return create()
+    made = _outside_strategy(create)
+    variables = [made] if isinstance(made, tf.Variable) else list(getattr(made, "variables", ()))
+    for variable in variables:
+        variable._worker_owned = True  # read by worker_owned
+    return made
+
+
+def worker_owned(variable: tf.Variable) -> bool:
+    """Whether ``variable`` belongs to this worker alone (a per-row table of its rows, or such a
+    table's optimiser moments): its gradient is never summed over workers."""
+    return bool(getattr(variable, "_worker_owned", False))
+
+
+def _outside_strategy(create: Callable[[], T]) -> T:
+    """``create()`` run in a thread of its own: a strategy's scope holds for its own thread only,
+    so the variables made there are plain ones of this process."""
+    made: list = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(create())
+        except BaseException as error:  # raised again in the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
 def worker_rows(num_data: int, worker: int, num_workers: int) -> np.ndarray:
     """The rows [n] of worker ``worker`` of ``num_workers`` when N rows are split into contiguous
     blocks of sizes differing by at most one: :math:`[\\lfloor wN/W \\rfloor,
@@ -174,33 +255,56 @@ class RowShard:
 
     A model built from a shard inside ``strategy.scope()`` and ``fit(model, shard,
     strategy=strategy)`` train on the union of the workers' shards: every row 0..N-1 on exactly
-    one worker. The shard keeps its rows once, in a variable ``Y`` on this worker's CPU (a copy
-    of ``Y``: drop your array, or pass a memory-mapped one, to keep one copy resident);
-    :meth:`for_worker` takes this worker's block of a (memory-mapped) array.
+    one worker, whose latent rows live on that worker alone. A dense ``Y`` is kept once, in a
+    variable on this worker's CPU (a copy of ``Y``: drop your array, or pass a memory-mapped one,
+    to keep one copy resident); :meth:`for_worker` takes this worker's block of a (memory-mapped)
+    array. Sparse rows (:class:`~gpflow_svi_gplvm.sparse_rows.SparseRows` or a SciPy sparse
+    matrix, e.g. counts read from an AnnData file) stay CSR, 8 bytes per non-zero entry, and each
+    minibatch is densified on its own.
     """
 
-    def __init__(self, Y: ArrayLike, rows: ArrayLike, num_data: int, mask: ArrayLike | None = None):
-        Y = check_observations(Y, "the shard's Y", mask=mask)
+    def __init__(
+        self,
+        Y: ArrayLike | SparseRows | sp.spmatrix,
+        rows: ArrayLike,
+        num_data: int,
+        mask: ArrayLike | None = None,
+    ):
         self.num_data = check_integer(num_data, "num_data", hint="N, the rows of all shards")
+        self.Y: tf.Variable | SparseRows
+        if isinstance(Y, SparseRows) or sp.issparse(Y):
+            if mask is not None:
+                raise ValueError("Sparse rows hold every entry: a mask cannot be given with them.")
+            self.Y = Y if isinstance(Y, SparseRows) else SparseRows.from_matrix(Y)
+            self.rows = _check_rows(rows, self.Y.shape[0], self.num_data)
+            return
+        Y = check_observations(Y, "the shard's Y", mask=mask)
         self.rows = _check_rows(rows, len(Y), self.num_data)
         self.Y = _rows_on_cpu(Y)
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the rows are held as CSR (each minibatch densified on its own)."""
+        return isinstance(self.Y, SparseRows)
 
     @classmethod
     def for_worker(
         cls,
-        Y: np.ndarray,
+        Y: np.ndarray | sp.spmatrix,
         strategy: tf.distribute.Strategy | None = None,
         mask: ArrayLike | None = None,
     ) -> RowShard:
         """This worker's contiguous block of the rows of Y [N, D] (:func:`worker_rows`), for a
         ``strategy`` (default: the one in scope). With ``np.load(path, mmap_mode="r")`` only
-        those rows are read."""
+        those rows are read; a SciPy sparse Y stays sparse."""
         Y = Y if hasattr(Y, "shape") else np.asarray(Y)
         workers = Workers.of(strategy)
-        rows = worker_rows(len(Y), workers.index, workers.count)
+        rows = worker_rows(Y.shape[0], workers.index, workers.count)
         block = slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) else slice(0, 0)
+        if sp.issparse(Y):
+            return cls(sp.csr_matrix(Y)[block], rows, Y.shape[0], mask=mask)
         mask = None if mask is None else np.asarray(mask)[block]
-        return cls(np.asarray(Y[block]), rows, len(Y), mask=mask)
+        return cls(np.asarray(Y[block]), rows, Y.shape[0], mask=mask)
 
     @property
     def num_rows(self) -> int:
@@ -251,19 +355,15 @@ class RowShard:
 def _rows_on_cpu(Y: np.ndarray) -> tf.Variable:
     """Y [n, D] in a non-trainable variable on this process's CPU, written in blocks of about a
     MiB so that besides Y it costs one copy and no larger temporary."""
-    made: list[tf.Variable] = []
 
-    def create() -> None:
+    def create() -> tf.Variable:
         with tf.device("/cpu:0"):
             zeros = tf.fill(Y.shape, tf.constant(0, Y.dtype))
-            made.append(tf.Variable(zeros, trainable=False, name="rows"))
+            return tf.Variable(zeros, trainable=False, name="rows")
 
-    # A strategy's scope holds for its own thread only, and a worker's rows must never become a
-    # variable mirrored from the chief's (nor copied to every device): create it in another.
-    thread = threading.Thread(target=create)
-    thread.start()
-    thread.join()
-    rows = made[0]
+    # A worker's rows must never become a variable mirrored from the chief's (nor copied to
+    # every device).
+    rows = _outside_strategy(create)
     step = max(1, _COPY_BYTES // max(1, Y.shape[1] * Y.itemsize))
     for start in range(0, len(Y), step):
         block = np.asarray(Y[start : start + step])

@@ -39,7 +39,7 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
-from .latents import LatentBatch, NewRowFit, RowLatentVariables
+from .latents import LatentBatch, NewRowFit, RowLatentVariables, row_table
 from .validation import check_integer, check_layer_sizes
 
 __all__ = [
@@ -355,10 +355,8 @@ class FlowLatent(RowLatentVariables):
             )
         self.layers = layers
         variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
-        self.mean = Parameter(initial_mean, dtype=default_float(), name="base_mean")
-        self.variance = Parameter(
-            variance, transform=positive(), dtype=default_float(), name="base_variance"
-        )
+        self.mean = row_table(initial_mean, "base_mean")
+        self.variance = row_table(variance, "base_variance", positive())
         self.moment_draws = check_integer(moment_draws, "moment_draws", hint="e.g. 256")
 
     @property

@@ -62,6 +62,8 @@ class NewRowModel(Protocol):
     likelihood: Likelihood
     inducing_variable: InducingVariables
     num_data: int | tf.Tensor | None
+    num_table_rows: int
+    """The rows of the latent tables (N, or this worker's rows on several workers)."""
     data_dim: int
     latent_dim: int
     num_samples: int
@@ -157,7 +159,7 @@ class LatentInference(tf.Module):
             likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
         )
         model.latent.check_new_rows()
-        rows = np.random.default_rng(seed).permutation(int(model.num_data or 0))[:max_candidates]
+        rows = np.random.default_rng(seed).permutation(model.num_table_rows)[:max_candidates]
         self._candidate_rows = tf.constant(rows, dtype=tf.int64)
         self._fit = NewRowFit(
             objective=lambda batch, Y, rows: self._row_bounds(batch, Y),
@@ -597,7 +599,7 @@ def _checked_training_rows(model: NewRowModel, rows, num_rows: int) -> np.ndarra
     rows = np.asarray(rows)
     if rows.shape != (num_rows,) or not np.issubdtype(rows.dtype, np.integer):
         raise ValueError(f"rows must be {num_rows} integer training-row indices, one per row of Y.")
-    num_data = int(model.num_data or 0)
+    num_data = model.num_table_rows
     if rows.min() < 0 or rows.max() >= num_data:
         raise ValueError(f"rows must lie in [0, {num_data}), the model's training rows.")
     return rows.astype(np.int64)

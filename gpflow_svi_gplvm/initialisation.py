@@ -184,11 +184,27 @@ def random_latents(num_data: int, latent_dim: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((num_data, latent_dim))
 
 
-def inducing_inputs(latents: np.ndarray, num_inducing: int, seed: int = 0) -> np.ndarray:
-    """M distinct rows of the initial latents [N, Q], chosen at random, as inducing inputs Z."""
-    rng = np.random.default_rng(seed)
-    rows = rng.choice(latents.shape[0], size=num_inducing, replace=False)
-    return np.array(latents[rows], dtype=float)
+def inducing_inputs(
+    latents: np.ndarray,
+    num_inducing: int,
+    seed: int = 0,
+    rows: np.ndarray | None = None,
+    workers: Workers | None = None,
+) -> np.ndarray:
+    """M distinct rows of the initial latents [N, Q], chosen at random, as inducing inputs Z.
+    With ``rows`` [n], ``latents`` [n, Q] are this worker's rows of all ``workers``' N: each
+    worker gives the chosen rows it holds, so that Z is the one chosen from all N rows."""
+    workers = workers or Workers()
+    num_data = latents.shape[0] if rows is None else int(workers.sum(len(rows)))
+    chosen = np.random.default_rng(seed).choice(num_data, size=num_inducing, replace=False)
+    if rows is None:
+        return np.array(latents[chosen], dtype=float)
+    order = np.argsort(rows)
+    found = np.minimum(np.searchsorted(rows, chosen, sorter=order), max(len(rows) - 1, 0))
+    held = (rows[order[found]] == chosen) if len(rows) else np.zeros(len(chosen), bool)
+    Z = np.zeros((num_inducing, latents.shape[1]))
+    Z[held] = latents[order[found[held]]]
+    return workers.sum(Z)
 
 
 def initial_offset(
@@ -247,27 +263,33 @@ def initial_latents(
     seed: int = 0,
     rows: np.ndarray | None = None,
     workers: Workers | None = None,
+    own_rows: bool = False,
 ) -> np.ndarray:
     """Initial latents [N, Q] for Y [N, D]: ``latent_init`` "pca" (:func:`pca_latents`),
     "random" (:func:`random_latents`) or the latents themselves, an array [N, Q]. With
     ``workers``, Y [n, D] is this worker's rows (``rows`` [n] among the N) and the result is the
-    table of all N rows, the same on every worker."""
+    table of all N rows, the same on every worker, or with ``own_rows`` those of its rows [n]
+    (given latents may then be those of its rows alone)."""
     workers = workers or Workers()
     num_data = Y.shape[0] if rows is None else int(workers.sum(Y.shape[0]))
     if not isinstance(latent_init, str):
-        return _given_latents(latent_init, num_data, latent_dim)
-    if latent_init not in ("pca", "random"):
+        if own_rows and rows is not None and np.shape(latent_init)[0] == len(rows) != num_data:
+            return _given_latents(latent_init, len(rows), latent_dim)  # this worker's rows
+        table = _given_latents(latent_init, num_data, latent_dim)
+    elif latent_init not in ("pca", "random"):
         raise ValueError(
             f"latent_init must be 'pca', 'random' or an array [N, Q], got {latent_init!r}."
         )
-    if latent_init == "random":
-        return random_latents(num_data, latent_dim, seed=seed)
-    scores = pca_latents(Y, latent_dim, seed=seed, rows=rows, workers=workers)
-    if rows is None:
-        return scores
-    table = np.zeros((num_data, latent_dim))
-    table[rows] = scores
-    return workers.sum(table)
+    elif latent_init == "random":
+        table = random_latents(num_data, latent_dim, seed=seed)
+    else:
+        scores = pca_latents(Y, latent_dim, seed=seed, rows=rows, workers=workers)
+        if rows is None or own_rows:
+            return scores
+        table = np.zeros((num_data, latent_dim))
+        table[rows] = scores
+        return workers.sum(table)
+    return table[rows] if own_rows and rows is not None else table
 
 
 def _given_latents(latents, num_data: int, latent_dim: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
+from .distributed import owned_by_worker
 from .networks import MLP, SetPooling
 from .newton_rows import newton_rows
 from .optimizers import adam_moments_and_step
@@ -98,6 +99,17 @@ _NO_NEW_ROWS = (
     "tables (subclass RowLatentVariables, which also gives the optimisation of q(x*)) or an "
     "amortised q(x_n | y_n) (set amortised = True and compute q(x) from Y alone, ignoring idx)."
 )
+
+
+def row_table(
+    values: np.ndarray, name: str, transform: tfp.bijectors.Bijector | None = None
+) -> Parameter:
+    """A per-row table [N, ...] of a latent family, as a Parameter. When a model is built from a
+    shard on several workers it holds this worker's rows only, and is this worker's alone
+    (:func:`~gpflow_svi_gplvm.distributed.owned_by_worker`)."""
+    return owned_by_worker(
+        lambda: Parameter(values, transform=transform, dtype=default_float(), name=name)
+    )
 
 
 @check_shapes("parameter: [N, row_shape...]", "idx: [batch]", "return: [batch, row_shape...]")
@@ -370,7 +382,7 @@ class PointLatent(RowLatentVariables):
         initial_mean = np.asarray(initial_mean)
         num_data, latent_dim = initial_mean.shape
         super().__init__(num_data, latent_dim, name=name)
-        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
+        self.mean = row_table(initial_mean, "latent_mean")
 
     @property
     def row_parameters(self) -> tuple[Parameter, ...]:
@@ -448,10 +460,8 @@ class GaussianLatent(RowLatentVariables):
         num_data, latent_dim = initial_mean.shape
         super().__init__(num_data, latent_dim, name=name)
         variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
-        self.mean = Parameter(initial_mean, dtype=default_float(), name="latent_mean")
-        self.variance = Parameter(
-            variance, transform=positive(), dtype=default_float(), name="latent_variance"
-        )
+        self.mean = row_table(initial_mean, "latent_mean")
+        self.variance = row_table(variance, "latent_variance", positive())
 
     @property
     def row_parameters(self) -> tuple[Parameter, ...]:

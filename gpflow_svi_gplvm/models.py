@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike
 
 from . import inference
 from .covariates import RowInputs, with_row_inputs, with_row_inputs_components
-from .distributed import RowShard, Workers
+from .distributed import RowShard, Workers, owned_by_worker, worker_owned, worker_owned_variables
 from .flows import check_flow_options, flow_latent
 from .initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
@@ -59,7 +59,7 @@ from .latents import (
 )
 from .likelihoods import MaskedLikelihood
 from .shared_covariance import shared_conditional, shared_prior_kl
-from .sparse_rows import SparseRows
+from .sparse_rows import RowReader
 from .validation import check_observations, check_seed, row_blocks
 
 __all__ = [
@@ -86,9 +86,9 @@ _PARAMETERS = """
     :param data: Y [N, D], NaN where an entry is missing; or a
         :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows under a
         ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
-        :class:`~gpflow_svi_gplvm.sparse_rows.SparseRows`, a sparse matrix read a block of rows
-        at a time (train on it with a dataset of its rows, as
-        :mod:`gpflow_svi_gplvm.singlecell` does).
+        rows read a block at a time (a :class:`~gpflow_svi_gplvm.sparse_rows.RowReader`: a
+        sparse matrix in memory, or :class:`~gpflow_svi_gplvm.disk_rows.DiskRows` on disk;
+        train on it with a dataset of its rows, as :mod:`gpflow_svi_gplvm.singlecell` does).
     :param latent_dim: Q, the latent dimensions.
     :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
     :param kernel: a GPflow kernel on the latents; default a squared exponential with one
@@ -174,7 +174,7 @@ class SVIGPLVM(SVGP):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard | SparseRows,
+        data: ArrayLike | RowShard | RowReader,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -194,8 +194,15 @@ class SVIGPLVM(SVGP):
     ):
         seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
-        inputs = RowInputs(covariates, size_factors, num_data)
-        inputs.set_reference(Y, rows, workers)
+        # On several workers each keeps the table rows of its own shard alone.
+        owned = rows is not None and workers.count > 1
+        self.table_rows = rows if owned else None
+        inputs = RowInputs(
+            _shard_rows(covariates, rows, num_data, owned),
+            _shard_rows(size_factors, rows, num_data, owned),
+            len(rows) if owned else num_data,
+        )
+        inputs.set_reference(Y, None if owned else rows, workers)
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
         latent_dim, num_inducing, num_samples = check_sizes(
@@ -203,16 +210,23 @@ class SVIGPLVM(SVGP):
         )
         # Read a block of rows at a time (row_blocks), whatever holds them.
         blocks = cast(np.ndarray, Y)
-        initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers)
+        initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers, owned)
         components = with_row_inputs_components(
             default_components(blocks, latent_dim, kernel, likelihood, mean_function, workers),
             latent_dim,
             inputs,
         )
+        Z = inducing_inputs(
+            _with_covariates(initial, inputs),
+            num_inducing,
+            seed=seed,
+            rows=rows if owned else None,
+            workers=workers,
+        )
         super().__init__(
             components.kernel,
             components.likelihood,
-            inducing_inputs(_with_covariates(initial, inputs), num_inducing, seed=seed),
+            Z,
             mean_function=components.mean_function,
             num_latent_gps=data_dim,
             whiten=whiten,
@@ -225,11 +239,14 @@ class SVIGPLVM(SVGP):
         if shared:
             self.q_diag = False
             self.q_sqrt = gpflow.Parameter(np.eye(num_inducing)[None], transform=triangular())
-        self.latent = _check_latent(
-            self._build_latent(latent, initial, Y, workers), num_data, latent_dim
-        )
+        with worker_owned_variables(owned):
+            self.latent = _check_latent(
+                self._build_latent(latent, initial, Y, workers), len(initial), latent_dim
+            )
+            _check_owned(self.latent, owned)
         self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
-        self._set_row_inputs(inputs)
+        with worker_owned_variables(owned):
+            self._set_row_inputs(inputs)
         self.closed_form = _closed_form(self, latent_expectation)
 
     def _set_row_inputs(self, inputs: RowInputs) -> None:
@@ -237,7 +254,9 @@ class SVIGPLVM(SVGP):
         checkpoints and exports carry it) and the size factors' reference library size."""
         self.num_covariates = inputs.num_covariates
         table = inputs.table
-        self.row_inputs = None if table is None else tf.Variable(table, trainable=False)
+        self.row_inputs = None
+        if table is not None:
+            self.row_inputs = owned_by_worker(lambda: tf.Variable(table, trainable=False))
         self.size_factor_reference = None
         if inputs.size_factors is not None:
             self.size_factor_reference = tf.Variable(inputs.reference, dtype=tf.float64)
@@ -449,7 +468,13 @@ class SVIGPLVM(SVGP):
                 )
             Y = tf.convert_to_tensor(check_observations(Y, "Y", self.data_dim))
             return tf.range(tf.shape(Y)[0], dtype=tf.int64), Y
-        return tf.range(self.num_data, dtype=tf.int64), None
+        return tf.range(self.num_table_rows, dtype=tf.int64), None
+
+    @property
+    def num_table_rows(self) -> int:
+        """The rows of the latent tables: N, or, when the model was built from a shard on several
+        workers, this worker's rows (:attr:`table_rows` [n], their numbers among the N)."""
+        return int(self.num_data) if self.table_rows is None else len(self.table_rows)
 
     @check_shapes("return: [Q]")
     def ard_relevance(self) -> np.ndarray:
@@ -506,7 +531,7 @@ class PointGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard | SparseRows,
+        data: ArrayLike | RowShard | RowReader,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -536,7 +561,7 @@ class MAPGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard | SparseRows,
+        data: ArrayLike | RowShard | RowReader,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -569,7 +594,7 @@ class BayesianSVIGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard | SparseRows,
+        data: ArrayLike | RowShard | RowReader,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -632,7 +657,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
 
     def __init__(
         self,
-        data: ArrayLike | RowShard | SparseRows,
+        data: ArrayLike | RowShard | RowReader,
         latent_dim: int,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         kernel: Kernel | None = None,
@@ -813,15 +838,15 @@ def _shared_options(arguments: dict) -> dict:
 
 
 def _local_rows(
-    data: ArrayLike | RowShard | SparseRows, mask: ArrayLike | None
-) -> tuple[np.ndarray | tf.Tensor | SparseRows, np.ndarray | None, int, Workers]:
+    data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None
+) -> tuple[np.ndarray | tf.Tensor | RowReader, np.ndarray | None, int, Workers]:
     """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
-    :class:`RowShard`, or :class:`SparseRows` read a block at a time), their row numbers (None
+    :class:`RowShard`, or a :class:`RowReader` read a block at a time), their row numbers (None
     for all rows in order), N and the workers holding them; a shard is checked against the other
     workers' (under the strategy in scope)."""
-    if isinstance(data, SparseRows):
+    if isinstance(data, RowReader):
         if mask is not None:
-            raise ValueError("SparseRows hold every entry: a mask cannot be given with them.")
+            raise ValueError("Sparse rows hold every entry: a mask cannot be given with them.")
         return data, None, data.shape[0], Workers()
     if not isinstance(data, RowShard):
         Y = check_observations(data, "data", mask=mask)
@@ -831,6 +856,29 @@ def _local_rows(
     workers = Workers.of()
     data.check(workers)
     return data.Y, data.rows, data.num_data, workers
+
+
+def _shard_rows(
+    values: ArrayLike | None, rows: np.ndarray | None, num_data: int, owned: bool
+) -> np.ndarray | None:
+    """Per-row inputs (covariates [., P], size factors [.]) for the model's table rows: as given,
+    or, when a worker owns its rows and was given all N, those of its rows."""
+    if values is None or not owned or rows is None:
+        return None if values is None else np.asarray(values)
+    values = np.asarray(values)
+    return values[rows] if len(values) == num_data != len(rows) else values
+
+
+def _check_owned(latent: LatentVariables, owned: bool) -> None:
+    """A ``ValueError`` when a latent family keeps per-row tables that could not be made this
+    worker's own (a family building its tables without :func:`~.latents.row_table`)."""
+    tables = getattr(latent, "row_parameters", ())
+    if owned and not all(worker_owned(p.unconstrained_variable) for p in tables):
+        raise ValueError(
+            f"{type(latent).__name__} keeps per-row tables that are not split over the workers "
+            "(e.g. flow_parameters='per-row'): on several workers use a family whose tables "
+            "are built with gpflow_svi_gplvm.latents.row_table (e.g. flow_parameters='shared')."
+        )
 
 
 def _with_covariates(initial: np.ndarray, inputs: RowInputs) -> np.ndarray:

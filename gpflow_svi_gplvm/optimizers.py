@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from .distributed import owned_by_worker, worker_owned, worker_owned_variables
 from .schedules import StepSize
 
 __all__ = ["RowSparseAdam", "adam_moments_and_step"]
@@ -83,18 +84,11 @@ class RowSparseAdam(tf.Module):
         self.dense_entries = dense_entries
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations")
-        self.first_moments = [
-            tf.Variable(tf.zeros_like(v), trainable=False, name="m") for v in variables
-        ]
-        self.second_moments = [
-            tf.Variable(tf.zeros_like(v), trainable=False, name="v") for v in variables
-        ]
+        self.first_moments = [_slot(v, tf.zeros_like(v), "m") for v in variables]
+        self.second_moments = [_slot(v, tf.zeros_like(v), "v") for v in variables]
         # Per variable, how often each row [rows] (a scalar: the variable) has been updated.
         self.row_updates = (
-            [
-                tf.Variable(tf.zeros(v.shape[:1], tf.int64), trainable=False, name="k")
-                for v in variables
-            ]
+            [_slot(v, tf.zeros(v.shape[:1], tf.int64), "k") for v in variables]
             if bias_correction == "row"
             else None
         )
@@ -142,6 +136,13 @@ class RowSparseAdam(tf.Module):
             first.scatter_update(tf.IndexedSlices(m, rows))
             second.scatter_update(tf.IndexedSlices(v, rows))
             variable.scatter_sub(tf.IndexedSlices(step, rows))
+
+
+def _slot(variable: tf.Variable, initial: tf.Tensor, name: str) -> tf.Variable:
+    """A state variable of ``variable``'s optimiser: this worker's own when ``variable`` is (a
+    table of its rows: its moments never leave it either)."""
+    with worker_owned_variables(worker_owned(variable)):
+        return owned_by_worker(lambda: tf.Variable(initial, trainable=False, name=name))
 
 
 def _summed_rows(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:

@@ -20,8 +20,12 @@ covariate columns) are embedded by :meth:`SingleCellGPLVM.transform`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import gpflow
@@ -29,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from .covariates import new_row_inputs
+from .distributed import RowShard, Workers, worker_rows
 from .inference import LatentInference
 from .initialisation import pca_latents
 from .likelihoods import NegativeBinomial
@@ -54,16 +59,25 @@ class CovariateEncoding:
     location: dict[str, float] = field(default_factory=dict)
     scale: dict[str, float] = field(default_factory=dict)
 
-    def fit(self, obs) -> CovariateEncoding:
-        """Learn the categories and scales of ``obs`` (a pandas DataFrame)."""
+    def fit(self, obs, workers: Workers | None = None) -> CovariateEncoding:
+        """Learn the categories and scales of ``obs`` (a pandas DataFrame), or with ``workers``
+        of every worker's ``obs`` together: the union of the categories they see, in one order
+        (sorted, as pandas orders the categories of strings), and the moments of all cells."""
+        workers = workers or Workers()
         for column in self.columns:
             values = _obs_column(obs, column)
             if _categorical(values):
-                self.categories[column] = list(values.astype("category").cat.categories)
+                seen = list(values.astype("category").cat.categories)
+                self.categories[column] = _agreed_categories(seen, workers)
             else:
                 numbers = values.to_numpy(dtype=float)
-                self.location[column] = float(np.mean(numbers))
-                self.scale[column] = float(np.std(numbers)) or 1.0
+                count, total, squares = workers.sum(
+                    [len(numbers), np.sum(numbers), np.sum(numbers**2)]
+                )
+                mean = total / max(count, 1)
+                self.location[column] = float(mean)
+                self.scale[column] = float(np.sqrt(max(squares / max(count, 1) - mean**2, 0)))
+                self.scale[column] = self.scale[column] or 1.0
         return self
 
     @property
@@ -98,6 +112,16 @@ class CovariateEncoding:
                 numbers = values.to_numpy(dtype=float)
                 parts.append(((numbers - self.location[column]) / self.scale[column])[:, None])
         return np.concatenate(parts, axis=1)
+
+
+def _agreed_categories(seen: list, workers: Workers) -> list:
+    """The categories of every worker together: the workers' own list when all agree (a
+    categorical column's declared order), else their sorted union."""
+    lists = [json.loads(text) for text in workers.texts(json.dumps([str(c) for c in seen]))]
+    if all(other == lists[0] for other in lists):
+        return seen
+    by_text = {str(c): c for c in seen}
+    return [by_text.get(text, text) for text in sorted(set().union(*lists))]
 
 
 def _obs_column(obs, column: str):
@@ -177,39 +201,90 @@ class SingleCellGPLVM:
         batch_size: int = 256,
         learning_rate: float = 0.01,
         progress: bool = True,
+        *,
+        strategy: tf.distribute.Strategy | None = None,
+        output: str | Path | None = None,
     ) -> SingleCellGPLVM:
-        """Fit to ``adata`` (in memory or backed) and write ``obsm`` and ``uns`` there."""
+        """Fit to ``adata`` (in memory or backed, or the path of an ``.h5ad`` file, opened backed)
+        and write ``obsm`` and ``uns`` there.
+
+        ``strategy``: a ``MultiWorkerMirroredStrategy``, every worker calling ``fit`` alike. Each
+        reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.worker_rows`) as CSR
+        and keeps their latent rows alone; size factors, covariate categories (the union of
+        what the workers see), numeric scales and the initial PCA come from sums over the
+        workers. ``output``: a folder where the embedding of every cell is assembled as
+        ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] (each worker writes its own
+        cells' rows; on several workers a folder every worker writes), so that the chief
+        never holds all the latents: needed on several workers; ``obsm`` is then written when
+        ``adata`` is an AnnData object (by the chief, from those files).
+        """
+        workers = Workers.of(strategy) if strategy is not None else Workers()
+        if workers.count > 1 and output is None:
+            raise ValueError(
+                "On several workers pass output=, a folder every worker writes: the embedding "
+                "of every cell is assembled there (X_gplvm.npy), each worker writing its cells."
+            )
+        adata = _opened(adata)
         self.gene_names = _gene_names(adata, self.genes)
-        rows = self._rows(adata)
-        covariates = self.encoding.fit(adata.obs).transform(adata.obs)
-        sizes = self._size_factors(adata, rows)
-        initial = self._initial_latents(rows, sizes, covariates)
-        self.model = lookup_model(self.model_name)(
-            rows,
-            self.latent_dim,
-            min(self.num_inducing, rows.shape[0]),
-            likelihood=self._likelihood(rows.shape[1]),
-            latent_init=initial,
-            seed=self.seed,
-            covariates=covariates,
-            size_factors=sizes,
-            **self.model_options,
-        )
-        batch_size = min(batch_size, rows.shape[0])
-        self.history = fit(
-            self.model,
-            rows_dataset(rows, batch_size, self.seed),
-            iterations=iterations,
-            learning_rate=learning_rate,
-            seed=self.seed,
-            progress=progress,
-        )
+        self._check_same_genes(workers)
+        cells = worker_rows(adata.n_obs, workers.index, workers.count)
+        block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
+        rows = self._rows(adata, cells=block)
+        obs = adata.obs.iloc[block]
+        covariates = self.encoding.fit(obs, workers).transform(obs)
+        sizes = self._size_factors(obs, rows, workers)
+        initial = self._initial_latents(rows, sizes, covariates, workers, cells)
+        data = rows if workers.count == 1 else RowShard(rows, cells, adata.n_obs)
+        with strategy.scope() if strategy is not None else nullcontext():
+            self.model = lookup_model(self.model_name)(
+                data,
+                self.latent_dim,
+                min(self.num_inducing, adata.n_obs),
+                likelihood=self._likelihood(rows.shape[1]),
+                latent_init=initial,
+                seed=self.seed,
+                covariates=covariates,
+                size_factors=sizes,
+                **self.model_options,
+            )
+        batch_size = min(batch_size, adata.n_obs)
+        options = dict(iterations=iterations, learning_rate=learning_rate, seed=self.seed)
+        if workers.count == 1:
+            dataset = rows_dataset(rows, batch_size, self.seed)
+            self.history = fit(self.model, dataset, progress=progress, **options)
+        else:
+            self.history = fit(
+                self.model,
+                data,
+                batch_size=batch_size,
+                strategy=strategy,
+                progress=False,
+                **options,
+            )
         self._inference = None
         mean, variance = self._training_moments(rows)
-        adata.obsm[f"X_{self.key_added}"] = mean
-        adata.obsm[f"X_{self.key_added}_var"] = variance
-        adata.uns[self.key_added] = self._summary(iterations, batch_size, learning_rate)
+        summary = self._summary(iterations, batch_size, learning_rate)
+        if output is not None:
+            mean, variance = _assembled(
+                Path(output), self.key_added, mean, variance, cells, workers
+            )
+        if workers.chief and mean is not None and variance is not None and _in_memory(adata):
+            adata.obsm[f"X_{self.key_added}"] = np.asarray(mean)
+            adata.obsm[f"X_{self.key_added}_var"] = np.asarray(variance)
+            adata.uns[self.key_added] = summary
         return self
+
+    def _check_same_genes(self, workers: Workers) -> None:
+        """A ``ValueError`` on every worker when the workers chose other genes (another file,
+        ``genes`` or ``layer``)."""
+        text = json.dumps([self.gene_names, self.layer])
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=6).digest(), "little")
+        odd = workers.differing(digest)
+        if odd:
+            raise ValueError(
+                f"The workers read other genes or layers than the chief (worker(s) {odd}): give "
+                "every worker the same file, genes= and layer=."
+            )
 
     def transform(self, adata, iterations: int = 300, chunk_size: int = 4096) -> np.ndarray:
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name, and
@@ -227,7 +302,7 @@ class SingleCellGPLVM:
         position = {g: i for i, g in enumerate(names)}
         rows = self._rows(adata, np.array([position[g] for g in self.gene_names]))
         covariates = self.encoding.transform(adata.obs)
-        sizes = self._size_factors(adata, rows) if self.size_factors != "library" else None
+        sizes = self._size_factors(adata.obs, rows) if self.size_factors != "library" else None
         if self._inference is None or self._inference.iterations != iterations:
             # Kept: its compiled graphs serve later calls with as many steps.
             self._inference = LatentInference(self.model, iterations, seed=self.seed)
@@ -249,50 +324,66 @@ class SingleCellGPLVM:
         adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
         return adata.obsm[f"X_{self.key_added}"]
 
-    def _rows(self, adata, columns: np.ndarray | None = None) -> SparseRows:
-        """The chosen genes' values of every cell, read in row blocks and checked."""
+    def _rows(
+        self, adata, columns: np.ndarray | None = None, cells: slice = slice(None)
+    ) -> SparseRows:
+        """The chosen genes' values of the ``cells`` (a range; default every cell), read in row
+        blocks and checked."""
         if columns is None:
             position = {g: i for i, g in enumerate(map(str, adata.var_names))}
             columns = np.array([position[g] for g in self.gene_names])
-        source = _layer(adata, self.layer)
-        cells, genes = list(adata.obs_names), self.gene_names
+        source = _RowRange(_layer(adata, self.layer), cells)
+        names, genes = list(adata.obs_names[cells]), self.gene_names
         counts = self.likelihood != "gaussian"
 
         def check(block: np.ndarray, first: int) -> None:
-            _check_values(block, first, cells, genes, counts, self.layer)
+            _check_values(block, first, names, genes, counts, self.layer)
 
         return SparseRows.from_matrix(source, columns, check)
 
-    def _size_factors(self, adata, rows: SparseRows) -> np.ndarray | None:
-        """Each cell's size factor [N]: library size over its mean, or an ``obs`` column."""
+    def _size_factors(
+        self, obs, rows: SparseRows, workers: Workers | None = None
+    ) -> np.ndarray | None:
+        """Each cell's size factor [N] (of ``obs``'s cells): library size over its mean over all
+        ``workers``' cells, or an ``obs`` column."""
         if self.size_factors is None:
             return None
+        workers = workers or Workers()
         if self.size_factors == "library":
             library = rows.row_sums()
-            empty = np.flatnonzero(library <= 0)
-            if len(empty):
-                raise ValueError(
-                    f"cell {adata.obs_names[empty[0]]!r} has no counts in the chosen genes "
-                    f"({len(empty)} cells in all): its size factor would be 0. Filter such cells "
-                    "first, e.g. scanpy.pp.filter_cells(adata, min_counts=1)."
-                )
-            return library / library.mean()
-        values = _obs_column(adata.obs, self.size_factors).to_numpy(dtype=float)
+            with workers.agreeing():
+                empty = np.flatnonzero(library <= 0)
+                if len(empty):
+                    raise ValueError(
+                        f"cell {obs.index[empty[0]]!r} has no counts in the chosen genes "
+                        f"({len(empty)} cells in all): its size factor would be 0. Filter such "
+                        "cells first, e.g. scanpy.pp.filter_cells(adata, min_counts=1)."
+                    )
+            total, count = workers.sum([np.sum(library), len(library)])
+            return library / (total / count)
+        values = _obs_column(obs, self.size_factors).to_numpy(dtype=float)
         bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
         if len(bad):
             raise ValueError(
-                f"obs column {self.size_factors!r} gives cell {adata.obs_names[bad[0]]!r} the "
+                f"obs column {self.size_factors!r} gives cell {obs.index[bad[0]]!r} the "
                 f"size factor {values[bad[0]]} ({len(bad)} cells in all): size factors must be "
                 "positive."
             )
         return values
 
     def _initial_latents(
-        self, rows: SparseRows, sizes: np.ndarray | None, covariates: np.ndarray | None
+        self,
+        rows: SparseRows,
+        sizes: np.ndarray | None,
+        covariates: np.ndarray | None,
+        workers: Workers | None = None,
+        cells: np.ndarray | None = None,
     ) -> np.ndarray:
         """PCA scores [N, Q] of log(1 + y / s) (of y itself for a Gaussian likelihood) with each
         gene's least-squares fit on the covariates C [N, R] (and a constant) taken out, so that
-        the latent starts from what the covariates do not explain, as it should end."""
+        the latent starts from what the covariates do not explain, as it should end. With
+        ``workers``, of this worker's ``cells`` [n], from sums over every worker's cells."""
+        workers = workers or Workers()
         factors = np.ones(rows.shape[0]) if sizes is None else sizes
 
         def normalised(block: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -307,13 +398,16 @@ class SingleCellGPLVM:
             for design_block, block in zip(row_blocks(design), row_blocks(rows.view(normalised))):
                 moments += design_block.T @ block
             # pinv: a one-hot batch beside the constant is collinear with it.
-            effects = np.linalg.pinv(design.T @ design) @ moments  # [R + 1, D]
+            gram, moments = workers.sum(design.T @ design), workers.sum(moments)
+            effects = np.linalg.pinv(gram) @ moments  # [R + 1, D]
 
             def transform(block: np.ndarray, index: np.ndarray) -> np.ndarray:
                 return normalised(block, index) - design[index] @ effects
 
         # pca_latents reads a block of rows at a time (row_blocks), which SparseRows serves.
-        return pca_latents(cast(np.ndarray, rows.view(transform)), self.latent_dim, seed=self.seed)
+        on_workers = dict(rows=cells, workers=workers) if workers.count > 1 else {}
+        view = cast(np.ndarray, rows.view(transform))
+        return pca_latents(view, self.latent_dim, seed=self.seed, **on_workers)
 
     def _likelihood(self, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
         if self.likelihood == "negative_binomial":
@@ -364,6 +458,70 @@ class SingleCellGPLVM:
                 np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
             ),
         }
+
+
+class _RowRange:
+    """The rows ``cells`` (a range) of a row-sliceable matrix, sliced as a matrix of their own."""
+
+    def __init__(self, source, cells: slice):
+        self.source = source
+        self.start, self.stop, _ = cells.indices(source.shape[0])
+        self.shape = (max(self.stop - self.start, 0), source.shape[1])
+
+    def __getitem__(self, rows: slice):
+        first, last, _ = rows.indices(self.shape[0])
+        return self.source[self.start + first : self.start + last]
+
+
+def _opened(adata):
+    """``adata``, or the AnnData of an ``.h5ad`` path opened backed (its X stays on disk)."""
+    if not isinstance(adata, (str, Path)):
+        return adata
+    import anndata
+
+    path = Path(adata)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: give an AnnData or the path of an .h5ad file.")
+    return anndata.read_h5ad(path, backed="r")
+
+
+def _in_memory(adata) -> bool:
+    return not getattr(adata, "isbacked", False)
+
+
+def _assembled(
+    folder: Path,
+    key: str,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    cells: np.ndarray,
+    workers: Workers,
+) -> tuple[np.memmap | None, np.memmap | None]:
+    """Write this worker's rows of q(x) (``mean``, ``variance`` [n, Q] of ``cells`` [n]) to
+    ``folder``; the chief then assembles ``X_<key>.npy`` and ``X_<key>_var.npy`` [N, Q] of every
+    cell from the workers' files (one worker's rows at a time) and returns them, memory-mapped."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, values in ((f"X_{key}", mean), (f"X_{key}_var", variance)):
+        np.save(folder / f".{name}-worker{workers.index}.npy", values)
+    # Every worker's rows are on disk once these sums return.
+    starts = workers.stack(int(cells[0]) if len(cells) else 0)
+    sizes = workers.stack(len(cells))
+    assembled: list[np.memmap | None] = [None, None]
+    if workers.chief:
+        for k, name in enumerate((f"X_{key}", f"X_{key}_var")):
+            staging = folder / f".{name}.partial.npy"
+            shape = (int(sizes.sum()), mean.shape[1])
+            table = np.lib.format.open_memmap(staging, "w+", np.float64, shape)
+            for w in range(workers.count):
+                part = folder / f".{name}-worker{w}.npy"
+                table[starts[w] : starts[w] + sizes[w]] = np.load(part, mmap_mode="r")
+                part.unlink()
+            table.flush()
+            del table
+            staging.replace(folder / f"{name}.npy")
+            assembled[k] = np.load(folder / f"{name}.npy", mmap_mode="r")
+    workers.sum(0)  # the chief has assembled them
+    return assembled[0], assembled[1]
 
 
 def rows_dataset(rows: SparseRows, batch_size: int, seed: int) -> tf.data.Dataset:

@@ -11,13 +11,31 @@ by index, one minibatch at a time (:meth:`SparseRows.take`): the dense N x D mat
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
 
 from .validation import ROWS_PER_BLOCK
 
-__all__ = ["SparseRows"]
+__all__ = ["SparseRows", "RowReader"]
+
+
+@runtime_checkable
+class RowReader(Protocol):
+    """Rows read a block at a time, never all at once: :class:`SparseRows` in memory, or
+    :class:`~gpflow_svi_gplvm.disk_rows.DiskRows` on disk. Slices give dense float64 rows."""
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+    def __getitem__(self, rows: slice) -> np.ndarray: ...
+
+    def take(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def view(self, transform: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> RowReader: ...
+
+    def row_sums(self) -> np.ndarray: ...
 
 
 class SparseRows:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import gpflow
 import numpy as np
@@ -22,12 +23,13 @@ from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
 from .compiled import GraphFunction
-from .distributed import LOST_WORKER_ERRORS, RowShard, WorkerLostError, Workers
+from .distributed import LOST_WORKER_ERRORS, RowShard, WorkerLostError, Workers, worker_owned
 from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support
 from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .schedules import StepSize
+from .sparse_rows import SparseRows
 from .validation import (
     check_device,
     check_integer,
@@ -332,7 +334,7 @@ class Trainer:
             return None, data
         shard = _training_shard(self.model, data, mask, self.workers)
         self.replica_batch = self._replica_batch_size(batch_size, shard)
-        with tf.device(shard.Y.device):
+        with tf.device("/cpu:0"):
             self._row_numbers = tf.constant(shard.rows)
         return shard, None
 
@@ -367,7 +369,7 @@ class Trainer:
         shard, workers = self.shard, self.workers
         assert shard is not None
         local = workers.local_replicas
-        return minibatch_indices(
+        positions = minibatch_indices(
             shard.num_rows,
             self.replica_batch,
             self.seed,
@@ -375,6 +377,17 @@ class Trainer:
             workers.count,
             start=first_step * local,
         ).batch(local, drop_remainder=True)
+        if not shard.sparse:
+            return positions
+        rows = cast(SparseRows, shard.Y)
+        shape = [local, self.replica_batch, shard.data_dim]
+
+        def dense(element: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            # Densified off the step's thread, one batch at a time, while the step runs.
+            flat = tf.numpy_function(rows.take, [tf.reshape(element, [-1])], tf.float64)
+            return element, tf.reshape(tf.cast(flat, default_float()), shape)
+
+        return positions.map(dense).prefetch(2)
 
     def _start(self, dataset: tf.data.Dataset | tf.distribute.DistributedDataset) -> None:
         """Iterate over ``dataset`` (a user's dataset is distributed here) and compile the step,
@@ -416,6 +429,15 @@ class Trainer:
             self.variables = [v for v in self.variables if v.ref() not in q_u]
             self.variables += list(self.natural_gradient.variables_to_train)
         self.optimizer_variables = self.variables[: len(self.variables) - self._num_natural]
+        rows = {
+            p.unconstrained_variable.ref() for p in getattr(self.model.latent, "row_parameters", ())
+        }
+        self._tables = frozenset(i for i, v in enumerate(self.variables) if v.ref() in rows)
+        if optimizer is not None and any(worker_owned(v) for v in self.variables):
+            raise ValueError(
+                f"{self.workers.name}: the latent tables are each worker's own, which only the "
+                "package's optimiser updates: leave optimizer=None (Adam, learning_rate=...)."
+            )
         self.optimizer: RowSparseAdam | tf_keras.optimizers.Optimizer
         with self.strategy.scope():
             if optimizer is None:
@@ -462,6 +484,7 @@ class Trainer:
             workers=self.workers,
             overwrite=overwrite,
             model=_description(self.model, self.q_u_optimizer),
+            own_tables=self.model.table_rows is not None,
         )
 
     @property
@@ -475,15 +498,24 @@ class Trainer:
         return int(self.step_count.numpy())
 
     def _replica_gradients(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tuple:
-        """The loss and gradients of the whole step, summed over all replicas of all workers, from
-        this replica's rows: its positions in the shard, or a user's ``(idx, Y)``."""
+        """The loss and gradients of the whole step from this replica's rows (its positions in
+        the shard, with their dense rows for a sparse shard, or a user's ``(idx, Y)``): the loss
+        and the global parameters' gradients summed over all replicas of all workers, the
+        tables' gradients this replica's own (:func:`_sum_over_replicas`)."""
         if self.shard is None:
             idx, Y = element
         else:
-            # Gathered where the rows are, so that only the batch moves to the replica's device.
-            with tf.device(self.shard.Y.device):
-                idx, Y = tf.gather(self._row_numbers, element), tf.gather(self.shard.Y, element)
-        return _sum_over_replicas(*self._gradients(idx, Y))
+            positions, Y = element if self.shard.sparse else (element, None)
+            # Tables owned by this worker are indexed by position in its shard.
+            idx = positions
+            if self.model.table_rows is None:
+                idx = tf.gather(self._row_numbers, positions)
+            if Y is None:
+                # Gathered where the rows are, so that only the batch moves to the device.
+                with tf.device(self.shard.Y.device):
+                    Y = tf.gather(self.shard.Y, positions)
+        loss, gradients = self._gradients(idx, Y)
+        return _sum_over_replicas(loss, gradients, self._tables)
 
     @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: []")
     def _gradients(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, list]:
@@ -523,17 +555,23 @@ class Trainer:
         if self.shard is not None:  # positions [local replicas, replica_batch]: one per replica
             first = self.workers.index * self.workers.local_replicas
             element = self.strategy.experimental_distribute_values_from_function(
-                lambda context: element[context.replica_id_in_sync_group - first]
+                lambda context: tf.nest.map_structure(
+                    lambda part: part[context.replica_id_in_sync_group - first], element
+                )
             )
-        summed = self.strategy.run(self._replica_gradients, args=(element,))
-        # Every replica of every worker holds the same sums: each worker updates from its first.
-        loss, gradients = tf.nest.map_structure(
-            lambda value: self.strategy.experimental_local_results(value)[0], summed
-        )
-        finite = [tf.math.is_finite(loss)] + [
+        loss, faults, gradients = self.strategy.run(self._replica_gradients, args=(element,))
+        # Every replica of every worker holds the same sums: each worker updates from its first;
+        # the tables' rows of this worker's replicas are all its own.
+        local = self.strategy.experimental_local_results
+        gradients = [
+            _local_sum(local(g)) if i in self._tables else local(g)[0]
+            for i, g in enumerate(gradients)
+        ]
+        loss = local(loss)[0]
+        finite = [tf.math.is_finite(loss), tf.equal(local(faults)[0], 0)] + [
             tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-            for g in gradients
-            if g is not None
+            for i, g in enumerate(gradients)
+            if g is not None and i not in self._tables
         ]
 
         def apply() -> tf.Tensor:
@@ -711,61 +749,54 @@ class Trainer:
         return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
 
 
-def _sum_over_replicas(loss: tf.Tensor, gradients: list) -> tuple[tf.Tensor, list]:
-    """In a replica: the ``loss`` and ``gradients`` summed over all replicas of all workers, the
-    same on every replica, from one all-reduce. A table's row slices (``IndexedSlices``) are
-    concatenated, every replica's rows after the previous replica's (repeated rows are summed by
-    the optimiser): each replica places its rows, with their row numbers, in its own block of a
-    buffer of zeros that the all-reduce sums (exactly: every other replica adds zeros)."""
+def _sum_over_replicas(loss: tf.Tensor, gradients: list, tables: frozenset[int]) -> tuple:
+    """In a replica: the ``loss`` and the gradients of the global parameters summed over all
+    replicas of all workers, the same on every replica, from one all-reduce; the gradients of
+    the ``tables`` (positions in ``gradients``) stay this replica's own, and only the count of
+    their non-finite entries joins the all-reduce, so that every worker takes the same decision
+    to apply the step. What crosses the network does not grow with N or the batch."""
+    faults = tf.add_n(
+        [tf.constant(0.0, loss.dtype)]
+        + [
+            tf.reduce_sum(tf.cast(~tf.math.is_finite(_values(gradients[i])), loss.dtype))
+            for i in sorted(tables)
+            if gradients[i] is not None
+        ]
+    )
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
-        return loss, gradients
-    dense = [i for i, g in enumerate(gradients) if isinstance(g, tf.Tensor)]
-    sparse = [i for i, g in enumerate(gradients) if isinstance(g, tf.IndexedSlices)]
-    rows = [_rows_with_numbers(gradients[i]) for i in sparse]
-    if rows:
-        replicas, replica = context.num_replicas_in_sync, context.replica_id_in_sync_group
-        batch = tf.shape(rows[0])[0]
-        before, after = replica * batch, (replicas - 1 - replica) * batch
-        rows = [tf.pad(tf.concat(rows, axis=1), [[before, after], [0, 0]])]
-    loss, *sums = context.all_reduce(
-        tf.distribute.ReduceOp.SUM, [loss] + [gradients[i] for i in dense] + rows
+        return loss, faults, gradients
+    shared = [
+        i for i, g in enumerate(gradients) if g is not None and i not in tables
+    ]  # global parameters; an IndexedSlices of one is summed densely (they are small)
+    loss, faults, *sums = context.all_reduce(
+        tf.distribute.ReduceOp.SUM,
+        [loss, faults] + [tf.convert_to_tensor(gradients[i]) for i in shared],
     )
     summed = list(gradients)
-    for i, total in zip(dense, sums):
+    for i, total in zip(shared, sums):
         summed[i] = total
-    if sparse:
-        numbers = _number_columns(gradients[sparse[0]].values.dtype)
-        widths = [int(np.prod(gradients[i].values.shape[1:])) + numbers for i in sparse]
-        for i, block in zip(sparse, tf.split(sums[-1], widths, axis=1)):
-            values = tf.reshape(
-                block[:, numbers:], tf.concat([[-1], tf.shape(gradients[i].values)[1:]], 0)
-            )
-            rows = tf.cast(block[:, 0], tf.int64)
-            if numbers == 2:
-                rows = rows * _ROW_BASE + tf.cast(block[:, 1], tf.int64)
-            summed[i] = tf.IndexedSlices(values, rows, gradients[i].dense_shape)
-    return loss, summed
+    return loss, faults, summed
 
 
-_ROW_BASE = 2**24
-"""float32 holds every integer below 2^24 exactly: a row number r is sent as r // 2^24, r % 2^24."""
+def _values(gradient: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
 
 
-def _number_columns(dtype: tf.DType) -> int:
-    """How many columns of ``dtype`` hold a row number exactly: one in float64 (up to 2^53), two
-    in float32 (up to 2^48)."""
-    return 1 if dtype == tf.float64 else 2
-
-
-def _rows_with_numbers(gradient: tf.IndexedSlices) -> tf.Tensor:
-    """A table's gradient rows [B, ...] as [B, c + k]: the row number in c columns of the
-    values' dtype (:func:`_number_columns`), then the row's k values."""
-    values = gradient.values
-    rows = tf.cast(gradient.indices, tf.int64)
-    parts = [rows] if _number_columns(values.dtype) == 1 else [rows // _ROW_BASE, rows % _ROW_BASE]
-    flat = tf.reshape(values, [tf.shape(values)[0], -1])
-    return tf.concat([tf.cast(part, values.dtype)[:, None] for part in parts] + [flat], axis=1)
+def _local_sum(
+    gradients: tuple[tf.Tensor | tf.IndexedSlices | None, ...],
+) -> tf.Tensor | tf.IndexedSlices | None:
+    """The sum of this worker's replicas' gradients of one table: their row slices concatenated
+    (the optimiser sums repeated rows), or dense ones added."""
+    if gradients[0] is None or len(gradients) == 1:
+        return gradients[0]
+    if isinstance(gradients[0], tf.IndexedSlices):
+        return tf.IndexedSlices(
+            tf.concat([g.values for g in gradients], 0),
+            tf.concat([g.indices for g in gradients], 0),
+            gradients[0].dense_shape,
+        )
+    return tf.add_n(list(gradients))
 
 
 def _comparable(value: object) -> float:
@@ -842,7 +873,8 @@ def _check_distributed(
             "devices (choose them when building it, e.g. MirroredStrategy(['/GPU:0'])); leave "
             "device=None."
         )
-    if not all(strategy.extended.variable_created_in_scope(v) for v in model.variables):
+    shared = [v for v in model.variables if not worker_owned(v)]
+    if not all(strategy.extended.variable_created_in_scope(v) for v in shared):
         raise ValueError(
             f"{where}The model's variables were not created under this strategy: build the model "
             "inside `with strategy.scope():` and pass the same strategy to fit."

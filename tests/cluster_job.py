@@ -24,7 +24,7 @@ else:  # the strategy comes before any other TensorFlow op
     STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 
 import gpflow_svi_gplvm as package  # noqa: E402
-from gpflow_svi_gplvm.distributed import Workers, worker_rows  # noqa: E402
+from gpflow_svi_gplvm.distributed import Workers, worker_owned, worker_rows  # noqa: E402
 from gpflow_svi_gplvm.training import minibatch_indices  # noqa: E402
 
 N, D, Q, M = 80, 5, 2, 8
@@ -52,29 +52,70 @@ def build(name: str, Y) -> package.SVIGPLVM:
         return getattr(package, class_name)(Y, Q, num_inducing=M, **options)
 
 
+def tables(model: package.SVIGPLVM) -> list:
+    """The latent module's per-row tables (unconstrained): each worker's own on a cluster."""
+    return [p.unconstrained_variable for p in getattr(model.latent, "row_parameters", ())]
+
+
+def global_variables(model: package.SVIGPLVM) -> list:
+    rows = {v.ref() for v in tables(model)}
+    return [v for v in model.trainable_variables if v.ref() not in rows]
+
+
 def parameters(model: package.SVIGPLVM) -> np.ndarray:
-    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+    """The global parameters, the same on every worker."""
+    return np.concatenate([v.numpy().ravel() for v in global_variables(model)])
+
+
+def table(model: package.SVIGPLVM) -> np.ndarray:
+    """The tables' rows side by side [rows, ...] (none for an amortised model)."""
+    parts = [v.numpy().reshape(v.shape[0], -1) for v in tables(model)]
+    return np.concatenate(parts, axis=1) if parts else np.zeros((0, 0))
+
+
+def publish(path: Path, arrays: dict) -> None:
+    """Write ``arrays`` to ``path`` (.npz) whole: readers wait for the name to appear."""
+    staging = path.with_name(path.stem + ".partial.npz")
+    np.savez(staging, **arrays)
+    staging.rename(path)
+
+
+def wait_for(path: Path) -> dict:
+    deadline = time.monotonic() + 600
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return dict(np.load(path))
+
+
+def start_from(model: package.SVIGPLVM, name: str) -> None:
+    """Give ``model`` (of all rows) the workers' initial state: the chief's global parameters and
+    every worker's table rows, in row order."""
+    folder = Path(SETTINGS["start"])
+    state = wait_for(folder / f"{name}-global.npz")
+    for i, variable in enumerate(global_variables(model)):
+        variable.assign(state[str(i)])
+    rows = np.concatenate([wait_for(folder / f"{name}-table-{w}.npz")["table"] for w in range(2)])
+    start = 0
+    for variable in tables(model):
+        width = int(np.prod(variable.shape[1:]))
+        variable.assign(rows[:, start : start + width].reshape(variable.shape))
+        start += width
 
 
 def train(name: str, Y, iterations: int, batches=None) -> dict:
     """The model built on Y (a shard, or all rows) and trained on it, or on ``batches``, starting
-    from the state in SETTINGS["start"] (written by the chief of a cluster) when given. The chief
-    writes its model's initial state to SETTINGS["initial"]."""
+    from the workers' initial state when SETTINGS["start"] is given (the reference). On a cluster
+    every worker publishes its tables' initial rows, the chief the global parameters."""
     model = build(name, Y)
-    initial = parameters(model)
+    initial, initial_table = parameters(model), table(model)
     if "start" in SETTINGS:
-        start = Path(SETTINGS["start"]) / name
-        deadline = time.monotonic() + 600
-        while not start.with_suffix(".index").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        tf.train.Checkpoint(model=model).read(str(start)).assert_existing_objects_matched()
-    elif "initial" in SETTINGS and Workers.of(STRATEGY).chief:
-        staging = Path(SETTINGS["initial"]) / "staging" / name
-        tf.train.Checkpoint(model=model).write(str(staging))
-        for part in staging.parent.glob(f"{name}.*"):  # the index last: readers wait for it
-            if part.suffix != ".index":
-                part.rename(Path(SETTINGS["initial"]) / part.name)
-        staging.with_suffix(".index").rename(Path(SETTINGS["initial"]) / f"{name}.index")
+        start_from(model, name)
+    elif "initial" in SETTINGS:
+        workers, folder = Workers.of(STRATEGY), Path(SETTINGS["initial"])
+        publish(folder / f"{name}-table-{workers.index}.npz", {"table": initial_table})
+        if workers.chief:
+            values = {str(i): v.numpy() for i, v in enumerate(global_variables(model))}
+            publish(folder / f"{name}-global.npz", values)
     history = package.fit(
         model,
         Y if batches is None else batches,
@@ -87,8 +128,10 @@ def train(name: str, Y, iterations: int, batches=None) -> dict:
     return {
         f"{name}_initial": initial,
         f"{name}_final": parameters(model),
+        f"{name}_table": table(model),
         f"{name}_elbo": history.elbo,
         f"{name}_traces": history.tracing_count,
+        f"{name}_owned": np.array([worker_owned(v) for v in model.trainable_variables]),
     }
 
 
@@ -144,7 +187,11 @@ def resume() -> dict:
         callback_every=10,
         **options,
     )
-    return {"bsvi_mc_final": parameters(model), "bsvi_mc_elbo": history.elbo}
+    return {
+        "bsvi_mc_final": parameters(model),
+        "bsvi_mc_table": table(model),
+        "bsvi_mc_elbo": history.elbo,
+    }
 
 
 def mistakes() -> dict:
@@ -185,7 +232,39 @@ def mistakes() -> dict:
     return {"messages": json.dumps(results)}
 
 
-JOBS = {"agree": agree, "reference": reference, "resume": resume, "mistakes": mistakes}
+def single_cell() -> dict:
+    """SingleCellGPLVM on SETTINGS["path"] (an .h5ad): its model as built (fit for 0 steps) and
+    fitted for a few steps, on this worker's cells (or all, without a cluster)."""
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    workers = Workers.of(STRATEGY)
+    strategy = STRATEGY if workers.count > 1 else None
+    options = dict(batch_key="batch", layer="counts", num_inducing=8, model="bsvi")
+    output = Path(SETTINGS["output"])
+    built = SingleCellGPLVM(2, **options).fit(
+        SETTINGS["path"], 0, batch_size=16, strategy=strategy, output=output / "built"
+    )
+    fitted = SingleCellGPLVM(2, **options).fit(
+        SETTINGS["path"], 30, batch_size=16, strategy=strategy, output=output / "fitted"
+    )
+    return {
+        "initial": parameters(built.model),
+        "initial_table": table(built.model),
+        "categories": json.dumps(built.encoding.names),
+        "rows": np.arange(len(table(built.model))) + (40 if workers.index else 0),
+        "fitted_table": table(fitted.model),
+        "fitted_mean": fitted.model.latent_mean().numpy(),
+        "elbo": fitted.history.elbo,
+    }
+
+
+JOBS = {
+    "agree": agree,
+    "reference": reference,
+    "resume": resume,
+    "mistakes": mistakes,
+    "single_cell": single_cell,
+}
 
 if __name__ == "__main__":
     try:

@@ -119,6 +119,7 @@ def relative(a, b):
 @pytest.mark.parametrize("name", MODELS)
 def test_the_workers_hold_the_same_parameters_after_every_run(agreed, name):
     (first, second), _ = agreed
+    # The global parameters; the tables are each worker's own (next test).
     assert relative(first[f"{name}_initial"], second[f"{name}_initial"]) == 0
     assert relative(first[f"{name}_final"], second[f"{name}_final"]) <= 1e-12
     np.testing.assert_array_equal(first[f"{name}_elbo"], second[f"{name}_elbo"])
@@ -138,6 +139,24 @@ def test_two_workers_equal_one_process_on_two_devices_fed_the_same_batches(agree
     assert relative(first[f"{name}_initial"], reference[f"{name}_initial"]) <= 1e-12
     assert relative(first[f"{name}_final"], reference[f"{name}_final"]) <= 1e-10
     np.testing.assert_allclose(first[f"{name}_elbo"], reference[f"{name}_elbo"], rtol=1e-10)
+    # Each worker's latent rows equal the reference's rows of its cells.
+    workers, _ = agreed
+    rows = np.concatenate([worker[f"{name}_table"] for worker in workers])
+    if name != "aeb":
+        assert rows.shape[0] == 80
+        assert relative(rows, reference[f"{name}_table"]) <= 1e-10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["point", "map", "bsvi", "bsvi_mc"])
+def test_each_worker_owns_the_latent_rows_of_its_cells_alone(agreed, name):
+    workers, reference = agreed
+    for worker in workers:
+        owned = worker[f"{name}_owned"]
+        assert worker[f"{name}_table"].shape[0] == 40  # its 40 rows, not all 80
+        # The latent tables (mean, and variance for B-SVI) are the only per-worker variables.
+        assert owned.sum() == (2 if name.startswith("bsvi") else 1)
+    assert not reference[f"{name}_owned"].any()  # one process: nothing to own apart
 
 
 @pytest.mark.slow
@@ -158,7 +177,9 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     settings = {"folder": str(checkpoints), "every": 40, "iterations": 200, "resume": False}
     processes = start("resume", {**settings, "pause": 0.3}, folder)
     deadline = time.monotonic() + 300
-    while not (checkpoints / "ckpt-40.index").exists():
+    # Every worker writes its own table rows beside the chief's checkpoints.
+    ours = [checkpoints / "ckpt-40.index", checkpoints / "worker-1" / "ckpt-40.index"]
+    while not all(path.exists() for path in ours):
         assert time.monotonic() < deadline and processes[0].poll() is None, "no checkpoint"
         time.sleep(0.05)
     os.kill(processes[1].pid, signal.SIGKILL)
@@ -167,10 +188,15 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     assert "WorkerLostError" in chief_output and "resume=True" in chief_output
     saved = sorted(int(p.name[5:-6]) for p in checkpoints.glob("ckpt-*.index"))
     assert saved and max(saved) < 200
+    assert sorted(p.name for p in checkpoints.glob("worker-*")) == ["worker-1"]
     resumed = run("resume", {**settings, "resume": True}, folder)
-    for worker in resumed:
+    workers, _ = agreed
+    for worker, alone in zip(resumed, workers):
         np.testing.assert_allclose(
             worker["bsvi_mc_final"], uninterrupted["bsvi_mc_final"], rtol=1e-10, atol=1e-12
+        )
+        np.testing.assert_allclose(
+            worker["bsvi_mc_table"], alone["bsvi_mc_table"], rtol=1e-10, atol=1e-12
         )
         np.testing.assert_allclose(
             worker["bsvi_mc_elbo"][max(saved) :],
@@ -256,3 +282,59 @@ def test_the_tutorials_script_trains_on_two_workers_and_resumes(tmp_path):
         "ckpt-20.index",
         "ckpt-30.index",
     ]
+
+
+@pytest.fixture(scope="module")
+def single_cells(folder) -> tuple[list[dict], dict, Path]:
+    """A small .h5ad (counts in a layer, a batch column whose category "c" only the second
+    worker's cells have), fitted by two workers and by one process."""
+    anndata = pytest.importorskip("anndata")
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    cells, genes = 80, 12
+    batch = np.where(np.arange(cells) < 40, np.arange(cells) % 2, 2)  # "c" in rows 40-79 only
+    kind = rng.integers(0, 2, cells)
+    rate = np.exp(1.0 + 1.2 * kind[:, None] * (np.arange(genes) < 5) + 0.5 * batch[:, None] / 2)
+    counts = rng.poisson(rate).astype(np.float32)
+    counts[:, 0] += 1
+    import scipy.sparse as sp
+
+    obs = pd.DataFrame(
+        {"batch": np.array(["a", "b", "c"])[batch]}, index=[f"cell{i}" for i in range(cells)]
+    )
+    adata = anndata.AnnData(
+        X=sp.csr_matrix(counts), obs=obs, var=pd.DataFrame(index=[f"g{j}" for j in range(genes)])
+    )
+    adata.layers["counts"] = sp.csr_matrix(counts)
+    path = folder / "cells.h5ad"
+    adata.write_h5ad(path)
+    output = folder / "single_cell"
+    workers = run("single_cell", {"path": str(path), "output": str(output / "two")}, folder)
+    alone = run("single_cell", {"path": str(path), "output": str(output / "one")}, folder, 1)[0]
+    return workers, alone, output
+
+
+@pytest.mark.slow
+def test_single_cell_models_built_on_two_workers_equal_the_one_built_in_one_process(single_cells):
+    workers, alone, _ = single_cells
+    # Size factors, categories (the union, "c" seen by one worker), scales and the initial PCA
+    # come from sums over the workers: the same model as from all cells, to round-off.
+    for worker in workers:
+        assert json.loads(str(worker["categories"])) == ["batch=a", "batch=b", "batch=c"]
+        assert relative(worker["initial"], alone["initial"]) <= 1e-9
+    rows = np.concatenate([worker["initial_table"] for worker in workers])
+    assert relative(rows, alone["initial_table"]) <= 1e-9
+
+
+@pytest.mark.slow
+def test_single_cell_embedding_of_every_cell_is_assembled_from_the_workers_rows(single_cells):
+    workers, alone, output = single_cells
+    for fitted, worker_count in ((workers, 2), ([alone], 1)):
+        folder = output / ("two" if worker_count == 2 else "one") / "fitted"
+        mean = np.load(folder / "X_gplvm.npy")
+        assert mean.shape == (80, 2) and np.all(np.isfinite(np.load(folder / "X_gplvm_var.npy")))
+        np.testing.assert_array_equal(mean, np.concatenate([w["fitted_mean"] for w in fitted]))
+        assert not list(folder.glob(".*"))  # the workers' parts are gone
+    for worker in workers:
+        assert worker["fitted_table"].shape[0] == 40  # each holds its own cells' rows only
+        assert np.all(np.isfinite(worker["elbo"]))
