@@ -142,8 +142,8 @@ class _Source:
         """Entries stored for rows [start, stop) (CSR), ``None`` for a dense matrix."""
         if not self.sparse:
             return None
-        ends = self.element["indptr"][[start, stop]]
-        return int(ends[1] - ends[0])
+        indptr = self.element["indptr"]
+        return int(indptr[stop]) - int(indptr[start])
 
 
 class DiskRows:
