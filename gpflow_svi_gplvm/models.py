@@ -200,7 +200,7 @@ class SVIGPLVM(SVGP):
         inputs = RowInputs(
             _shard_rows(covariates, rows, num_data, owned),
             _shard_rows(size_factors, rows, num_data, owned),
-            len(rows) if owned else num_data,
+            num_data if rows is None or not owned else len(rows),
         )
         inputs.set_reference(Y, None if owned else rows, workers)
         data_dim = Y.shape[1]
@@ -474,7 +474,7 @@ class SVIGPLVM(SVGP):
     def num_table_rows(self) -> int:
         """The rows of the latent tables: N, or, when the model was built from a shard on several
         workers, this worker's rows (:attr:`table_rows` [n], their numbers among the N)."""
-        return int(self.num_data) if self.table_rows is None else len(self.table_rows)
+        return int(self.num_data or 0) if self.table_rows is None else len(self.table_rows)
 
     @check_shapes("return: [Q]")
     def ard_relevance(self) -> np.ndarray:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +38,9 @@ from .inference import LatentInference
 from .initialisation import pca_latents
 from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
-from .sparse_rows import SparseRows
-from .training import History, fit, minibatch_indices
-from .validation import row_blocks
+from .sparse_rows import RowReader, RowStream, SparseRows
+from .training import History, fit
+from .validation import ROWS_PER_BLOCK, row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -204,6 +204,11 @@ class SingleCellGPLVM:
         *,
         strategy: tf.distribute.Strategy | None = None,
         output: str | Path | None = None,
+        callback: Callable[[int], None] | None = None,
+        callback_every: int = 100,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 1000,
+        resume: bool = False,
     ) -> SingleCellGPLVM:
         """Fit to ``adata`` (in memory or backed, or the path of an ``.h5ad`` file, opened backed)
         and write ``obsm`` and ``uns`` there.
@@ -216,17 +221,25 @@ class SingleCellGPLVM:
         ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] (each worker writes its own
         cells' rows; on several workers a folder every worker writes), so that the chief
         never holds all the latents: needed on several workers; ``obsm`` is then written when
-        ``adata`` is an AnnData object (by the chief, from those files).
+        ``adata`` is an AnnData object (by the chief, from those files). ``callback(step)`` runs
+        every ``callback_every`` steps; ``checkpoint_dir``, ``checkpoint_every`` and ``resume``
+        keep and continue a run as :func:`~gpflow_svi_gplvm.fit` does (on several workers each
+        keeps its cells' latent rows beside the chief's checkpoints).
+
+        One worker given a path reads the cells from disk in shuffled blocks (out of core:
+        :meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), keeping only their latent table
+        in memory; on several workers each holds its own cells' counts as CSR.
         """
         workers = Workers.of(strategy) if strategy is not None else Workers()
-        if workers.count > 1 and output is None:
+        if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
             raise ValueError(
-                "On several workers pass output=, a folder every worker writes: the embedding "
-                "of every cell is assembled there (X_gplvm.npy), each worker writing its cells."
+                "Pass output=, a folder (one every worker writes, on several workers): the "
+                f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
+                "by its path is never changed."
             )
         adata = _opened(adata)
         self.gene_names = _gene_names(adata, self.genes)
-        self._check_same_genes(workers)
+        self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
         rows = self._rows(adata, cells=block)
@@ -234,7 +247,9 @@ class SingleCellGPLVM:
         covariates = self.encoding.fit(obs, workers).transform(obs)
         sizes = self._size_factors(obs, rows, workers)
         initial = self._initial_latents(rows, sizes, covariates, workers, cells)
-        data = rows if workers.count == 1 else RowShard(rows, cells, adata.n_obs)
+        # Rows on disk stream in shuffled blocks; rows in memory are a shard of CSR rows, each
+        # minibatch densified on its own (the batches follow from the seed and the step).
+        data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
         with strategy.scope() if strategy is not None else nullcontext():
             self.model = lookup_model(self.model_name)(
                 data,
@@ -248,19 +263,21 @@ class SingleCellGPLVM:
                 **self.model_options,
             )
         batch_size = min(batch_size, adata.n_obs)
-        options = dict(iterations=iterations, learning_rate=learning_rate, seed=self.seed)
-        if workers.count == 1:
-            dataset = rows_dataset(rows, batch_size, self.seed)
-            self.history = fit(self.model, dataset, progress=progress, **options)
-        else:
-            self.history = fit(
-                self.model,
-                data,
-                batch_size=batch_size,
-                strategy=strategy,
-                progress=False,
-                **options,
-            )
+        self.history = fit(
+            self.model,
+            data,
+            iterations,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            seed=self.seed,
+            progress=progress and workers.count == 1,
+            strategy=strategy,
+            callback=callback,
+            callback_every=callback_every,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            resume=resume,
+        )
         self._inference = None
         mean, variance = self._training_moments(rows)
         summary = self._summary(iterations, batch_size, learning_rate)
@@ -268,22 +285,39 @@ class SingleCellGPLVM:
             mean, variance = _assembled(
                 Path(output), self.key_added, mean, variance, cells, workers
             )
-        if workers.chief and mean is not None and variance is not None and _in_memory(adata):
+        if workers.chief and not isinstance(adata, _CellsFile):
             adata.obsm[f"X_{self.key_added}"] = np.asarray(mean)
             adata.obsm[f"X_{self.key_added}_var"] = np.asarray(variance)
             adata.uns[self.key_added] = summary
         return self
 
-    def _check_same_genes(self, workers: Workers) -> None:
-        """A ``ValueError`` on every worker when the workers chose other genes (another file,
-        ``genes`` or ``layer``)."""
-        text = json.dumps([self.gene_names, self.layer])
-        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=6).digest(), "little")
-        odd = workers.differing(digest)
-        if odd:
+    def _check_same_inputs(self, adata, workers: Workers) -> None:
+        """A ``ValueError`` on every worker, naming what differs and where, when the workers read
+        other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns) or were
+        built with other settings: every worker must make the same call."""
+        inputs = {
+            "cells (N)": adata.n_obs,
+            "genes": self.gene_names,
+            "layer": self.layer,
+            "obs columns": list(self.encoding.columns),
+            "size_factors": self.size_factors,
+            "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
+            "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
+        }
+        digests = [
+            int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=6).digest(), "little")
+            for v in inputs.values()
+        ]
+        table = workers.stack(np.array(digests, np.int64))
+        differ = [
+            f"{name} (worker {', '.join(str(w) for w in np.flatnonzero(column != column[0]))})"
+            for name, column in zip(inputs, table.T)
+            if np.any(column != column[0])
+        ]
+        if differ:
             raise ValueError(
-                f"The workers read other genes or layers than the chief (worker(s) {odd}): give "
-                "every worker the same file, genes= and layer=."
+                f"The workers were given other inputs than the chief: {'; '.join(differ)}. Give "
+                "every worker the same file, genes=, layer=, obs columns and settings."
             )
 
     def transform(self, adata, iterations: int = 300, chunk_size: int = 4096) -> np.ndarray:
@@ -326,23 +360,33 @@ class SingleCellGPLVM:
 
     def _rows(
         self, adata, columns: np.ndarray | None = None, cells: slice = slice(None)
-    ) -> SparseRows:
+    ) -> RowReader:
         """The chosen genes' values of the ``cells`` (a range; default every cell), read in row
         blocks and checked."""
         if columns is None:
             position = {g: i for i, g in enumerate(map(str, adata.var_names))}
             columns = np.array([position[g] for g in self.gene_names])
-        source = _RowRange(_layer(adata, self.layer), cells)
         names, genes = list(adata.obs_names[cells]), self.gene_names
         counts = self.likelihood != "gaussian"
 
         def check(block: np.ndarray, first: int) -> None:
             _check_values(block, first, names, genes, counts, self.layer)
 
-        return SparseRows.from_matrix(source, columns, check)
+        if not isinstance(adata, _CellsFile):
+            source = _RowRange(_layer(adata, self.layer), cells)
+            return SparseRows.from_matrix(source, columns, check)
+        from .disk_rows import DiskRows
+
+        disk = DiskRows.open(adata.path, self.layer, columns)
+        start, stop, _ = cells.indices(adata.n_obs)
+        # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
+        rows = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
+        for first in range(0, rows.shape[0], ROWS_PER_BLOCK):
+            check(rows[first : first + ROWS_PER_BLOCK], first)
+        return rows
 
     def _size_factors(
-        self, obs, rows: SparseRows, workers: Workers | None = None
+        self, obs, rows: RowReader, workers: Workers | None = None
     ) -> np.ndarray | None:
         """Each cell's size factor [N] (of ``obs``'s cells): library size over its mean over all
         ``workers``' cells, or an ``obs`` column."""
@@ -373,7 +417,7 @@ class SingleCellGPLVM:
 
     def _initial_latents(
         self,
-        rows: SparseRows,
+        rows: RowReader,
         sizes: np.ndarray | None,
         covariates: np.ndarray | None,
         workers: Workers | None = None,
@@ -405,9 +449,10 @@ class SingleCellGPLVM:
                 return normalised(block, index) - design[index] @ effects
 
         # pca_latents reads a block of rows at a time (row_blocks), which SparseRows serves.
-        on_workers = dict(rows=cells, workers=workers) if workers.count > 1 else {}
         view = cast(np.ndarray, rows.view(transform))
-        return pca_latents(view, self.latent_dim, seed=self.seed, **on_workers)
+        if workers.count == 1:
+            return pca_latents(view, self.latent_dim, seed=self.seed)
+        return pca_latents(view, self.latent_dim, seed=self.seed, rows=cells, workers=workers)
 
     def _likelihood(self, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
         if self.likelihood == "negative_binomial":
@@ -416,7 +461,7 @@ class SingleCellGPLVM:
             return gpflow.likelihoods.Poisson()
         return None
 
-    def _training_moments(self, rows: SparseRows) -> tuple[np.ndarray, np.ndarray]:
+    def _training_moments(self, rows: RowReader) -> tuple[np.ndarray, np.ndarray]:
         """Means and variances [N, Q] of q(x_n) of the training cells (an encoder reads them a
         block at a time)."""
         model = self.model
@@ -473,20 +518,38 @@ class _RowRange:
         return self.source[self.start + first : self.start + last]
 
 
+class _CellsFile:
+    """The cells of an ``.h5ad`` file as :meth:`SingleCellGPLVM.fit` reads them: ``obs`` and
+    ``var`` in memory, the matrix (X or a layer) left on disk for each worker to read its own
+    cells (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`)."""
+
+    def __init__(self, path: Path):
+        from .disk_rows import read_frames
+
+        self.path = path
+        self.obs, self.var = read_frames(path)
+
+    @property
+    def obs_names(self):
+        return self.obs.index
+
+    @property
+    def var_names(self):
+        return self.var.index
+
+    @property
+    def n_obs(self) -> int:
+        return len(self.obs)
+
+
 def _opened(adata):
-    """``adata``, or the AnnData of an ``.h5ad`` path opened backed (its X stays on disk)."""
+    """``adata``, or the cells of an ``.h5ad`` path (:class:`_CellsFile`)."""
     if not isinstance(adata, (str, Path)):
         return adata
-    import anndata
-
     path = Path(adata)
     if not path.is_file():
         raise ValueError(f"{path} is not a file: give an AnnData or the path of an .h5ad file.")
-    return anndata.read_h5ad(path, backed="r")
-
-
-def _in_memory(adata) -> bool:
-    return not getattr(adata, "isbacked", False)
+    return _CellsFile(path)
 
 
 def _assembled(
@@ -496,19 +559,20 @@ def _assembled(
     variance: np.ndarray,
     cells: np.ndarray,
     workers: Workers,
-) -> tuple[np.memmap | None, np.memmap | None]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Write this worker's rows of q(x) (``mean``, ``variance`` [n, Q] of ``cells`` [n]) to
     ``folder``; the chief then assembles ``X_<key>.npy`` and ``X_<key>_var.npy`` [N, Q] of every
-    cell from the workers' files (one worker's rows at a time) and returns them, memory-mapped."""
+    cell from the workers' files (one worker's rows at a time) and returns them, memory-mapped;
+    the other workers return their own rows."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, values in ((f"X_{key}", mean), (f"X_{key}_var", variance)):
+    names = (f"X_{key}", f"X_{key}_var")
+    for name, values in zip(names, (mean, variance)):
         np.save(folder / f".{name}-worker{workers.index}.npy", values)
     # Every worker's rows are on disk once these sums return.
     starts = workers.stack(int(cells[0]) if len(cells) else 0)
     sizes = workers.stack(len(cells))
-    assembled: list[np.memmap | None] = [None, None]
     if workers.chief:
-        for k, name in enumerate((f"X_{key}", f"X_{key}_var")):
+        for name in names:
             staging = folder / f".{name}.partial.npy"
             shape = (int(sizes.sum()), mean.shape[1])
             table = np.lib.format.open_memmap(staging, "w+", np.float64, shape)
@@ -519,22 +583,9 @@ def _assembled(
             table.flush()
             del table
             staging.replace(folder / f"{name}.npy")
-            assembled[k] = np.load(folder / f"{name}.npy", mmap_mode="r")
+        mean, variance = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in names)
     workers.sum(0)  # the chief has assembled them
-    return assembled[0], assembled[1]
-
-
-def rows_dataset(rows: SparseRows, batch_size: int, seed: int) -> tf.data.Dataset:
-    """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of ``rows``, each densified
-    from the CSR rows on its own (:func:`~gpflow_svi_gplvm.training.minibatch_indices` order)."""
-    data_dim = rows.shape[1]
-
-    def dense(idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        Y = tf.numpy_function(rows.take, [idx], tf.float64, stateful=False)
-        return idx, tf.ensure_shape(Y, [batch_size, data_dim])
-
-    indices = minibatch_indices(rows.shape[0], batch_size, seed)
-    return indices.map(dense, num_parallel_calls=1).prefetch(2)
+    return mean, variance
 
 
 def _layer(adata, layer: str | None):

@@ -11,14 +11,17 @@ by index, one minibatch at a time (:meth:`SparseRows.take`): the dense N x D mat
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
 
 from .validation import ROWS_PER_BLOCK
 
-__all__ = ["SparseRows", "RowReader"]
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+__all__ = ["SparseRows", "RowReader", "RowStream"]
 
 
 @runtime_checkable
@@ -36,6 +39,15 @@ class RowReader(Protocol):
     def view(self, transform: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> RowReader: ...
 
     def row_sums(self) -> np.ndarray: ...
+
+
+@runtime_checkable
+class RowStream(RowReader, Protocol):
+    """Rows too many for memory, served in minibatches from where they are stored
+    (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`): batch k of :meth:`batches` is a function of
+    the seed and k alone, so that a resumed run restarts the stream at its step."""
+
+    def batches(self, batch_size: int, seed: int = 0, start: int = 0) -> tf.data.Dataset: ...
 
 
 class SparseRows:

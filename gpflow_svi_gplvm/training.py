@@ -29,7 +29,7 @@ from .models import SVIGPLVM
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .schedules import StepSize
-from .sparse_rows import SparseRows
+from .sparse_rows import RowStream, SparseRows
 from .validation import (
     check_device,
     check_integer,
@@ -163,10 +163,11 @@ def _training_shard(
                 f"the model was built for N={model.num_data}, D={model.data_dim}: train on the "
                 "rows the model was built from."
             )
-    gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(data.Y))
+    rows = cast(np.ndarray, data.Y)  # dense or sparse, read a block at a time
+    gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(rows))
     _check_gaps(model, bool(workers.sum(gaps) > 0))
     with workers.agreeing():
-        check_likelihood_support(model.likelihood, data.Y)
+        check_likelihood_support(model.likelihood, rows)
     return data
 
 
@@ -176,7 +177,11 @@ class Trainer:
     ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once
     in a tensor on the CPU from which each step gathers its batch of shuffled rows
     (:func:`minibatch_indices`); or, on each of several workers, a
-    :class:`~gpflow_svi_gplvm.distributed.RowShard` of its own rows; or a ``tf.data.Dataset`` of
+    :class:`~gpflow_svi_gplvm.distributed.RowShard` of its own rows (dense, or CSR densified a
+    minibatch at a time); or rows too many for memory, streamed from disk in shuffled blocks (a
+    :class:`~gpflow_svi_gplvm.sparse_rows.RowStream` such as
+    :class:`~gpflow_svi_gplvm.disk_rows.DiskRows`, one worker; its batches follow from the seed
+    and the step, so checkpoints need no iterator); or a ``tf.data.Dataset`` of
     ``(idx [B] int64, Y [B, D])`` (one worker). One compiled step with the iterator's
     ``element_spec`` as input signature (so it traces once), run ``k`` times inside one compiled
     loop per Python call to keep dispatch cost off each step. A step whose loss is not finite
@@ -224,7 +229,7 @@ class Trainer:
     def __init__(
         self,
         model: SVIGPLVM,
-        data: ArrayLike | RowShard | tf.data.Dataset,
+        data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
         batch_size: int = 100,
         learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
         optimizer: tf_keras.optimizers.Optimizer | None = None,
@@ -320,18 +325,31 @@ class Trainer:
             )
 
     def _data(
-        self, data: ArrayLike | RowShard | tf.data.Dataset, mask: ArrayLike | None, batch_size: int
+        self,
+        data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
+        mask: ArrayLike | None,
+        batch_size: int,
     ) -> tuple[RowShard | None, tf.data.Dataset | None]:
         """This worker's rows (held once, on its CPU: each step gathers its batch from them) and
         :attr:`replica_batch`, the rows of a replica's batch; or a user's dataset, as it is."""
-        if isinstance(data, tf.data.Dataset):
+        self.row_stream: RowStream | None = None
+        if isinstance(data, (tf.data.Dataset, RowStream)):
             if self.workers.count > 1:
                 raise ValueError(
-                    f"{self.workers.name}: a tf.data.Dataset cannot be split over "
+                    f"{self.workers.name}: a tf.data.Dataset or rows on disk cannot be split over "
                     f"{self.workers.count} workers here; give each worker its rows as a RowShard "
-                    "(gpflow_svi_gplvm.RowShard) instead."
+                    "(gpflow_svi_gplvm.RowShard; DiskRows.load reads a worker's rows) instead."
                 )
-            return None, data
+            if isinstance(data, tf.data.Dataset):
+                return None, data
+            if tuple(data.shape) != (self.model.num_data, self.model.data_dim):
+                raise ValueError(
+                    f"The rows on disk are {data.shape[0]} x {data.shape[1]} but the model was "
+                    f"built for N={self.model.num_data}, D={self.model.data_dim}: train on the "
+                    "rows the model was built from."
+                )
+            self.row_stream, self.replica_batch = data, check_integer(batch_size, "batch_size")
+            return None, self._stream(0)
         shard = _training_shard(self.model, data, mask, self.workers)
         self.replica_batch = self._replica_batch_size(batch_size, shard)
         with tf.device("/cpu:0"):
@@ -365,7 +383,10 @@ class Trainer:
         replicas' batches, step by step from ``first_step`` on: consecutive batches of one stream
         of the worker's own shuffled rows (:func:`minibatch_indices`), a function of the seed and
         the step only. A plain dataset of this worker's: :meth:`_step` hands its rows to the
-        replicas (a distributed dataset would agree across workers on every step's batch)."""
+        replicas (a distributed dataset would agree across workers on every step's batch). For
+        rows on disk, their own stream of ``(idx, Y)`` from ``first_step`` on."""
+        if self.row_stream is not None:  # read from where the rows are stored
+            return self.row_stream.batches(self.replica_batch, self.seed, start=first_step)
         shard, workers = self.shard, self.workers
         assert shard is not None
         local = workers.local_replicas
@@ -404,6 +425,8 @@ class Trainer:
 
     def _record(self, batch_size: int) -> TrainingData:
         """What this run trains on, for its checkpoints (nothing to record of a user's dataset)."""
+        if self.row_stream is not None:
+            return TrainingData.of(cast(np.ndarray, self.row_stream), batch_size)
         if self.shard is None:
             return TrainingData({})
         rows = self.shard.rows
@@ -470,7 +493,7 @@ class Trainer:
             optimizer_key: self.optimizer,
             "generator": self.model.latent.generator,
         }
-        if self.shard is None:
+        if self.shard is None and self.row_stream is None:
             objects["iterator"] = self.iterator
         return Checkpoints(
             directory,
@@ -511,9 +534,10 @@ class Trainer:
             if self.model.table_rows is None:
                 idx = tf.gather(self._row_numbers, positions)
             if Y is None:
+                held = cast(tf.Variable, self.shard.Y)
                 # Gathered where the rows are, so that only the batch moves to the device.
-                with tf.device(self.shard.Y.device):
-                    Y = tf.gather(self.shard.Y, positions)
+                with tf.device(held.device):
+                    Y = tf.gather(held, positions)
         loss, gradients = self._gradients(idx, Y)
         return _sum_over_replicas(loss, gradients, self._tables)
 
@@ -621,7 +645,7 @@ class Trainer:
         if elbo is None:
             return False
         self.elbo = [elbo]
-        if self.shard is not None:
+        if self.shard is not None or self.row_stream is not None:
             self._start(self._stream(self.num_steps))
         return True
 
@@ -783,18 +807,17 @@ def _values(gradient: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
     return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
 
 
-def _local_sum(
-    gradients: tuple[tf.Tensor | tf.IndexedSlices | None, ...],
-) -> tf.Tensor | tf.IndexedSlices | None:
+def _local_sum(gradients: tuple) -> tf.Tensor | tf.IndexedSlices | None:
     """The sum of this worker's replicas' gradients of one table: their row slices concatenated
     (the optimiser sums repeated rows), or dense ones added."""
-    if gradients[0] is None or len(gradients) == 1:
-        return gradients[0]
-    if isinstance(gradients[0], tf.IndexedSlices):
+    first = gradients[0]
+    if first is None or len(gradients) == 1:
+        return first
+    if isinstance(first, tf.IndexedSlices):
         return tf.IndexedSlices(
             tf.concat([g.values for g in gradients], 0),
             tf.concat([g.indices for g in gradients], 0),
-            gradients[0].dense_shape,
+            first.dense_shape,
         )
     return tf.add_n(list(gradients))
 
@@ -883,7 +906,7 @@ def _check_distributed(
 
 def fit(
     model: SVIGPLVM,
-    data: ArrayLike | RowShard | tf.data.Dataset,
+    data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
     iterations: int = 1000,
     batch_size: int = 100,
     learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
@@ -909,7 +932,8 @@ def fit(
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
     ``data``: Y [N, D] (NaN = missing, or ``mask``), a :class:`~gpflow_svi_gplvm.RowShard` under a
-    multi-worker ``strategy``, or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``.
+    multi-worker ``strategy``, rows on disk (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`,
+    streamed in shuffled blocks) or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``.
     ``checkpoint_dir``: this run's own folder, checkpointed every ``checkpoint_every`` steps;
     ``resume=True`` continues its run up to ``iterations`` steps in all, as if never interrupted,
     refusing one written on other data (values, gaps, row order) or with another ``batch_size``

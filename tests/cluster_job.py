@@ -247,7 +247,16 @@ def single_cell() -> dict:
     fitted = SingleCellGPLVM(2, **options).fit(
         SETTINGS["path"], 30, batch_size=16, strategy=strategy, output=output / "fitted"
     )
+    genes = [f"g{j}" for j in range(12 - workers.index)]  # the second worker leaves one out
+    try:
+        SingleCellGPLVM(2, genes=genes, **options).fit(
+            SETTINGS["path"], 1, batch_size=16, strategy=strategy, output=output / "mistake"
+        )
+        mistake = "no error"
+    except ValueError as error:
+        mistake = str(error)
     return {
+        "mistake": mistake,
         "initial": parameters(built.model),
         "initial_table": table(built.model),
         "categories": json.dumps(built.encoding.names),

@@ -10,7 +10,10 @@ anndata = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sp = pytest.importorskip("scipy.sparse")
 
-from gpflow_svi_gplvm.singlecell import SingleCellGPLVM, rows_dataset  # noqa: E402
+import gpflow  # noqa: E402
+
+from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.sparse_rows import SparseRows  # noqa: E402
 
 N, D, Q = 48, 10, 2
@@ -84,8 +87,19 @@ def test_sparse_and_backed_matrices_are_read_in_row_blocks(tmp_path):
     backed.file.close()
     np.testing.assert_array_equal(rows[5:30], dense[5:30][:, columns])
     np.testing.assert_array_equal(rows.row_sums(), dense[:, columns].sum(1))
-    idx, batch = next(iter(rows_dataset(rows, 8, seed=3)))
-    np.testing.assert_array_equal(batch, dense[idx.numpy()][:, columns])
+
+
+def test_a_sparse_shard_trains_exactly_as_its_dense_rows():
+    counts = _cells().layers["counts"]
+    dense = counts.toarray().astype(float)
+    shard = RowShard(SparseRows.from_matrix(counts), np.arange(N), N)
+    assert shard.sparse  # held as CSR, each minibatch densified on its own
+    histories = []
+    for data in (dense, shard):
+        model = BayesianSVIGPLVM(dense, Q, num_inducing=8, likelihood=gpflow.likelihoods.Poisson())
+        histories.append(fit(model, data, 30, batch_size=16, progress=False))
+    np.testing.assert_allclose(histories[0].elbo, histories[1].elbo, rtol=1e-12)
+    assert histories[1].tracing_count == 1
 
 
 def test_bad_single_cell_input_is_named():
@@ -104,3 +118,44 @@ def test_bad_single_cell_input_is_named():
         SingleCellGPLVM(Q, layer="counts").fit(empty, iterations=1)
     with pytest.raises(ValueError, match="obs has no column 'donor'"):
         SingleCellGPLVM(Q, layer="counts", batch_key="donor").fit(cells, iterations=1)
+
+
+def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path):
+    cells = _cells()
+    path = tmp_path / "cells.h5ad"
+    cells.write_h5ad(path)
+    options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1)
+    in_memory = SingleCellGPLVM(Q, **options).fit(cells.copy(), iterations=0, progress=False)
+    on_disk = SingleCellGPLVM(Q, **options).fit(path, iterations=0, output=tmp_path / "built")
+    # Read from disk a block at a time: the model starts exactly as from the AnnData in memory.
+    for ours, theirs in zip(on_disk.model.trainable_variables, in_memory.model.trainable_variables):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10, atol=1e-12)
+    fitted = SingleCellGPLVM(Q, **options).fit(
+        path, iterations=20, batch_size=16, progress=False, output=tmp_path / "fitted"
+    )
+    mean = np.load(tmp_path / "fitted" / "X_gplvm.npy")
+    np.testing.assert_array_equal(mean, fitted.model.latent_mean().numpy())
+    assert np.isfinite(fitted.history.elbo).all() and fitted.history.tracing_count == 1
+    assert anndata.read_h5ad(path).obsm_keys() == []  # the user's file is left as it was
+    with pytest.raises(ValueError, match="is not a file"):
+        SingleCellGPLVM(Q, **options).fit(tmp_path / "no.h5ad", iterations=1, output=tmp_path)
+    with pytest.raises(ValueError, match="Pass output=, a folder"):
+        SingleCellGPLVM(Q, **options).fit(path, iterations=1)
+
+
+def test_an_out_of_core_fit_resumes_where_an_uninterrupted_one_ends(tmp_path):
+    path = tmp_path / "cells.h5ad"
+    _cells().write_h5ad(path)
+    options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1)
+    run = dict(batch_size=16, progress=False, checkpoint_every=5)
+    whole = SingleCellGPLVM(Q, **options).fit(path, 20, output=tmp_path / "a", **run)
+    folder = tmp_path / "checkpoints"
+    SingleCellGPLVM(Q, **options).fit(path, 10, output=tmp_path / "b", checkpoint_dir=folder, **run)
+    resumed = SingleCellGPLVM(Q, **options).fit(
+        path, 20, output=tmp_path / "b", checkpoint_dir=folder, resume=True, **run
+    )
+    # The batches from disk follow from the seed and the step: the stream restarts at step 10.
+    np.testing.assert_allclose(resumed.history.elbo, whole.history.elbo, rtol=1e-10)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "b" / "X_gplvm.npy"), np.load(tmp_path / "a" / "X_gplvm.npy"), rtol=1e-9
+    )

@@ -338,3 +338,36 @@ def test_single_cell_embedding_of_every_cell_is_assembled_from_the_workers_rows(
     for worker in workers:
         assert worker["fitted_table"].shape[0] == 40  # each holds its own cells' rows only
         assert np.all(np.isfinite(worker["elbo"]))
+
+
+@pytest.mark.slow
+def test_single_cell_workers_given_other_genes_are_refused_by_name(single_cells):
+    workers, alone, _ = single_cells
+    for worker in workers:
+        assert "other inputs than the chief: genes (worker 1)" in str(worker["mistake"])
+    assert str(alone["mistake"]) == "no error"
+
+
+@pytest.mark.slow
+def test_the_tutorials_single_cell_blocks_run_on_two_workers(single_cells, tmp_path):
+    tutorial = Path(__file__).resolve().parents[1] / "tutorials" / "05_scaling_out.md"
+    text = tutorial.read_text()
+    blocks = []
+    for marker in ("the two-worker single-cell test", "and then this block"):
+        start = text.index("```python\n", text.index(marker)) + len("```python\n")
+        blocks.append(text[start:].split("```")[0])
+    # The tutorial's run length is for a real atlas; everything else runs as printed.
+    (tmp_path / "fit.py").write_text(blocks[0].replace("iterations=20_000", "iterations=20"))
+    (tmp_path / "read.py").write_text(blocks[1] + "\nprint(adata.obsm['X_gplvm'].shape)\n")
+    _, _, output = single_cells
+    (tmp_path / "atlas.h5ad").symlink_to(output.parent / "cells.h5ad")
+    for _ in range(2):  # the second resumes the first run's checkpoint
+        processes = start_command(lambda i: [sys.executable, "fit.py"], 2, tmp_path)
+        for process, said in zip(processes, finish(processes)):
+            assert process.returncode == 0, said[-3000:]
+    assert len(np.load(tmp_path / "atlas_checkpoints" / "elbo_history.npy")) == 20
+    assert list((tmp_path / "atlas_checkpoints" / "worker-1").glob("ckpt-20.index"))
+    read = subprocess.run(
+        [sys.executable, "read.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert read.returncode == 0 and "(80, 10)" in read.stdout, read.stderr[-3000:]

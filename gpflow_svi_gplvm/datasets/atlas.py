@@ -21,6 +21,7 @@ drawn in blocks into a CSR matrix, so a million cells never pass through a dense
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +29,7 @@ import scipy.sparse as sp
 
 from ..validation import check_integer
 
-__all__ = ["SimulatedAtlas", "simulate_atlas"]
+__all__ = ["SimulatedAtlas", "simulate_atlas", "atlas_blocks"]
 
 
 @dataclass
@@ -59,6 +60,36 @@ def simulate_atlas(
 ) -> SimulatedAtlas:
     """Draw ``num_cells`` cells of ``num_types`` types, spread evenly at random over
     ``num_batches`` batches, with ``num_genes`` genes, as in this module's model."""
+    cell_type, batch, library, blocks = atlas_blocks(
+        num_cells,
+        num_genes,
+        num_types,
+        num_batches,
+        library_size,
+        de_fraction,
+        de_scale,
+        batch_scale,
+        seed,
+        block,
+    )
+    return SimulatedAtlas(sp.vstack(list(blocks), format="csr"), cell_type, batch, library)
+
+
+def atlas_blocks(
+    num_cells: int = 10_000,
+    num_genes: int = 2000,
+    num_types: int = 7,
+    num_batches: int = 2,
+    library_size: float = 2000.0,
+    de_fraction: float = 0.1,
+    de_scale: float = 1.5,
+    batch_scale: float = 0.5,
+    seed: int = 0,
+    block: int = 10_000,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Iterator[sp.csr_matrix]]:
+    """The cell types [N], batches [N] and library sizes [N] of :func:`simulate_atlas`'s cells,
+    and their counts as CSR blocks of ``block`` rows [block, D], drawn as they are consumed, so
+    that an atlas larger than memory can be written to disk a block at a time."""
     num_cells, num_genes = (
         check_integer(num_cells, "num_cells"),
         check_integer(num_genes, "num_genes"),
@@ -76,12 +107,14 @@ def simulate_atlas(
     cell_type = rng.integers(0, num_types, num_cells)
     batch = rng.integers(0, num_batches, num_cells)
     library = np.exp(rng.normal(np.log(levels[batch]), 0.35))
-    blocks = []
-    for start in range(0, num_cells, block):
-        rows = slice(start, min(start + block, num_cells))
-        logits = base + de[cell_type[rows]] + shift[batch[rows]]
-        proportions = np.exp(logits - logits.max(axis=1, keepdims=True))
-        mean = library[rows, None] * proportions / proportions.sum(axis=1, keepdims=True)
-        rate = rng.gamma(1.0 / dispersion, dispersion * mean)
-        blocks.append(sp.csr_matrix(rng.poisson(rate).astype(np.float32)))
-    return SimulatedAtlas(sp.vstack(blocks, format="csr"), cell_type, batch, library)
+
+    def blocks() -> Iterator[sp.csr_matrix]:
+        for start in range(0, num_cells, block):
+            rows = slice(start, min(start + block, num_cells))
+            logits = base + de[cell_type[rows]] + shift[batch[rows]]
+            proportions = np.exp(logits - logits.max(axis=1, keepdims=True))
+            mean = library[rows, None] * proportions / proportions.sum(axis=1, keepdims=True)
+            rate = rng.gamma(1.0 / dispersion, dispersion * mean)
+            yield sp.csr_matrix(rng.poisson(rate).astype(np.float32))
+
+    return cell_type, batch, library, blocks()
