@@ -648,6 +648,9 @@ class Trainer:
             ),
         )
         rejected = self._rejected_natural_steps()
+        # The rates a step will use, each checked before the step (a user's optimizer has its own).
+        step_sizes = [getattr(self.optimizer, "learning_rate", None)]
+        step_sizes += [getattr(self.natural_gradient, "gamma", None)]
         with tqdm(total=iterations, disable=not progress, desc="fit", unit="step") as bar:
             while self.num_steps < target:
                 chunk = min(steps_per_call, target - self.num_steps)
@@ -655,6 +658,9 @@ class Trainer:
                     chunk = min(chunk, callback_every - self.num_steps % callback_every)
                 if self.checkpoints is not None:
                     chunk = min(chunk, self.checkpoints.steps_to_next())
+                for size in step_sizes:
+                    if isinstance(size, StepSize):
+                        chunk = size.valid_steps(self.num_steps, chunk)
                 values = self._advance(chunk, start)
                 bar.update(len(values))
                 bar.set_postfix(elbo=f"{values.mean():.4g}")
