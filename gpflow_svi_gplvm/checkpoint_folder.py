@@ -18,6 +18,7 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from .validation import check_writable_folder
@@ -50,7 +51,9 @@ class RunFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._descriptor: int | None = None
+        self._descriptor: int | None = None  # of the locked lock file
+        self._folder_descriptor: int | None = None  # of the locked folder
+        self._identity: dict | None = None  # what this process wrote into the lock file
 
     def check_writable(self) -> None:
         """A ``ValueError`` now, before any training, when the folder cannot be written."""
@@ -61,41 +64,87 @@ class RunFolder:
         it ends; a ``ValueError`` naming the holder while another process (or another trainer of
         this one) holds it.
 
-        The lock is the operating system's (``flock``) on :data:`LOCK_FILE`, so a process that
-        is killed releases it at once; its lock file, which names it, is then merely stale."""
-        lock = self.path / LOCK_FILE
+        The locks are the operating system's (``flock``), so a process that is killed releases
+        them at once (its lock file, which names it, is then merely stale): one on the folder
+        itself, which no one can delete from under its holder, and one on :data:`LOCK_FILE`
+        for file systems that lock no folders (some network file systems). :meth:`check_held`
+        finds a lock file removed or replaced by hand while the folder was held."""
         self.path.mkdir(parents=True, exist_ok=True)
-        collected = False
+        self._folder_descriptor = self._take(lambda: _lock_folder(self.path))
+        try:
+            self._descriptor = self._take(self._lock_file)
+        except BaseException:
+            self._release_folder()
+            raise
+        self._identity = _read_json(self.path / LOCK_FILE)
+
+    def _take(self, attempt: Callable[[], int | None]) -> int | None:
+        """``attempt()``'s descriptor, collecting this process's garbage once when the folder
+        is held by this process; a ``ValueError`` naming the holder otherwise."""
+        try:
+            return attempt()
+        except BlockingIOError:
+            holder = _read_json(self.path / LOCK_FILE) or {}
+            if not _is_this_process(holder):
+                raise ValueError(_held_by(self.path, holder)) from None
+        # A Trainer of this process that nothing refers to any more still holds the folder
+        # until the garbage collector finalises it (which closes it).
+        gc.collect()
+        try:
+            return attempt()
+        except BlockingIOError:
+            raise ValueError(_held_by(self.path, _read_json(self.path / LOCK_FILE) or {})) from None
+
+    def _lock_file(self) -> int:
+        """A descriptor of :data:`LOCK_FILE`, locked and naming this process."""
+        lock = self.path / LOCK_FILE
         for _ in range(10):
             descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(descriptor)
-                holder = _read_json(lock) or {}
-                if _is_this_process(holder) and not collected:
-                    # A Trainer of this process that nothing refers to any more still holds
-                    # the folder until the garbage collector finalises it (which closes it).
-                    gc.collect()
-                    collected = True
-                    continue
-                raise ValueError(_held_by(self.path, holder)) from None
+                raise
             # The holder before us may have removed the file as we opened it: the lock counts
             # only on the file that is at the path now.
             if _same_file(descriptor, lock):
                 os.ftruncate(descriptor, 0)
                 os.write(descriptor, json.dumps(_this_process()).encode())
-                self._descriptor = descriptor
-                return
+                return descriptor
             os.close(descriptor)
         raise ValueError(f"Could not take {lock}: other processes keep taking it. Try again.")
+
+    def check_held(self) -> None:
+        """Before a write: a ``ValueError`` when this process took the folder and its lock file
+        is no longer the one it wrote (removed, or replaced by another process's), so that two
+        runs never write the folder at once. Nothing to check where this process took none."""
+        if self._descriptor is None:
+            return
+        lock = self.path / LOCK_FILE
+        now = _read_json(lock)
+        if _same_file(self._descriptor, lock) and now == self._identity:
+            return
+        found = "was removed" if now is None else f"now names {_holder(now)}"
+        raise ValueError(
+            f"The lock file {lock} of this run's checkpoint folder {found}, while this run held "
+            "the folder: stopped before writing to it, so that two runs do not interleave their "
+            "checkpoints. Make sure no other process writes the folder, then start again with "
+            "resume=True (or use another checkpoint_dir). Never delete a lock file by hand."
+        )
 
     def unlock(self) -> None:
         """Release the folder (if this process holds it), removing its lock file."""
         if self._descriptor is not None:
-            (self.path / LOCK_FILE).unlink(missing_ok=True)  # while still holding it
+            if _same_file(self._descriptor, self.path / LOCK_FILE):  # only our own
+                (self.path / LOCK_FILE).unlink(missing_ok=True)  # while still holding it
             os.close(self._descriptor)
             self._descriptor = None
+        self._release_folder()
+
+    def _release_folder(self) -> None:
+        if self._folder_descriptor is not None:
+            os.close(self._folder_descriptor)
+            self._folder_descriptor = None
 
     @property
     def locked(self) -> bool:
@@ -166,8 +215,31 @@ def _same_file(descriptor: int, path: Path) -> bool:
         return False
 
 
+def _lock_folder(folder: Path) -> int | None:
+    """A descriptor of ``folder``, locked; None where the file system locks no folders."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise
+    except OSError:  # e.g. NFS, which locks only files opened for writing: the lock file's
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
 def _this_process() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+    # The token tells this lock file from one a restarted process of the same id writes.
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+    return {**record, "token": uuid.uuid4().hex}
+
+
+def _holder(holder: dict) -> str:
+    return (
+        f"process {holder.get('pid', '?')} on {holder.get('host', '?')}, since "
+        f"{holder.get('since', '?')}"
+    )
 
 
 def _is_this_process(holder: dict) -> bool:
@@ -180,8 +252,12 @@ def _held_by(folder: Path, holder: dict) -> str:
             f"{folder} is held by another Trainer of this process (since {holder.get('since')}): "
             "call its close() first (fit does so itself), or use another checkpoint_dir."
         )
+    if not holder:  # its lock file was removed by hand: the folder's own lock still holds
+        return (
+            f"{folder} is being written by another process (its lock file {LOCK_FILE}, which "
+            "would name it, was removed): wait for it to finish, or use another checkpoint_dir."
+        )
     return (
-        f"{folder} is being written by another process (process {holder.get('pid', '?')} on "
-        f"{holder.get('host', '?')}, since {holder.get('since', '?')}): wait for it to finish, "
-        "or use another checkpoint_dir."
+        f"{folder} is being written by another process ({_holder(holder)}): wait for it to "
+        "finish, or use another checkpoint_dir."
     )

@@ -40,7 +40,13 @@ from .latents import LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, base_likelihood
 from .models import SVIGPLVM
 from .optimizers import RowSparseAdam
-from .validation import check_fraction, check_integer, check_learning_rate, check_observations
+from .validation import (
+    check_fraction,
+    check_integer,
+    check_learning_rate,
+    check_observations,
+    check_seed,
+)
 
 __all__ = [
     "TARGETS",
@@ -194,6 +200,7 @@ def posterior_draws(
     num_burnin = check_integer(num_burnin, "num_burnin", minimum=0)
     num_chains = check_integer(num_chains, "num_chains", minimum=2, hint="R-hat compares chains")
     num_candidates = check_integer(num_candidates, "num_candidates")
+    seed = check_seed(seed)
     target_accept = check_fraction(
         target_accept, "target_accept", "an acceptance probability", "0.6 to 0.9 is typical"
     )
@@ -221,11 +228,17 @@ def posterior_draws(
                 results.inner_results.log_accept_ratio,
                 results.new_step_size,
             ),
-            seed=tf.constant([seed, 1], tf.int32),
+            seed=_sampler_seed(seed),
         )
 
     draws, (log_accept, step_sizes) = sample()
     return _with_diagnostics(draws, log_accept, step_sizes[-1], num_rows)
+
+
+def _sampler_seed(seed: int) -> tf.Tensor:
+    """TensorFlow Probability's int32 seed pair for ``seed`` in [0, 2**63): ``[seed, 1]`` below
+    2**31, the higher bits folded into the second number above."""
+    return tf.constant([seed % 2**31, (seed // 2**31 * 4 + 1) % 2**31], tf.int32)
 
 
 def _initial_states(
@@ -274,6 +287,7 @@ def latent_draws(
     new rows ``Y`` [B, D] as :func:`~gpflow_svi_gplvm.inference.infer_latents` does
     (``iterations``, ``learning_rate``)."""
     num_draws = check_integer(num_draws, "num_draws")
+    seed = check_seed(seed)
     if rows is None:
         if Y is None:
             raise ValueError("Give the training rows' indices (rows=) or new rows (Y=).")
@@ -323,7 +337,14 @@ def fit_to_posterior(
     iterations = check_integer(iterations, "iterations")
     learning_rate = check_learning_rate(learning_rate)
     num_samples = check_integer(num_samples, "num_samples")
+    seed = check_seed(seed)
     rows = tf.constant(check_observations(Y, "Y", model.data_dim))
+    family_rows = getattr(latent, "num_data", None)  # None: amortised, any rows
+    if family_rows is not None and family_rows != rows.shape[0]:
+        raise ValueError(
+            f"The family has {family_rows} rows of latents and Y has {rows.shape[0]} rows: build "
+            "the family over exactly the rows of Y (e.g. from initial means [len(Y), Q])."
+        )
     data_term = _data_term(model, rows, target)
     idx = tf.range(tf.shape(rows)[0], dtype=tf.int64)
     variables = list(latent.trainable_variables)
@@ -357,11 +378,13 @@ def fit_to_posterior(
 @check_shapes("x: [n, d]", "y: [m, d]")
 def median_bandwidth(x: np.ndarray, y: np.ndarray, max_points: int = 2000) -> float:
     """The median heuristic: the median distance between distinct points of x and y pooled
-    (at most ``max_points`` of them, evenly spaced)."""
+    (at most ``max_points`` of them, evenly spaced); 1 when all are one point (every bandwidth
+    then gives an MMD of 0, the right answer)."""
     pooled = np.concatenate([x, y])
     pooled = pooled[:: max(1, len(pooled) // max_points)]
     distances = pdist(pooled)
-    return float(np.median(distances[distances > 0]))
+    distinct = distances[distances > 0]
+    return float(np.median(distinct)) if distinct.size else 1.0
 
 
 def _checked_draws(x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -399,7 +422,8 @@ def mmd(
     """
     x, y = _checked_draws(x, y)
     num_bootstrap = check_integer(num_bootstrap, "num_bootstrap")
-    ell = median_bandwidth(x, y) if bandwidth is None else float(bandwidth)
+    seed = check_seed(seed)
+    ell = median_bandwidth(x, y) if bandwidth is None else _check_bandwidth(bandwidth)
     pairs = [(x, x), (y, y), (x, y)]
     kernels = [np.exp(-0.5 * cdist(a, b, "sqeuclidean") / ell**2) for a, b in pairs]
     rng = np.random.default_rng(seed)
@@ -409,6 +433,17 @@ def mmd(
     ]
     values = _weighted_mmd(kernels, *weights)
     return _with_interval(values, level)
+
+
+def _check_bandwidth(bandwidth) -> float:
+    """``bandwidth`` as a positive, finite float, or a ``ValueError``."""
+    number = isinstance(bandwidth, (int, float, np.number)) and not isinstance(bandwidth, bool)
+    if not (number and np.isfinite(bandwidth) and bandwidth > 0):
+        raise ValueError(
+            "bandwidth must be a positive, finite length (the kernel's, in the draws' units), or "
+            f"None for the median heuristic (median_bandwidth), got {bandwidth!r}."
+        )
+    return float(bandwidth)
 
 
 def _weighted_mmd(kernels: list[np.ndarray], wx: np.ndarray, wy: np.ndarray) -> np.ndarray:
@@ -450,7 +485,7 @@ def sliced_wasserstein(
     max(n, m) levels); with a percentile bootstrap interval at ``level``.
     """
     x, y = _checked_draws(x, y)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     num_projections = check_integer(num_projections, "num_projections")
     directions = rng.standard_normal((x.shape[1], num_projections))
     directions /= np.linalg.norm(directions, axis=0)

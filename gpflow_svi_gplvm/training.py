@@ -286,11 +286,24 @@ class Trainer:
                 overwrite,
             )
 
+    closed: bool = False
+    """Whether :meth:`close` was called: a closed Trainer neither trains nor saves."""
+
     def close(self) -> None:
         """Release the checkpoint folder to other processes (``fit`` does this at its end; a
-        Trainer also releases it when garbage collected or used in a ``with`` block)."""
+        Trainer also releases it when garbage collected or used in a ``with`` block). The
+        Trainer is then done: :meth:`train` and :meth:`save` are a ``ValueError``."""
+        self.closed = True
         if self.checkpoints is not None:
             self.checkpoints.close()
+
+    def _check_open(self, action: str) -> None:
+        if self.closed:
+            raise ValueError(
+                f"This Trainer was closed (its checkpoint folder released, perhaps now another "
+                f"run's), so it cannot {action}: build a new Trainer (resume=True continues "
+                "from the folder's latest checkpoint)."
+            )
 
     def __enter__(self) -> Trainer:
         return self
@@ -650,11 +663,14 @@ class Trainer:
         return True
 
     def save(self) -> None:
-        """Write a checkpoint now (history first, so it always covers the checkpoint's steps)."""
+        """Write a checkpoint now (history first, so it always covers the checkpoint's steps),
+        once the folder is checked to be still this run's."""
+        self._check_open("save")
         if self.checkpoints is None:
             raise ValueError(
                 "save() needs a checkpoint folder: build the Trainer with checkpoint_dir."
             )
+        self.checkpoints.folder.check_held()
         self.checkpoints.save(self._elbo_array())
 
     def train(
@@ -670,6 +686,7 @@ class Trainer:
         A ``gpflow.monitor.Monitor`` is a valid callback (e.g. for TensorBoard). Returns the
         history of every step taken so far (restored ones included).
         """
+        self._check_open("train")
         iterations = check_integer(iterations, "iterations", minimum=0)
         steps_per_call = check_integer(steps_per_call, "steps_per_call")
         callback_every = check_integer(callback_every, "callback_every")
@@ -693,6 +710,9 @@ class Trainer:
             ),
         )
         rejected = self._rejected_natural_steps()
+        # The rates a step will use, each checked before the step (a user's optimizer has its own).
+        step_sizes = [getattr(self.optimizer, "learning_rate", None)]
+        step_sizes += [getattr(self.natural_gradient, "gamma", None)]
         with tqdm(total=iterations, disable=not progress, desc="fit", unit="step") as bar:
             while self.num_steps < target:
                 chunk = min(steps_per_call, target - self.num_steps)
@@ -700,6 +720,9 @@ class Trainer:
                     chunk = min(chunk, callback_every - self.num_steps % callback_every)
                 if self.checkpoints is not None:
                     chunk = min(chunk, self.checkpoints.steps_to_next())
+                for size in step_sizes:
+                    if isinstance(size, StepSize):
+                        chunk = size.valid_steps(self.num_steps, chunk)
                 values = self._advance(chunk, start)
                 bar.update(len(values))
                 bar.set_postfix(elbo=f"{values.mean():.4g}")

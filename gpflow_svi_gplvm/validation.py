@@ -256,8 +256,12 @@ def check_device(device: str | None) -> str | None:
         raise ValueError(f"device {device!r} is not a device name ({error}); {advice}") from None
     for name in names:
         have = tf.DeviceSpec.from_string(name)
-        if (wanted.device_type or "").upper() == have.device_type and (
-            wanted.device_index or 0
-        ) == have.device_index:
+        # A job, replica or task named must be this process's: another's devices are not here.
+        where = [(wanted.job, have.job), (wanted.replica, have.replica), (wanted.task, have.task)]
+        if (
+            (wanted.device_type or "").upper() == have.device_type
+            and (wanted.device_index or 0) == have.device_index
+            and all(part is None or part == own for part, own in where)
+        ):
             return device
     raise ValueError(f"device {device!r} does not exist here: {advice}")

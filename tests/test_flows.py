@@ -177,6 +177,10 @@ def test_joint_flow_density_is_over_vec_x_and_rows_share_it():
         (dict(num_layers=0), "num_layers must be a positive integer"),
         (dict(flow="radial"), "Unknown flow 'radial'"),
         (dict(flow_parameters="each"), "flow_parameters must be one of"),
+        (dict(initial_variance=-1.0), "initial_variance must be a positive, finite .* -1.0"),
+        (dict(initial_variance=0.0), "initial_variance must be a positive, finite .* 0.0"),
+        (dict(initial_variance=np.nan), "initial_variance must be a positive, finite .* nan"),
+        (dict(initial_variance=[0.1, 0.2, 0.3]), "initial_variance .* broadcastable"),
     ],
 )
 def test_bad_flow_options_are_value_errors_saying_what_to_change(data, options, message):

@@ -210,3 +210,31 @@ def test_draws_of_other_widths_are_value_errors():
         mmd(np.zeros((5, 2)), np.zeros((5, 3)))
     with pytest.raises(ValueError, match="at least two draws"):
         sliced_wasserstein(np.zeros((1, 2)), np.zeros((5, 2)))
+
+
+@pytest.mark.parametrize("bandwidth", [0, -1.0, np.nan, np.inf, "1", True])
+def test_a_bandwidth_that_is_not_a_positive_finite_length_is_a_value_error(bandwidth):
+    draws = np.random.default_rng(0).standard_normal((5, 2))
+    with pytest.raises(ValueError, match="bandwidth must be a positive, finite length"):
+        mmd(draws, draws + 1, bandwidth=bandwidth)
+
+
+def test_identical_draws_are_zero_apart_under_the_median_heuristic():
+    same = np.ones((6, 2))
+    assert median_bandwidth(same, same) == 1.0
+    assert mmd(same, same, num_bootstrap=5).value == 0.0
+
+
+def test_a_family_over_other_rows_than_y_is_a_value_error_naming_both(linear):
+    model, Y = linear
+    for rows in (B + 1, B - 1):
+        with pytest.raises(ValueError, match=f"family has {rows} rows .* Y has {B} rows"):
+            fit_to_posterior(GaussianLatent(np.zeros((rows, Q))), model, Y, iterations=2)
+
+
+def test_a_seed_that_is_not_an_integer_is_a_value_error(linear):
+    model, Y = linear
+    with pytest.raises(ValueError, match="seed must be an integer .* got 1.5"):
+        posterior_draws(model, Y, num_draws=2, num_burnin=2, seed=1.5)
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        mmd(np.zeros((3, 1)), np.ones((3, 1)), seed=-1)

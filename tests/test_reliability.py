@@ -27,8 +27,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gpflow_svi_gplvm import BayesianSVIGPLVM, PointGPLVM, Trainer, export_saved_model, fit
-from gpflow_svi_gplvm.checkpoint_folder import LOCK_FILE
+from gpflow_svi_gplvm import (
+    BayesianSVIGPLVM,
+    PointGPLVM,
+    Trainer,
+    checkpoint_folder,
+    export_saved_model,
+    fit,
+)
+from gpflow_svi_gplvm.checkpoint_folder import LOCK_FILE, RunFolder
 from gpflow_svi_gplvm.cli import main
 from gpflow_svi_gplvm.datasets import load_array_file
 from gpflow_svi_gplvm.export_folder import STAGING_MARKER
@@ -176,6 +183,55 @@ def test_a_trainer_nothing_refers_to_any_more_gives_its_folder_up(small, tmp_pat
     dropped.save()
     del dropped
     Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder).restore()
+
+
+def test_a_lock_file_removed_by_hand_lets_no_second_writer_in_and_stops_the_holder(small, tmp_path):
+    folder = tmp_path / "run"
+    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    holder.save()
+    (folder / LOCK_FILE).unlink()
+    before = contents(folder)
+    with pytest.raises(ValueError, match="another process .*lock file .lock.* was removed"):
+        RunFolder(folder).lock()  # the folder's own lock is still the holder's
+    with pytest.raises(ValueError, match=r"lock file .* was removed, while this run held"):
+        holder.save()
+    assert contents(folder) == before  # nothing written after the lock file went
+    holder.close()
+    point_run(small, folder, resume=True)  # free again once the holder closed
+
+
+def test_a_lock_file_replaced_by_another_process_stops_the_holder_before_it_writes(
+    small, tmp_path, monkeypatch
+):
+    # As on a file system that locks no folders, where only the lock file tells writers apart.
+    monkeypatch.setattr(checkpoint_folder, "_lock_folder", lambda folder: None)
+    folder = tmp_path / "run"
+    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    (folder / LOCK_FILE).unlink()
+    other = RunFolder(folder)
+    other.lock()  # another writer in: nothing but the lock file could tell
+    with pytest.raises(ValueError, match=f"now names process {os.getpid()} .*interleave"):
+        holder.train(2, progress=False)
+    assert not list(folder.glob("ckpt-*"))
+    holder.close()
+    assert (folder / LOCK_FILE).exists()  # the other writer's lock file is left to it
+    other.unlock()
+
+
+def test_a_closed_trainer_neither_trains_nor_saves(small, tmp_path):
+    folder = tmp_path / "run"
+    closed = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    closed.close()
+    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    for action in (lambda: closed.train(2, progress=False), closed.save):
+        with pytest.raises(ValueError, match="Trainer was closed .*build a new Trainer"):
+            action()
+    assert not list(folder.glob("ckpt-*"))  # the folder is the holder's alone
+    holder.close()
+    without_folder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10)
+    without_folder.close()
+    with pytest.raises(ValueError, match="Trainer was closed"):
+        without_folder.train(1, progress=False)
 
 
 @pytest.mark.slow

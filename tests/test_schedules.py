@@ -41,16 +41,27 @@ def test_a_keras_schedule_and_a_lambda_are_step_sizes():
 @pytest.mark.parametrize(
     "schedule, expected",
     [
-        (lambda t: -0.01 + 0.0 * t, "returned"),
-        (lambda t: 0.01 / (1.0 - t / 10), "step 10"),  # infinite at t = 10
-        (lambda t: tf.zeros(3, tf.float64) + t, "returned"),
-        (lambda t: math.exp(t), "raised"),  # Python math on a tensor
-        (lambda t: tf.where(t < 1000.0, 0.01, 0.0), "step 1000"),  # zero from step 1000 on
+        (lambda t: -0.01 + 0.0 * t, "at step 0 it returned -0.01"),
+        (lambda t: tf.zeros(3, tf.float64) + t, "returned a tensor of shape"),
+        (lambda t: math.exp(t), "failed"),  # Python math on a tensor
+        (lambda t: 0.01 / (1.0 + float(t)), "failed: .*TensorFlow operations on t"),
+        (lambda t: 0.01 * np.exp(-t), "failed: .*not float\\(t\\), numpy"),
     ],
 )
-def test_a_schedule_that_is_not_a_positive_finite_rate_is_a_value_error(schedule, expected):
-    with pytest.raises(ValueError, match=expected):
+def test_a_schedule_that_is_not_a_finite_rate_of_tensorflow_operations_is_a_value_error(
+    schedule, expected
+):
+    with pytest.raises(ValueError, match=f"learning_rate must be .*{expected}"):
         StepSize(schedule)
+
+
+def test_standard_schedules_of_short_runs_that_reach_zero_or_underflow_are_step_sizes():
+    schedules = tf_keras.optimizers.schedules
+    cosine = schedules.CosineDecay(0.01, decay_steps=5)  # 0 from step 5 on
+    exponential = schedules.ExponentialDecay(0.01, decay_steps=1, decay_rate=0.5)  # 0 in float32
+    for schedule in (cosine, exponential, lambda t: tf.where(t < 1000.0, 0.01, 0.0)):
+        assert StepSize(schedule).valid_steps(0, 10) == 10
+    assert StepSize(cosine).values[2:] == (0.0,) * 6
 
 
 def test_a_natural_gradient_step_size_above_one_is_a_value_error():
@@ -108,7 +119,7 @@ def test_bad_row_updates_and_schedules_reach_the_trainer_as_value_errors(Y):
     with pytest.raises(ValueError, match="optimizer= given"):
         Trainer(model, Y, BATCH, optimizer=tf_keras.optimizers.Adam(), row_updates="dense")
     with pytest.raises(ValueError, match="learning_rate .* at step 0 it returned"):
-        Trainer(model, Y, BATCH, learning_rate=lambda t: 0.0 * t)
+        Trainer(model, Y, BATCH, learning_rate=lambda t: -0.01 + 0.0 * t)
     with pytest.raises(ValueError, match="natgrad_gamma"):
         Trainer(model, Y, BATCH, natgrad_gamma=lambda t: 1.5 + 0.0 * t)
 
@@ -125,3 +136,23 @@ def test_auto_row_updates_keep_moving_a_small_tables_rows_between_their_batches(
         assert np.sum(np.any(table != start, axis=1)) == 2 * BATCH
     # The first batch's rows took a second, dense step from their moments: only they differ.
     assert np.sum(np.any(tables["auto"] != tables["sparse"], axis=1)) == BATCH
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (dict(learning_rate=lambda t: tf.where(t < 3.0, 0.01, -5.0)), "learning_rate .* step 3 "),
+        (
+            dict(natgrad_gamma=lambda t: tf.where(t < 3.0, 0.05, np.nan), q_u_optimizer="natgrad"),
+            "natgrad_gamma .* step 3 ",
+        ),
+        (dict(learning_rate=lambda t: 0.01 / (1.0 - t / 3.0)), "learning_rate .* step 3 "),
+    ],
+)
+def test_a_rate_that_goes_bad_at_a_later_step_stops_training_before_that_step(Y, options, expected):
+    model = sg.PointGPLVM(Y, Q, M, seed=0)
+    trainer = Trainer(model, Y, BATCH, seed=0, **options)
+    with pytest.raises(ValueError, match=f"{expected}it returned .*Training stopped before"):
+        trainer.train(6, steps_per_call=6, progress=False)
+    assert trainer.num_steps == 3 and sum(map(len, trainer.elbo)) == 3
+    assert all(np.all(np.isfinite(v.numpy())) for v in model.trainable_variables)

@@ -10,12 +10,14 @@ import warnings
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_probability as tfp
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.networks import MLP
 from gpflow_svi_gplvm.validation import (
     check_chunk_size,
+    check_device,
     check_fraction,
     check_layer_sizes,
     check_observations,
@@ -407,3 +409,18 @@ def test_data_beyond_float32_is_refused_when_training_in_float32():
             check_observations(Y)
         assert check_observations(np.ones((4, 2))).dtype == np.float32
     assert check_observations(Y)[1, 1] == -1e39  # float64 holds it
+
+
+@pytest.mark.parametrize(
+    "device",
+    ["/job:worker/replica:0/task:1/device:CPU:0", "/job:localhost/task:3/device:CPU:0", "/GPU:7"],
+)
+def test_a_device_of_another_job_or_task_or_that_is_missing_is_refused(device):
+    with pytest.raises(ValueError, match="does not exist here: this process has"):
+        check_device(device)
+
+
+def test_a_device_of_this_process_is_accepted_by_its_short_or_full_name():
+    assert check_device("/CPU:0") == "/CPU:0"
+    full = tf.config.list_logical_devices("CPU")[0].name
+    assert check_device(full) == full
