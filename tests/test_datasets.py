@@ -519,8 +519,11 @@ def test_text_columns_are_dropped_and_named(tmp_path):
         ("a,b\nx,y\n", r"no numeric column \(columns: a, b\)"),
         ("a,b\n", r"header row but no rows of data"),
         ("\n\n", r"holds no rows of data"),
+        ("-0,0980\n1,0500\n0,7000\n", r"a column of numbers with decimal commas, or two"),
+        ("x\n-0,0980\n1,0500\n", r"a column of numbers with decimal commas, or two"),
+        ("a\tb\n0,5\t1,25\n2,0\t3,5\n", r"separated by '\\t' and its numbers hold commas"),
     ],
-    ids=["ragged", "all text", "header only", "empty"],
+    ids=["ragged", "all text", "header only", "empty", "decimal commas", "headed", "tabs"],
 )
 def test_tables_that_cannot_be_read_are_clear_errors(tmp_path, text, message):
     path = tmp_path / "table.csv"

@@ -59,6 +59,7 @@ class _Semicolons(csv.excel):
 
 
 _DECIMAL_COMMA = re.compile(r"^[-+]?\d*,\d+([eE][-+]?\d+)?$")
+_COMMA_PAIR = re.compile(r"\s*([-+]?\d+),(\d+)\s*")
 
 
 def _number(cell: str, decimal_comma: bool = False) -> float | None:
@@ -83,8 +84,21 @@ def _dialect(text: str, path: Path) -> tuple[type[csv.Dialect] | csv.Dialect, bo
     semicolons = {line.count(";") for line in lines}
     if len(semicolons) == 1 and 0 not in semicolons:
         return _Semicolons, True
+    body = lines[1:] if lines and re.search(r"[A-Za-z]", lines[0]) else lines
+    pairs = [_COMMA_PAIR.fullmatch(line) for line in body]
+    leading_zero = [pair and len(pair.group(2)) > 1 and pair.group(2)[0] == "0" for pair in pairs]
+    if body and all(pairs) and any(leading_zero):
+        raise ValueError(
+            f"{path}: every row is two whole numbers joined by a comma, the second with a leading "
+            f"zero (e.g. {body[0].strip()!r}): a column of numbers with decimal commas, or two "
+            "columns? Write decimal points, or end each row with a semicolon for decimal commas."
+        )
+    tabs = {line.count("\t") for line in lines}
     try:
-        dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t| ")
+        if len(tabs) == 1 and 0 not in tabs:  # a tab on every line: commas are inside fields
+            dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab
+        else:
+            dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t| ")
     except csv.Error:  # one column, or nothing to tell: commas
         dialect = csv.excel
     if dialect.delimiter in " \t|" and any(re.search(r"\d,\d", line) for line in lines):
