@@ -194,15 +194,9 @@ class SVIGPLVM(SVGP):
     ):
         seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
-        # On several workers each keeps the table rows of its own shard alone.
-        owned = rows is not None and workers.count > 1
+        owned = rows is not None and workers.count > 1  # each worker keeps its rows' tables
         self.table_rows = rows if owned else None
-        inputs = RowInputs(
-            _shard_rows(covariates, rows, num_data, owned),
-            _shard_rows(size_factors, rows, num_data, owned),
-            num_data if rows is None or not owned else len(rows),
-        )
-        inputs.set_reference(Y, None if owned else rows, workers)
+        inputs = _row_inputs(covariates, size_factors, Y, rows, num_data, workers, owned)
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
         latent_dim, num_inducing, num_samples = check_sizes(
@@ -216,13 +210,8 @@ class SVIGPLVM(SVGP):
             latent_dim,
             inputs,
         )
-        Z = inducing_inputs(
-            _with_covariates(initial, inputs),
-            num_inducing,
-            seed=seed,
-            rows=rows if owned else None,
-            workers=workers,
-        )
+        table = _with_covariates(initial, inputs)
+        Z = inducing_inputs(table, num_inducing, seed, rows if owned else None, workers)
         super().__init__(
             components.kernel,
             components.likelihood,
@@ -239,15 +228,26 @@ class SVIGPLVM(SVGP):
         if shared:
             self.q_diag = False
             self.q_sqrt = gpflow.Parameter(np.eye(num_inducing)[None], transform=triangular())
-        with worker_owned_variables(owned):
-            self.latent = _check_latent(
-                self._build_latent(latent, initial, Y, workers), len(initial), latent_dim
-            )
-            _check_owned(self.latent, owned)
         self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
-        with worker_owned_variables(owned):
-            self._set_row_inputs(inputs)
+        self._build_row_tables(latent, initial, Y, workers, inputs, owned)
         self.closed_form = _closed_form(self, latent_expectation)
+
+    def _build_row_tables(
+        self,
+        latent: LatentFactory | None,
+        initial: np.ndarray,
+        Y,
+        workers: Workers,
+        inputs: RowInputs,
+        owned: bool,
+    ) -> None:
+        """The latent module and the rows' observed inputs, from the initial latents [n, Q]: of
+        all N rows, or, when ``owned``, of this worker's rows alone (its own variables)."""
+        with worker_owned_variables(owned):
+            module = self._build_latent(latent, initial, Y, workers)
+            self.latent = _check_latent(module, len(initial), self.latent_dim)
+            _check_owned(self.latent, owned)
+            self._set_row_inputs(inputs)
 
     def _set_row_inputs(self, inputs: RowInputs) -> None:
         """Keep the training rows' observed inputs [N, R] (a non-trainable variable, so
@@ -856,6 +856,26 @@ def _local_rows(
     workers = Workers.of()
     data.check(workers)
     return data.Y, data.rows, data.num_data, workers
+
+
+def _row_inputs(
+    covariates: ArrayLike | None,
+    size_factors: ArrayLike | None,
+    Y,
+    rows: np.ndarray | None,
+    num_data: int,
+    workers: Workers,
+    owned: bool,
+) -> RowInputs:
+    """The checked covariates and size factors of the model's table rows (all N, or this
+    worker's own), with the size factors' reference set from the rows of every worker."""
+    inputs = RowInputs(
+        _shard_rows(covariates, rows, num_data, owned),
+        _shard_rows(size_factors, rows, num_data, owned),
+        num_data if rows is None or not owned else len(rows),
+    )
+    inputs.set_reference(Y, None if owned else rows, workers)
+    return inputs
 
 
 def _shard_rows(

@@ -339,12 +339,7 @@ def fit_to_posterior(
     num_samples = check_integer(num_samples, "num_samples")
     seed = check_seed(seed)
     rows = tf.constant(check_observations(Y, "Y", model.data_dim))
-    family_rows = getattr(latent, "num_data", None)  # None: amortised, any rows
-    if family_rows is not None and family_rows != rows.shape[0]:
-        raise ValueError(
-            f"The family has {family_rows} rows of latents and Y has {rows.shape[0]} rows: build "
-            "the family over exactly the rows of Y (e.g. from initial means [len(Y), Q])."
-        )
+    _check_family_rows(latent, rows.shape[0])
     data_term = _data_term(model, rows, target)
     idx = tf.range(tf.shape(rows)[0], dtype=tf.int64)
     variables = list(latent.trainable_variables)
@@ -373,6 +368,15 @@ def fit_to_posterior(
         return bounds.stack()
 
     return run().numpy()
+
+
+def _check_family_rows(latent: LatentVariables, num_rows: int) -> None:
+    family_rows = getattr(latent, "num_data", None)  # None: amortised, any rows
+    if family_rows is not None and family_rows != num_rows:
+        raise ValueError(
+            f"The family has {family_rows} rows of latents and Y has {num_rows} rows: build "
+            "the family over exactly the rows of Y (e.g. from initial means [len(Y), Q])."
+        )
 
 
 @check_shapes("x: [n, d]", "y: [m, d]")

@@ -161,6 +161,18 @@ class SingleCellGPLVM:
     None (counts only); ``model``: "bsvi" (B-SVI), "aeb" (AEB-SVI), "map" or "point";
     further keyword options go to the model class. Latents start at a PCA of
     :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
+
+    **Atlas scale.** :meth:`fit` takes the path of an ``.h5ad`` file as well as an AnnData. On
+    one worker a path is read from disk in shuffled blocks (out of core:
+    :meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), only the latent table in memory.
+    With ``strategy=`` a ``MultiWorkerMirroredStrategy``, every worker calling :meth:`fit` alike,
+    each reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.worker_rows`) as
+    CSR and keeps their latent rows alone; size factors, covariate categories (the union of what
+    the workers see, in one order), numeric scales and the initial PCA are sums over the workers,
+    so the model starts as from all cells on one machine. ``output=`` (needed for a path or on
+    several workers) is a folder where each worker writes its cells' q(x) and the chief
+    assembles ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] of every cell, one
+    worker's rows at a time; a file given by its path is never written.
     """
 
     def __init__(
@@ -210,61 +222,23 @@ class SingleCellGPLVM:
         checkpoint_every: int = 1000,
         resume: bool = False,
     ) -> SingleCellGPLVM:
-        """Fit to ``adata`` (in memory or backed, or the path of an ``.h5ad`` file, opened backed)
-        and write ``obsm`` and ``uns`` there.
+        """Fit to ``adata`` (an AnnData, or the path of an ``.h5ad`` file, read a block at a
+        time) and write ``obsm`` and ``uns`` there (an AnnData), or to ``output``.
 
-        ``strategy``: a ``MultiWorkerMirroredStrategy``, every worker calling ``fit`` alike. Each
-        reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.worker_rows`) as CSR
-        and keeps their latent rows alone; size factors, covariate categories (the union of
-        what the workers see), numeric scales and the initial PCA come from sums over the
-        workers. ``output``: a folder where the embedding of every cell is assembled as
-        ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] (each worker writes its own
-        cells' rows; on several workers a folder every worker writes), so that the chief
-        never holds all the latents: needed on several workers; ``obsm`` is then written when
-        ``adata`` is an AnnData object (by the chief, from those files). ``callback(step)`` runs
-        every ``callback_every`` steps; ``checkpoint_dir``, ``checkpoint_every`` and ``resume``
-        keep and continue a run as :func:`~gpflow_svi_gplvm.fit` does (on several workers each
-        keeps its cells' latent rows beside the chief's checkpoints).
-
-        One worker given a path reads the cells from disk in shuffled blocks (out of core:
-        :meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), keeping only their latent table
-        in memory; on several workers each holds its own cells' counts as CSR.
-        """
+        ``batch_size`` is the global batch; ``strategy`` (several workers), ``output`` and reading
+        a path out of core are described in the class's docstring. ``callback``,
+        ``checkpoint_dir``, ``checkpoint_every`` and ``resume`` act as in
+        :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells' latent rows itself)."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
-        if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
-            raise ValueError(
-                "Pass output=, a folder (one every worker writes, on several workers): the "
-                f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
-                "by its path is never changed."
-            )
+        self._check_output(adata, output, workers)
         adata = _opened(adata)
         self.gene_names = _gene_names(adata, self.genes)
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
-        block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-        rows = self._rows(adata, cells=block)
-        obs = adata.obs.iloc[block]
-        covariates = self.encoding.fit(obs, workers).transform(obs)
-        sizes = self._size_factors(obs, rows, workers)
-        initial = self._initial_latents(rows, sizes, covariates, workers, cells)
-        # Rows on disk stream in shuffled blocks; rows in memory are a shard of CSR rows, each
-        # minibatch densified on its own (the batches follow from the seed and the step).
-        data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
-        with strategy.scope() if strategy is not None else nullcontext():
-            self.model = lookup_model(self.model_name)(
-                data,
-                self.latent_dim,
-                min(self.num_inducing, adata.n_obs),
-                likelihood=self._likelihood(rows.shape[1]),
-                latent_init=initial,
-                seed=self.seed,
-                covariates=covariates,
-                size_factors=sizes,
-                **self.model_options,
-            )
+        self.model, rows, data = self._build(adata, cells, workers, strategy)
         batch_size = min(batch_size, adata.n_obs)
         self.history = fit(
-            self.model,
+            cast(SVIGPLVM, self.model),
             data,
             iterations,
             batch_size=batch_size,
@@ -286,10 +260,51 @@ class SingleCellGPLVM:
                 Path(output), self.key_added, mean, variance, cells, workers
             )
         if workers.chief and not isinstance(adata, _CellsFile):
-            adata.obsm[f"X_{self.key_added}"] = np.asarray(mean)
-            adata.obsm[f"X_{self.key_added}_var"] = np.asarray(variance)
+            adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = (
+                mean,
+                variance,
+            )
             adata.uns[self.key_added] = summary
         return self
+
+    def _check_output(self, adata, output: str | Path | None, workers: Workers) -> None:
+        if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
+            raise ValueError(
+                "Pass output=, a folder (one every worker writes, on several workers): the "
+                f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
+                "by its path is never changed."
+            )
+
+    def _build(
+        self,
+        adata,
+        cells: np.ndarray,
+        workers: Workers,
+        strategy: tf.distribute.Strategy | None,
+    ) -> tuple[SVIGPLVM, RowReader, RowShard | RowStream]:
+        """The model of this worker's ``cells`` [n] (a block), from sums over every worker's
+        cells; their rows, and what to train on: rows on disk stream in shuffled blocks, rows in
+        memory are a shard of CSR rows, each minibatch densified on its own."""
+        block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
+        rows = self._rows(adata, cells=block)
+        obs = adata.obs.iloc[block]
+        covariates = self.encoding.fit(obs, workers).transform(obs)
+        sizes = self._size_factors(obs, rows, workers)
+        initial = self._initial_latents(rows, sizes, covariates, workers, cells)
+        data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
+        with strategy.scope() if strategy is not None else nullcontext():
+            model = lookup_model(self.model_name)(
+                data,
+                self.latent_dim,
+                min(self.num_inducing, adata.n_obs),
+                likelihood=self._likelihood(rows.shape[1]),
+                latent_init=initial,
+                seed=self.seed,
+                covariates=covariates,
+                size_factors=sizes,
+                **self.model_options,
+            )
+        return model, rows, data
 
     def _check_same_inputs(self, adata, workers: Workers) -> None:
         """A ``ValueError`` on every worker, naming what differs and where, when the workers read

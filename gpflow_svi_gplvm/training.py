@@ -690,11 +690,7 @@ class Trainer:
         iterations = check_integer(iterations, "iterations", minimum=0)
         steps_per_call = check_integer(steps_per_call, "steps_per_call")
         callback_every = check_integer(callback_every, "callback_every")
-        if callback is not None and not callable(callback):
-            raise ValueError(
-                f"callback must be a function of the step number (or a gpflow.monitor.Monitor), "
-                f"got {callback!r}."
-            )
+        _check_callback(callback)
         if self.checkpoints is not None:
             self.checkpoints.check_owner()  # before the first step, on every worker alike
         start = time.perf_counter()
@@ -794,6 +790,14 @@ class Trainer:
 
     def _history(self, start: float) -> History:
         return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
+
+
+def _check_callback(callback: Callable[[int], None] | None) -> None:
+    if callback is not None and not callable(callback):
+        raise ValueError(
+            f"callback must be a function of the step number (or a gpflow.monitor.Monitor), "
+            f"got {callback!r}."
+        )
 
 
 def _sum_over_replicas(loss: tf.Tensor, gradients: list, tables: frozenset[int]) -> tuple:
@@ -954,14 +958,12 @@ def fit(
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data``: Y [N, D] (NaN = missing, or ``mask``), a :class:`~gpflow_svi_gplvm.RowShard` under a
-    multi-worker ``strategy``, rows on disk (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`,
-    streamed in shuffled blocks) or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``.
-    ``checkpoint_dir``: this run's own folder, checkpointed every ``checkpoint_every`` steps;
-    ``resume=True`` continues its run up to ``iterations`` steps in all, as if never interrupted,
-    refusing one written on other data (values, gaps, row order) or with another ``batch_size``
-    unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh; without either,
-    a folder holding a run's checkpoints is a ``ValueError``. The rest are :class:`Trainer`'s."""
+    ``data``: as :class:`Trainer`'s. ``checkpoint_dir``: this run's own folder, saved every
+    ``checkpoint_every`` steps; ``resume=True`` continues its run up to ``iterations`` steps in
+    all, as if never interrupted, refusing one written on other data (values, gaps, row order) or
+    with another ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and
+    starts afresh; without either, a folder holding a run's checkpoints is a ``ValueError``. The
+    rest are :class:`Trainer`'s."""
     iterations = check_integer(iterations, "iterations", minimum=0)
     _check_resume(resume, overwrite, checkpoint_dir)
     trainer = Trainer(

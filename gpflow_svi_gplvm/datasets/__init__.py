@@ -14,7 +14,7 @@ experimental protocols (train/test splits, artificial missingness).
 Every public name of the submodules is importable from here.
 """
 
-from .atlas import SimulatedAtlas, simulate_atlas
+from .atlas import SimulatedAtlas, atlas_blocks, simulate_atlas
 from .dataset import (
     DataSet,
     load_array_file,
@@ -61,6 +61,7 @@ from .splits import (
 __all__ = [
     "SimulatedAtlas",
     "simulate_atlas",
+    "atlas_blocks",
     "DataSet",
     "load_digits",
     "load_array_file",
