@@ -230,46 +230,6 @@ def peak_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def scores(embedding: np.ndarray, cell_type: np.ndarray, batch: np.ndarray | None) -> dict:
-    """NMI, ARI, cell-type ASW, batch ASW and graph connectivity (see the module docstring)."""
-    from scipy.sparse.csgraph import connected_components
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import (
-        adjusted_rand_score,
-        normalized_mutual_info_score,
-        silhouette_samples,
-        silhouette_score,
-    )
-    from sklearn.neighbors import kneighbors_graph
-
-    rng = np.random.default_rng(0)
-    types = np.unique(cell_type)
-    clusters = KMeans(len(types), n_init=10, random_state=0).fit_predict(embedding)
-    sample = rng.permutation(len(embedding))[:5000]
-    result = {
-        "NMI": normalized_mutual_info_score(cell_type, clusters),
-        "ARI": adjusted_rand_score(cell_type, clusters),
-        "cell-type ASW": (silhouette_score(embedding[sample], cell_type[sample]) + 1) / 2,
-    }
-    graph = kneighbors_graph(embedding, 15, include_self=False)
-    connectivity = []
-    for t in types:
-        cells = np.flatnonzero(cell_type == t)
-        _, labels = connected_components(graph[cells][:, cells], directed=False)
-        connectivity.append(np.bincount(labels).max() / len(cells))
-    result["graph connectivity"] = float(np.mean(connectivity))
-    if batch is not None:
-        per_type = []
-        for t in types:
-            cells = sample[cell_type[sample] == t]
-            if len(np.unique(batch[cells])) > 1:
-                per_type.append(
-                    np.mean(1 - np.abs(silhouette_samples(embedding[cells], batch[cells])))
-                )
-        result["batch ASW"] = float(np.mean(per_type))
-    return {k: float(v) for k, v in result.items()}
-
-
 def umap_figure(embeddings: dict, obs, name: str) -> Path:
     """UMAPs of every embedding, coloured by cell type (top) and batch (bottom)."""
     import anndata
@@ -306,6 +266,8 @@ def compare(args: argparse.Namespace) -> None:
     """Make the data, run every contender in its own process, score and print a table."""
     import anndata
 
+    from gpflow_svi_gplvm.metrics import embedding_scores
+
     with tempfile.TemporaryDirectory() as folder:
         data = Path(folder) / "data.h5ad"
         start = time.perf_counter()
@@ -339,7 +301,8 @@ def compare(args: argparse.Namespace) -> None:
             embeddings[contender] = np.load(out)
             record = json.loads(out.with_suffix(".json").read_text())
             batch = obs["batch"].to_numpy() if "batch" in obs else None
-            record.update(scores(embeddings[contender], obs["cell_type"].to_numpy(), batch))
+            types = obs["cell_type"].to_numpy()
+            record.update(embedding_scores(embeddings[contender], types, batch))
             rows.append((contender, record))
             print(contender, json.dumps(record), flush=True)
         _table(rows)
