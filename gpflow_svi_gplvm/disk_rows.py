@@ -15,8 +15,8 @@ bytes per dense float64 row (at D = 2,000 and 15% non-zero: 2.4 kB against 16 kB
   ``block_rows`` consecutive rows, groups ``buffer_blocks`` of them into a buffer, permutes the
   buffer's rows and cuts them into batches. A block is one contiguous read (sequential-read
   speed); a batch draws its rows from ``buffer_blocks`` places of the file (randomness close to
-  full shuffling). It holds two buffers of CSR (the one being cut and the next, read ahead in a
-  thread while steps run) plus two prefetched dense batches [B, D]:
+  full shuffling). It holds two buffers of CSR (the one being cut and the next, which tf.data
+  reads while steps run) plus two prefetched dense batches [B, D]:
   :math:`2 \cdot \text{block\_rows} \cdot \text{buffer\_blocks} \cdot 8\,\text{nnz/row}` bytes
   (about 160 MB at the defaults and 300 non-zeros a row), whatever N.
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import h5py
@@ -232,6 +231,12 @@ class DiskRows:
             raise ValueError(
                 f"Row numbers must lie in [0, {len(self)}), got {rows.min()}..{rows.max()}."
             )
+        dense = self._read_rows(rows).toarray().astype(np.float64)
+        return self._served(dense, rows)
+
+    def _read_rows(self, rows: np.ndarray) -> sp.csr_matrix:
+        """CSR rows [B, D] at the row numbers ``rows`` [B], one read per run of consecutive
+        distinct rows (at most ROWS_PER_BLOCK long)."""
         unique, inverse = np.unique(rows, return_inverse=True)
         runs = np.split(unique, np.flatnonzero(np.diff(unique) != 1) + 1) if unique.size else []
         pieces = [
@@ -239,8 +244,9 @@ class DiskRows:
             for run in runs
             for i in range(0, run.size, ROWS_PER_BLOCK)
         ]
-        dense = sp.vstack(pieces).toarray() if pieces else np.empty((0, self.shape[1]))
-        return self._served(dense.astype(np.float64)[inverse.reshape(-1)], rows)
+        if not pieces:
+            return sp.csr_matrix((0, self.shape[1]), dtype=np.float32)
+        return sp.vstack(pieces, format="csr")[inverse.reshape(-1)]
 
     def view(self, transform: Transform) -> DiskRows:
         """The same rows (the same open file) served through ``transform(dense block, rows)``."""
@@ -292,10 +298,13 @@ class DiskRows:
         and e), groups them ``buffer_blocks`` at a time into buffers, permutes each buffer's rows
         (from ``seed``, e and the buffer) and serves the buffers' rows in turn, cut into
         :math:`\lfloor N / B \rfloor` batches: the :math:`N \bmod B` rows at the epoch's end sit
-        it out, and a batch may span two buffers. Batch k is a function of (``seed``, k) alone:
-        the stream begins at batch ``start`` and reads nothing before the buffer it lies in, so
-        that a resumed run continues it. The next buffer is read in a thread while the current
-        one is served; batches have a fixed size, so a step taking them traces once.
+        it out. Batch k is a function of (``seed``, k) alone: the stream begins at batch
+        ``start`` and reads nothing before the buffer that batch begins in, so that a resumed run
+        continues it. Each buffer is one contiguous read per block (plus the few rows of the next
+        buffer that its last batch runs into), made by tf.data while the previous buffer's
+        batches are served. Batches have a fixed size, so a step taking them traces once. A
+        failed read (e.g. the file changed) raises ``tf.errors.InvalidArgumentError`` carrying
+        the ``ValueError``'s message.
         """
         N, D = self.shape
         plan = _ShufflePlan(
@@ -306,67 +315,80 @@ class DiskRows:
             check_seed(seed),
         )
         start = check_integer(start, "start", minimum=0)
-        signature = (
-            tf.TensorSpec([plan.batch_size], tf.int64),
-            tf.TensorSpec([plan.batch_size, D], tf.float64),
+
+        def units(epoch: tf.Tensor) -> tf.data.Dataset:
+            found = tf.numpy_function(
+                lambda e: plan.units(int(e), start), [epoch], tf.int64, stateful=False
+            )
+            return tf.data.Dataset.from_tensor_slices(tf.reshape(found, [-1, 4]))
+
+        def read(unit: tf.Tensor) -> list[tf.Tensor]:
+            kinds = [tf.int64, tf.float32, tf.int32, tf.int64]
+            return tf.numpy_function(lambda u: self._read_unit(plan, u), [unit], kinds)
+
+        first_epoch = start // plan.batches_per_epoch
+        # prefetch(1): the next buffer is read while this one's batches are served.
+        buffers = tf.data.Dataset.counter(first_epoch).flat_map(units).map(read).prefetch(1)
+        return buffers.flat_map(self._cut(plan.batch_size)).prefetch(PREFETCH_BATCHES)
+
+    def _read_unit(self, plan: _ShufflePlan, unit: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The rows of the batches [first, first + count) of an epoch that begin in buffer j,
+        ``unit`` = (epoch, j, first, count), in serving order: row numbers [n] and CSR arrays
+        (values, columns, row pointers [n + 1])."""
+        epoch, number, first, count = (int(value) for value in unit)
+        begin, end = plan.layout(epoch)[1][number : number + 2]
+        bounds, order = plan.buffer(epoch, number)
+        served = order[first * plan.batch_size - begin : (first + count) * plan.batch_size - begin]
+        rows = _rows(bounds)[served]
+        matrix = sp.vstack([self._read(a, b) for a, b in bounds], format="csr")[served]
+        last = (first + count) * plan.batch_size
+        if last > end:  # the last batch runs into the next buffers
+            later = plan.rows_at(epoch, end, last)
+            rows = np.concatenate([rows, later])
+            matrix = sp.vstack([matrix, self._read_rows(later)], format="csr")
+        return (
+            rows.astype(np.int64),
+            matrix.data.astype(np.float32),
+            matrix.indices.astype(np.int32),
+            matrix.indptr.astype(np.int64),
         )
-        stream = tf.data.Dataset.from_generator(
-            lambda: self._stream(plan, start), output_signature=signature
-        )
-        return stream.prefetch(PREFETCH_BATCHES)
 
-    def _stream(self, plan: _ShufflePlan, start: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The batches from number ``start`` on; rows left at a buffer's end wait (dense, fewer
-        than B) for the next buffer."""
-        B = plan.batch_size
-        carry_idx, carry_y = np.empty(0, np.int64), np.empty((0, self.shape[1]))
-        for idx, rows in self._read_ahead(plan, plan.reads(start)):
-            taken = min(B - carry_idx.size, idx.size) if carry_idx.size else 0
-            if taken:
-                carry_idx = np.concatenate([carry_idx, idx[:taken]])
-                carry_y = np.concatenate([carry_y, rows[:taken].toarray()])
-                if carry_idx.size == B:
-                    yield self._batch(carry_idx, carry_y)
-                    carry_idx, carry_y = carry_idx[:0], carry_y[:0]
-            end = taken + (idx.size - taken) // B * B
-            for first in range(taken, end, B):
-                yield self._batch(idx[first : first + B], rows[first : first + B].toarray())
-            if end < idx.size:
-                carry_idx, carry_y = idx[end:], rows[end:].toarray()
+    def _cut(self, batch_size: int) -> Callable[..., tf.data.Dataset]:
+        """The function cutting a unit's rows (:meth:`_read_unit`) into batches (idx [B], dense
+        Y [B, D] float64, through the transform if one is set)."""
+        B, D, transform = batch_size, self.shape[1], self.transform
 
-    def _batch(self, idx: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return idx.astype(np.int64), np.asarray(self._served(Y.astype(np.float64), idx), np.float64)
+        def served(Y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            return np.asarray(self._served(Y, idx), np.float64)
 
-    def _read_ahead(
-        self, plan: _ShufflePlan, reads: Iterator[_BufferRead]
-    ) -> Iterator[tuple[np.ndarray, sp.csr_matrix]]:
-        """Each buffer of ``reads`` (row numbers [n], CSR rows [n, D], in serving order), the
-        next one read in a thread while this one is served."""
-        with ThreadPoolExecutor(1, thread_name_prefix="DiskRows") as pool:
-            pending = pool.submit(self._read_buffer, plan, next(reads))
-            for read in reads:
-                buffer, pending = pending.result(), pool.submit(self._read_buffer, plan, read)
-                yield buffer
+        def batch(idx, data, indices, indptr, number) -> tuple[tf.Tensor, tf.Tensor]:
+            first = number * B
+            ends = indptr[first : first + B + 1]
+            rows = tf.repeat(tf.range(B, dtype=tf.int64), ends[1:] - ends[:-1])
+            columns = tf.cast(indices[ends[0] : ends[-1]], tf.int64)
+            values = tf.cast(data[ends[0] : ends[-1]], tf.float64)
+            # A segment sum into the flat [B D] is several times faster than scatter_nd on CPU.
+            Y = tf.reshape(tf.math.unsorted_segment_sum(values, rows * D + columns, B * D), [B, D])
+            idx = tf.ensure_shape(idx[first : first + B], [B])
+            if transform is not None:
+                Y = tf.ensure_shape(tf.numpy_function(served, [Y, idx], tf.float64), [B, D])
+            return idx, Y
 
-    def _read_buffer(
-        self, plan: _ShufflePlan, read: _BufferRead
-    ) -> tuple[np.ndarray, sp.csr_matrix]:
-        """A buffer's rows to serve, one contiguous read per block, in the buffer's order."""
-        epoch, number, blocks, first, last = read
-        bounds = [plan.block_bounds(block) for block in blocks]
-        rows = np.concatenate([np.arange(a, b) for a, b in bounds])
-        served = plan.order(epoch, number, rows.size)[first:last]
-        matrix = sp.vstack([self._read(a, b) for a, b in bounds], format="csr")
-        return rows[served], matrix[served]
+        def cut(idx, data, indices, indptr) -> tf.data.Dataset:
+            numbers = tf.data.Dataset.range(tf.size(idx, out_type=tf.int64) // B)
+            return numbers.map(lambda number: batch(idx, data, indices, indptr, number))
+
+        return cut
 
 
-_BufferRead = tuple[int, int, np.ndarray, int, int]
-"""(epoch, buffer number, its blocks, first, last): serve positions [first, last) of its order."""
+def _rows(bounds: list[tuple[int, int]]) -> np.ndarray:
+    """The row numbers of blocks given by their bounds [a, b), in turn."""
+    return np.concatenate([np.arange(a, b) for a, b in bounds])
 
 
 class _ShufflePlan:
-    """Block shuffling's arithmetic: the blocks of each buffer of an epoch, the order of a
-    buffer's rows, and which buffers the batches from a given one on need."""
+    """Block shuffling's arithmetic, reading nothing: the buffers of an epoch, the order of a
+    buffer's rows, the rows at positions of an epoch, and which buffers serve which batches."""
 
     def __init__(
         self, num_rows: int, batch_size: int, block_rows: int, buffer_blocks: int, seed: int
@@ -374,45 +396,61 @@ class _ShufflePlan:
         self.num_rows, self.batch_size, self.seed = num_rows, batch_size, seed
         self.block_rows, self.buffer_blocks = block_rows, buffer_blocks
         self.batches_per_epoch = num_rows // batch_size
+        self._layouts: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}
 
     def block_bounds(self, block: int) -> tuple[int, int]:
         """Rows [a, b) of block ``block``."""
         first = int(block) * self.block_rows
         return first, min(first + self.block_rows, self.num_rows)
 
-    def buffers(self, epoch: int) -> list[np.ndarray]:
-        """The blocks of each buffer of ``epoch`` (ascending within a buffer, the reading order)."""
+    def layout(self, epoch: int) -> tuple[list[np.ndarray], np.ndarray]:
+        """The blocks of each buffer of ``epoch`` (ascending: the reading order) and the
+        positions where each buffer's rows begin in the epoch's serving order [buffers + 1]."""
+        if epoch in self._layouts:
+            return self._layouts[epoch]
         num_blocks = -(-self.num_rows // self.block_rows)
-        # The third word keeps the blocks' stream apart from the buffers' (``order``).
-        blocks = np.random.default_rng([self.seed, epoch, 0]).permutation(num_blocks)
-        return [
-            np.sort(blocks[i : i + self.buffer_blocks])
-            for i in range(0, num_blocks, self.buffer_blocks)
-        ]
+        # The third word keeps the blocks' stream apart from the buffers' (``buffer``).
+        shuffled = np.random.default_rng([self.seed, epoch, 0]).permutation(num_blocks)
+        K, R = self.buffer_blocks, self.block_rows
+        blocks = [np.sort(shuffled[i : i + K]) for i in range(0, num_blocks, K)]
+        sizes = [np.minimum(R, self.num_rows - group * R).sum() for group in blocks]
+        layout = blocks, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        if len(self._layouts) > 2:  # the epochs being read and the next one suffice
+            self._layouts.pop(min(self._layouts), None)
+        self._layouts[epoch] = layout
+        return layout
 
-    def order(self, epoch: int, number: int, size: int) -> np.ndarray:
-        """The order [size] in which buffer ``number`` of ``epoch`` serves its rows."""
-        return np.random.default_rng([self.seed, epoch, 1, number]).permutation(size)
+    def buffer(self, epoch: int, number: int) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """Buffer ``number`` of ``epoch``: its blocks' rows [a, b) (the reading order) and the
+        order [n] in which it serves its n rows (positions in the reading order)."""
+        bounds = [self.block_bounds(block) for block in self.layout(epoch)[0][number]]
+        size = sum(b - a for a, b in bounds)
+        return bounds, np.random.default_rng([self.seed, epoch, 1, number]).permutation(size)
 
-    def reads(self, start: int) -> Iterator[_BufferRead]:
-        """The buffer reads serving batches ``start``, ``start + 1``, ...: an epoch serves the
-        first ``batches_per_epoch * B`` positions of its buffers' rows, one after another."""
-        epoch, batch = divmod(start, self.batches_per_epoch)
-        position, served = batch * self.batch_size, self.batches_per_epoch * self.batch_size
-        while True:
-            begin = 0
-            for number, blocks in enumerate(self.buffers(epoch)):
-                end = begin + sum(b - a for a, b in map(self.block_bounds, blocks))
-                if max(position, begin) < min(end, served):
-                    yield (
-                        epoch,
-                        number,
-                        blocks,
-                        max(position, begin) - begin,
-                        min(end, served) - begin,
-                    )
-                begin = end
-            epoch, position = epoch + 1, 0
+    def rows_at(self, epoch: int, first: int, last: int) -> np.ndarray:
+        """The row numbers at positions [first, last) of ``epoch``'s serving order."""
+        begins = self.layout(epoch)[1]
+        number, pieces = int(np.searchsorted(begins, first, side="right")) - 1, []
+        while first < last:
+            bounds, order = self.buffer(epoch, number)
+            stop = min(last, int(begins[number + 1]))
+            pieces.append(_rows(bounds)[order[first - begins[number] : stop - begins[number]]])
+            first, number = stop, number + 1
+        return np.concatenate(pieces)
+
+    def units(self, epoch: int, start: int) -> np.ndarray:
+        """The reads of ``epoch`` [U, 4]: (epoch, buffer j, first batch, count) for the batches
+        (numbered in the epoch) that begin among buffer j's rows, from global batch ``start``."""
+        per_epoch, begins = self.batches_per_epoch, self.layout(epoch)[1]
+        lowest = max(start - epoch * per_epoch, 0)
+        # Batch k begins at position k B: in buffer j when begins[j] <= k B < begins[j + 1].
+        firsts = np.clip(-(-begins // self.batch_size), lowest, per_epoch)
+        counts = np.diff(firsts)
+        numbers = np.flatnonzero(counts)
+        epochs = np.full(numbers.size, epoch)
+        return np.stack([epochs, numbers, firsts[numbers], counts[numbers]], axis=1).astype(
+            np.int64
+        )
 
 
 def _checked_columns(columns: np.ndarray | None, num_columns: int) -> np.ndarray | None:

@@ -216,7 +216,7 @@ def test_resumed_batches_repeat_the_run_without_reading_skipped_buffers(data, mo
     assert reads[:BUFFER] == third
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     num_rows=st.integers(1, 120),
     batch_size=st.integers(1, 40),
