@@ -742,6 +742,11 @@ class Trainer:
             if self.workers.count == 1:
                 raise
             raise WorkerLostError(self._lost_worker(error)) from error
+        except tf.errors.InvalidArgumentError as error:
+            if self.row_stream is None:
+                raise
+            # The rows on disk could not be read (e.g. their file changed): say so plainly.
+            raise ValueError(f"Reading the rows on disk failed: {error.message}") from error
         self.elbo.append(values)
         self.step_count.assign_add(len(values))
         if not np.all(np.isfinite(values)):

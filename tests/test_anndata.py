@@ -159,3 +159,18 @@ def test_an_out_of_core_fit_resumes_where_an_uninterrupted_one_ends(tmp_path):
     np.testing.assert_allclose(
         np.load(tmp_path / "b" / "X_gplvm.npy"), np.load(tmp_path / "a" / "X_gplvm.npy"), rtol=1e-9
     )
+
+
+def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(tmp_path):
+    from gpflow_svi_gplvm import Trainer
+    from gpflow_svi_gplvm.disk_rows import DiskRows
+
+    path = tmp_path / "cells.h5ad"
+    _cells().write_h5ad(path)
+    rows = DiskRows.open(path, layer="counts")
+    model = BayesianSVIGPLVM(rows, Q, num_inducing=8, likelihood=gpflow.likelihoods.Poisson())
+    with Trainer(model, rows, batch_size=16) as trainer:
+        trainer.train(3, progress=False)
+        path.write_bytes(path.read_bytes() + b"\0")  # another program writes the file
+        with pytest.raises(ValueError, match="changed while being read"):
+            trainer.train(30, progress=False)

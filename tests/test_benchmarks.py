@@ -48,6 +48,16 @@ def test_multiworker_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_atlas_scale_benchmark_quick():
+    out = _run(str(BENCHMARKS / "atlas_scale.py"), "workers", "--quick", "--workers", "1", "2")
+    assert "| 2 | 1 | 400 |" in out and "all-reduced numbers per step" in out
+    out = _run(str(BENCHMARKS / "atlas_scale.py"), "out-of-core", "--quick")
+    assert "| out of core | 800 |" in out and "| in memory | 400 |" in out
+    out = _run(str(BENCHMARKS / "atlas_scale.py"), "model", "--all-reduced", "150000")
+    assert "10^8 cells on 64 workers" in out
+
+
+@pytest.mark.slow
 def test_high_dimensional_speed_benchmark_quick():
     # One process per contender: four of the seven keep the smoke run short.
     contenders = ["SVGP floor", "B-SVI per-output", "AEB-SVI shared", "B-SVI shared, float32"]
