@@ -123,7 +123,8 @@ def tile_atlas(source: Path, path: Path, times: int, rows_per_copy: int = 200_00
         nnz = int(old["X/indptr"][-1])
         indptr = old["X/indptr"][:].astype(np.int64)
         for name in ("data", "indices"):
-            target = X.create_dataset(name, (nnz * times,), old[f"X/{name}"].dtype, chunks=(2**20,))
+            chunk = (min(2**20, nnz * times),)
+            target = X.create_dataset(name, (nnz * times,), old[f"X/{name}"].dtype, chunks=chunk)
             for copy in range(times):
                 for first in range(0, cells, rows_per_copy):
                     a, b = indptr[first], indptr[min(first + rows_per_copy, cells)]
