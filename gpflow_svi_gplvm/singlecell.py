@@ -128,7 +128,8 @@ def _one_hot(values, column: str, categories: list) -> np.ndarray:
 class SingleCellGPLVM:
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
 
-    ``layer``: the layer holding the values (None: ``X``); ``genes``: var names to keep, or the
+    ``layer``: the layer holding the values (None: ``X``; "raw": ``adata.raw.X``, with the genes
+    of ``adata.raw``); ``genes``: var names to keep, or the
     name of a boolean ``var`` column (e.g. "highly_variable"), or None for all;
     ``batch_key`` and ``covariate_keys``: ``obs`` columns that join the latents in the GP input
     (categories one-hot, numbers standardised), summed with a linear ARD kernel on them;
@@ -179,7 +180,7 @@ class SingleCellGPLVM:
         progress: bool = True,
     ) -> SingleCellGPLVM:
         """Fit to ``adata`` (in memory or backed) and write ``obsm`` and ``uns`` there."""
-        self.gene_names = _gene_names(adata, self.genes)
+        self.gene_names = _gene_names(_genes_of(adata, self.layer), self.genes)
         rows = self._rows(adata)
         covariates = self.encoding.fit(adata.obs).transform(adata.obs)
         sizes = self._size_factors(adata, rows)
@@ -217,7 +218,7 @@ class SingleCellGPLVM:
         :meth:`fit`; returns the means [N*, Q]."""
         if self.model is None:
             raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
-        names = list(map(str, adata.var_names))
+        names = list(map(str, _genes_of(adata, self.layer).var_names))
         missing = [g for g in self.gene_names if g not in set(names)]
         if missing:
             raise ValueError(
@@ -252,7 +253,9 @@ class SingleCellGPLVM:
     def _rows(self, adata, columns: np.ndarray | None = None) -> SparseRows:
         """The chosen genes' values of every cell, read in row blocks and checked."""
         if columns is None:
-            position = {g: i for i, g in enumerate(map(str, adata.var_names))}
+            position = {
+                g: i for i, g in enumerate(map(str, _genes_of(adata, self.layer).var_names))
+            }
             columns = np.array([position[g] for g in self.gene_names])
         source = _layer(adata, self.layer)
         cells, genes = list(adata.obs_names), self.gene_names
@@ -380,14 +383,33 @@ def rows_dataset(rows: SparseRows, batch_size: int, seed: int) -> tf.data.Datase
 
 
 def _layer(adata, layer: str | None):
+    """The matrix ``layer`` names: None is ``X``; "raw" is ``adata.raw.X`` (where scanpy keeps
+    the unprocessed values) unless ``adata.layers`` has a layer of that name."""
     if layer is None:
         return adata.X
+    if _reads_raw(adata, layer):
+        if adata.raw is None:
+            raise ValueError(
+                f"adata has no layer 'raw' and no adata.raw; its layers are {list(adata.layers)}. "
+                "Pass one of them, or layer=None to read adata.X."
+            )
+        return adata.raw.X
     if layer not in adata.layers:
         raise ValueError(
             f"adata has no layer {layer!r}; its layers are {list(adata.layers)}. Pass "
             "layer=None to read adata.X."
         )
     return adata.layers[layer]
+
+
+def _reads_raw(adata, layer: str | None) -> bool:
+    return layer == "raw" and "raw" not in adata.layers
+
+
+def _genes_of(adata, layer: str | None):
+    """What holds the genes (``var_names``, ``var``) of ``layer``: ``adata.raw``, whose genes
+    are its own, for the raw matrix; else ``adata``."""
+    return adata.raw if _reads_raw(adata, layer) and adata.raw is not None else adata
 
 
 def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
