@@ -1,5 +1,10 @@
 """The figures of gpflow_svi_gplvm.plotting render headless (Agg) and save as PNG."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg", force=True)
@@ -338,3 +343,37 @@ def test_variance_against_refuses_bad_input():
         plot_variance_against(np.arange(5.0), -np.ones(5))
     with pytest.raises(ValueError, match="increasing"):
         plot_variance_against(np.arange(5.0), np.ones(5), bins=[3, 1])
+
+
+KEEPING_SCRIPT = """
+import matplotlib.pyplot as plt
+from gpflow_svi_gplvm.plotting import keep_figures
+
+keep_figures("demo")
+figure, ax = plt.subplots()
+ax.plot([0, 1], [1, 0])
+ax.set_title("A line, falling")
+plt.show()  # headless: shows nothing
+plt.subplots()
+"""
+
+
+def test_a_script_keeps_its_figures_in_the_folder_it_prints(tmp_path):
+    """As a notebook runs as a script: headless, every figure ends up on disk, named in order."""
+    environment = {**os.environ, "MPLBACKEND": "Agg"}
+    result = subprocess.run(
+        [sys.executable, "-c", KEEPING_SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path / "runs" / "notebooks" / "demo"
+    assert f"figures: saved to {Path('runs', 'notebooks', 'demo')}/" in result.stdout
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "figure_01_a_line_falling.png",
+        "figure_02.png",
+    ]
+    assert "non-interactive" not in result.stderr
