@@ -56,7 +56,7 @@ def _save_open_figures(folder: Path) -> None:
     """Write each open pyplot figure to ``folder`` and list the files written."""
     import matplotlib.pyplot as plt
 
-    written = []
+    written: list[str] = []
     for number in plt.get_fignums():
         figure = plt.figure(number)
         titles = [ax.get_title() for ax in figure.axes if ax.get_title()]

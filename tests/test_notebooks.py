@@ -39,14 +39,9 @@ def test_the_quickstart_run_as_a_script_keeps_its_figures(tmp_path):
     """``python notebooks/01_quickstart.py`` headless: the folder it prints holds its figures,
     and nothing meant for Jupyter's display is printed."""
     environment = {**os.environ, "GPFLOW_SVI_GPLVM_FAST": "1", "MPLBACKEND": "Agg"}
-    result = subprocess.run(
-        [sys.executable, str(NOTEBOOK_DIR / "01_quickstart.py")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=environment,
-        timeout=900,
-    )
+    script = [sys.executable, str(NOTEBOOK_DIR / "01_quickstart.py")]
+    run = {"cwd": tmp_path, "env": environment, "timeout": 900}
+    result = subprocess.run(script, capture_output=True, text=True, **run)
     assert result.returncode == 0, result.stderr[-3000:]
     (folder,) = re.findall(r"^figures: saved to (\S+)/ when", result.stdout, flags=re.M)
     assert len(list((tmp_path / folder).glob("figure_*.png"))) >= 4
