@@ -12,8 +12,7 @@ Units: for a Gaussian likelihood the data file's columns are standardised, the m
 :math:`(y_{nd} - m_d) / s_d`. ``metrics.json`` records each column's location :math:`m_d` and
 scale :math:`s_d` (``standardisation``); the export takes and returns the data's own units (the
 map is applied inside its graph); a checkpoint holds the model in the standardised units.
-The options are defined in :mod:`gpflow_svi_gplvm._command_line`, which reads them before
-TensorFlow is imported.
+The options are read before TensorFlow is imported, so ``--help`` prints at once.
 
 On several workers, start the same command on each with its ``TF_CONFIG`` (``--distributed``
 says so explicitly): each trains on its block of the rows under a
