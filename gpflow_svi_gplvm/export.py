@@ -239,18 +239,8 @@ def export_saved_model(
     """
     path = Path(path)
     check_destination(path, overwrite)
-    module = ServingModule(
-        model,
-        encode_iterations,
-        learning_rate,
-        num_samples,
-        seed,
-        dtype,
-        chunk_size,
-        location,
-        scale,
-    )
-    dtype = module.dtype
+    settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)
+    module = ServingModule(model, *settings, location, scale)
     functions = {
         "decode": module.decode,
         "encode": module.encode,
@@ -262,16 +252,20 @@ def export_saved_model(
     staging = make_staging(path)
     try:
         tf.saved_model.save(module, str(staging), signatures=signatures)
-        record = {
-            "latent_dim": model.latent_dim,
-            "data_dim": model.data_dim,
-            "shared_covariance": model.shared_covariance,
-            "dtype": dtype.name,
-            "signatures": list(SIGNATURES),
-            **module.units.description,
-        }
-        write_marker(staging, record)
+        write_marker(staging, _record(module))
         replace_folder(staging, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path
+
+
+def _record(module: ServingModule) -> dict[str, object]:
+    """What an export's marker file records: its shapes, dtype, signatures and units."""
+    return {
+        "latent_dim": module.model.latent_dim,
+        "data_dim": module.model.data_dim,
+        "shared_covariance": module.model.shared_covariance,
+        "dtype": module.dtype.name,
+        "signatures": list(SIGNATURES),
+        **module.units.description,
+    }
