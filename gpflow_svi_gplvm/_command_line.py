@@ -1,15 +1,22 @@
-"""Quiets TensorFlow's start-up log when this package runs as the command line.
+"""The command line's arguments, read before TensorFlow is imported, and a quiet TensorFlow.
 
-TensorFlow writes a block of log lines while it is imported (twice: once for each of its
-libraries that loads), before it reads ``TF_CPP_MIN_LOG_LEVEL`` for some of them and ignoring it
-for others. So the command line (``python -m gpflow_svi_gplvm`` or ``gpflow-svi-gplvm``) sets
-that variable and imports TensorFlow and GPflow here, before the package does, with the
-process's standard error sent to the null device for the length of the import. A library
-user's process is left as it is, and a value already set in the environment wins.
+This module imports nothing but the standard library: the package imports it first, so that
+``python -m gpflow_svi_gplvm --help`` (or ``gpflow-svi-gplvm --help``) prints and exits, and a
+mistyped option is refused, in a fraction of a second, before TensorFlow loads.
+
+When this process is the command line, it then sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless the
+environment sets it (TensorFlow's C++ log then keeps only fatal lines: its error lines, such as
+``failed call to cuInit`` on a machine without a GPU driver, describe the machine, and a failed
+computation raises a Python exception of its own), and imports TensorFlow and GPflow with the
+process's standard error sent to the null device, since TensorFlow writes a block of start-up
+lines before it reads that variable. A library user's process is left as it is: importing the
+package sets nothing, and TensorFlow's own start-up lines (information, not errors, on a CPU
+machine) are shown or filtered by the user's ``TF_CPP_MIN_LOG_LEVEL``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import os
@@ -17,7 +24,125 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["running_the_command_line", "quiet_standard_error"]
+__all__ = ["running_the_command_line", "quiet_standard_error", "build_parser"]
+
+MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
+"""``--model``'s choices: the names of ``models.MODELS`` (a test keeps them equal)."""
+
+LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "poisson")
+"""``--likelihood``'s choices: the names of ``cli.LIKELIHOODS`` (a test keeps them equal)."""
+
+DEFAULT_NUM_INDUCING = 25
+"""``models.DEFAULT_NUM_INDUCING``, which this module cannot import (a test keeps them equal)."""
+
+MODEL_HELP = """models (--model):
+  point  the paper's Point: a free latent point per row (a sparse GPLVM)
+  map    MAP: a free point per row under the prior N(0, I)
+  bsvi   B-SVI: a Gaussian q(x_n) per row, the Bayesian GPLVM (the default)
+  aeb    AEB-SVI: q(x_n) from an encoder network reading y_n (new rows start from one pass)
+  flow   B-SVI (flow): a Gaussian q(x_n) pushed through 10 shared planar flow layers
+
+likelihoods (--likelihood):
+  gaussian   real values (the data file's columns are standardised unless --no-standardise)
+  poisson    counts (0, 1, 2, ...; never standardised)
+  bernoulli  binary data (0 or 1; never standardised)
+
+units: a standardised run trains on (y - location) / scale, column by column; metrics.json
+records each column's location and scale, the export (--export) takes and returns the data's
+own units, and a checkpoint (--save) holds the model in the standardised units.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's options, each with its default in ``--help``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gpflow_svi_gplvm",
+        description="Train a GPLVM with stochastic variational inference and summarise it.",
+        epilog=MODEL_HELP,
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument("--model", choices=MODEL_NAMES, default="bsvi", help="latent treatment")
+    parser.add_argument("--data", type=Path, help="your own .csv/.npy/.npz (default: digits)")
+    parser.add_argument(
+        "--labels",
+        metavar="COLUMN",
+        help="the data file's column (text or numbers) that colours the latent-space picture; "
+        "it is not trained on (an .npz's 'labels' array is used without it)",
+    )
+    parser.add_argument(
+        "--likelihood",
+        choices=LIKELIHOOD_NAMES,
+        default="gaussian",
+        help="the likelihood of each entry (below)",
+    )
+    parser.add_argument("--latent-dim", type=int, default=5, help="Q")
+    parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
+    parser.add_argument("--iterations", type=int, default=3000, help="training steps")
+    parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam's")
+    parser.add_argument("--seed", type=int, default=0, help="seeds initialisation and batches")
+    parser.add_argument(
+        "--shared-covariance",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one q(u) covariance for all outputs (fast at large D; default: shared when D >= 100)",
+    )
+    parser.add_argument(
+        "--no-standardise",
+        action="store_true",
+        help="keep a data file's columns as they are (default: centre and scale each column "
+        "for a Gaussian likelihood; see 'units' below)",
+    )
+    parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
+    _add_keeping_options(parser)
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="train on the workers of TF_CONFIG (implied when TF_CONFIG is set): start the same "
+        "command on every worker; each trains on its block of rows, the chief writes the outputs",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
+    return parser
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` with each option's default (those that are a value, not None or a switch's
+    False) and the epilog's tables kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        # By identity: a default of 0 (--seed) equals False and must still be shown.
+        if any(action.default is no_value for no_value in (None, False, argparse.SUPPRESS)):
+            return text
+        if "%(default)" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
+    """``--save``, ``--resume`` and ``--export``: what the run keeps of the trained model."""
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="keep the trained model as a checkpoint in OUTPUT/checkpoints (written every 1000 "
+        "steps and at the end; load it with tf.train.Checkpoint(model=model).restore; the model "
+        "there works in the standardised units that metrics.json's 'standardisation' undoes)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in OUTPUT/checkpoints (same options, up to --iterations)",
+    )
+    parser.add_argument(
+        "--export",
+        action="store_true",
+        help="write the trained model to OUTPUT/saved_model, a SavedModel that serves with "
+        "TensorFlow alone and takes and returns the data's own units (replacing an earlier "
+        "export there)",
+    )
 
 
 def running_the_command_line() -> bool:
@@ -44,7 +169,8 @@ def quiet_standard_error() -> Iterator[None]:
 
 
 if running_the_command_line():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # errors still show
+    build_parser().parse_args(sys.argv[1:])  # --help, or a mistyped option, exits here
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if os.environ["TF_CPP_MIN_LOG_LEVEL"] != "0":
         with quiet_standard_error():
             importlib.import_module("gpflow")  # TensorFlow, TensorFlow Probability, tf_keras

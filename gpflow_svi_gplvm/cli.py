@@ -8,6 +8,12 @@ It prints a short summary and writes ``latent_space.png``, ``ard.png``, ``elbo.p
 ``--save`` keeps the trained model as a checkpoint there (``--resume`` continues it) and
 ``--export`` writes a SavedModel that serves with TensorFlow alone.
 
+Units: for a Gaussian likelihood the data file's columns are standardised, the model trained on
+:math:`(y_{nd} - m_d) / s_d`. ``metrics.json`` records each column's location :math:`m_d` and
+scale :math:`s_d` (``standardisation``); the export takes and returns the data's own units (the
+map is applied inside its graph); a checkpoint holds the model in the standardised units.
+The options are read before TensorFlow is imported, so ``--help`` prints at once.
+
 On several workers, start the same command on each with its ``TF_CONFIG`` (``--distributed``
 says so explicitly): each trains on its block of the rows under a
 ``MultiWorkerMirroredStrategy``, and only the chief (worker 0) writes the outputs.
@@ -32,6 +38,7 @@ import tensorflow as tf
 from gpflow.likelihoods import Likelihood
 
 from . import __version__, datasets, plotting
+from ._command_line import build_parser
 from .checkpoint_folder import RunFolder
 from .distributed import (
     RowShard,
@@ -43,7 +50,7 @@ from .distributed import (
 from .export import export_saved_model
 from .initialisation import column_location_and_scale
 from .metrics import rmse
-from .models import DEFAULT_NUM_INDUCING, MODELS, SVIGPLVM, lookup_model
+from .models import SVIGPLVM, lookup_model
 from .training import History, fit
 from .validation import check_observations, check_writable_folder
 
@@ -54,19 +61,6 @@ RELEVANCE_KEPT = 0.1
 means in lengthscales, ``SVIGPLVM.latent_relevance``) is >= 10% of the largest."""
 
 
-MODEL_HELP = """models (--model):
-  point  the paper's Point: a free latent point per row (a sparse GPLVM)
-  map    MAP: a free point per row under the prior N(0, I)
-  bsvi   B-SVI: a Gaussian q(x_n) per row, the Bayesian GPLVM (the default)
-  aeb    AEB-SVI: q(x_n) from an encoder network reading y_n (new rows start from one pass)
-  flow   B-SVI (flow): a Gaussian q(x_n) pushed through 10 shared planar flow layers
-
-likelihoods (--likelihood):
-  gaussian   real values (the data file's columns are standardised unless --no-standardise)
-  poisson    counts (0, 1, 2, ...; never standardised)
-  bernoulli  binary data (0 or 1; never standardised)
-"""
-
 LIKELIHOODS: dict[str, Callable[[], Likelihood]] = {
     "gaussian": gpflow.likelihoods.Gaussian,
     "poisson": gpflow.likelihoods.Poisson,
@@ -74,92 +68,6 @@ LIKELIHOODS: dict[str, Callable[[], Likelihood]] = {
 }
 """The likelihoods ``--likelihood`` names (the model's default Gaussian starts from the data's
 variance; the others are GPflow's defaults)."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m gpflow_svi_gplvm",
-        description="Train a GPLVM with stochastic variational inference and summarise it.",
-        epilog=MODEL_HELP,
-        formatter_class=_HelpFormatter,
-    )
-    parser.add_argument("--model", choices=sorted(MODELS), default="bsvi", help="latent treatment")
-    parser.add_argument("--data", type=Path, help="your own .csv/.npy/.npz (default: digits)")
-    parser.add_argument(
-        "--labels",
-        metavar="COLUMN",
-        help="the data file's column (text or numbers) that colours the latent-space picture; "
-        "it is not trained on (an .npz's 'labels' array is used without it)",
-    )
-    parser.add_argument(
-        "--likelihood",
-        choices=sorted(LIKELIHOODS),
-        default="gaussian",
-        help="the likelihood of each entry (below)",
-    )
-    parser.add_argument("--latent-dim", type=int, default=5, help="Q")
-    parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
-    parser.add_argument("--iterations", type=int, default=3000, help="training steps")
-    parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
-    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam's")
-    parser.add_argument("--seed", type=int, default=0, help="seeds initialisation and batches")
-    parser.add_argument(
-        "--shared-covariance",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="one q(u) covariance for all outputs (fast at large D; default: shared when D >= 100)",
-    )
-    parser.add_argument(
-        "--no-standardise",
-        action="store_true",
-        help="keep a data file's columns as they are (default: centre and scale each column "
-        "for a Gaussian likelihood; the RMSE is reported in the data's own units either way)",
-    )
-    parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
-    _add_keeping_options(parser)
-    parser.add_argument(
-        "--distributed",
-        action="store_true",
-        help="train on the workers of TF_CONFIG (implied when TF_CONFIG is set): start the same "
-        "command on every worker; each trains on its block of rows, the chief writes the outputs",
-    )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument(
-        "--debug", action="store_true", help="show the Python traceback of an error"
-    )
-    return parser
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """``--help`` with each option's default (those that are a value, not None or a switch's
-    False) and the epilog's tables kept as written."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text:
-            return text
-        return f"{text} (default: %(default)s)"
-
-
-def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
-    """``--save``, ``--resume`` and ``--export``: what the run keeps of the trained model."""
-    parser.add_argument(
-        "--save",
-        action="store_true",
-        help="keep the trained model as a checkpoint in OUTPUT/checkpoints (written every 1000 "
-        "steps and at the end; load it with tf.train.Checkpoint(model=model).restore)",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run saved in OUTPUT/checkpoints (same options, up to --iterations)",
-    )
-    parser.add_argument(
-        "--export",
-        action="store_true",
-        help="write the trained model to OUTPUT/saved_model, a SavedModel that serves with "
-        "TensorFlow alone (replacing an earlier export there)",
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     Y = data.Y
     if workers.chief:
         missing = f"{np.isnan(Y).mean():.1%} missing"
-        print(f"data: {data.description or args.data} -> Y {Y.shape}, {missing}")
+        print(f"data: {_described(data, args.labels) or args.data} -> Y {Y.shape}, {missing}")
     model, history, seconds = _train(args, Y, strategy)
     if not workers.chief:
         rows = worker_rows(len(Y), workers.index, workers.count)
@@ -218,7 +126,10 @@ def _run(args: argparse.Namespace) -> int:
     written = ["metrics.json"]
     written += _save_figures(args.output, model, history, amortised_rows, data)
     if args.export:
-        export_saved_model(model, args.output / "saved_model", overwrite=True)
+        location, scale = data.metadata.get("location"), data.metadata.get("scale")
+        export_saved_model(
+            model, args.output / "saved_model", overwrite=True, location=location, scale=scale
+        )
         written.append("saved_model/")
     if args.save:
         written.append("checkpoints/")
@@ -245,6 +156,17 @@ def _load_data(args: argparse.Namespace) -> datasets.DataSet:
         data.Y = (data.Y - location) / scale
         data.metadata.update(location=location, scale=scale)
     return data
+
+
+def _described(data: datasets.DataSet, labels: str | None) -> str | None:
+    """The data's description, the ``--labels`` column named as the labels, not as dropped."""
+    dropped = data.metadata.get("dropped", [])
+    if labels not in dropped:
+        return data.description
+    listed = f" (dropped non-numeric columns: {', '.join(dropped)})"
+    others = [name for name in dropped if name != labels]
+    kept = f" (dropped non-numeric columns: {', '.join(others)})" if others else ""
+    return (data.description or "").replace(listed, kept) + f" (labels: {labels})"
 
 
 def _standardised(args: argparse.Namespace) -> bool:
@@ -315,13 +237,11 @@ def _metrics(
     seconds: float,
 ) -> dict:
     """What ``metrics.json`` holds: every setting of the run and the versions it ran with, its
-    final ELBO (the mean of the last 100 steps), the reconstruction RMSE at the latent means (in
-    the data's own units) and the relevances of the latents."""
+    final ELBO (the mean of the last 100 steps), the reconstruction errors at the latent means
+    (:func:`_reconstruction_errors`), the relevances of the latents and, for a standardised run,
+    each column's location and scale."""
     Y = data.Y
     amortised_rows = Y if model.latent.amortised else None
-    reconstruction = model.predict_y(model.latent_mean(amortised_rows))[0].numpy()
-    location = data.metadata.get("location", 0.0)
-    scale = data.metadata.get("scale", 1.0)
     relevance = model.latent_relevance(amortised_rows)
     kept = [int(q) for q in np.flatnonzero(relevance >= RELEVANCE_KEPT * relevance.max())]
     tail = history.elbo[-min(100, len(history.elbo)) :]
@@ -332,22 +252,71 @@ def _metrics(
     }
     return {
         "model": type(model).__name__,
-        "data": data.description or str(args.data),
+        "data": _described(data, args.labels) or str(args.data),
         "N": int(Y.shape[0]),
         "D": int(Y.shape[1]),
         "settings": settings,
         "standardised": _standardised(args),
+        "standardisation": _standardisation(data),
         "shared_covariance": model.shared_covariance,
         "versions": _versions(),
         "seconds": round(seconds, 2),
         "steps": len(history.elbo),
         "elbo_final": float(np.mean(tail)) if len(tail) else None,
-        "reconstruction_rmse": rmse(Y * scale + location, reconstruction * scale + location),
-        "reconstruction_rmse_units": "the data's own" if args.data else "grey levels in [0, 1]",
+        **_reconstruction_errors(args, data, model),
         "ard_relevance": [float(r) for r in model.ard_relevance()],
         "latent_relevance": [float(r) for r in relevance],
         "kept_latent_dims": kept,
     }
+
+
+def _standardisation(data: datasets.DataSet) -> dict | None:
+    """Each column's name, location m_d and scale s_d for a standardised run (the model was
+    trained on (y - m) / s; y = m + s * the model's y), else None."""
+    if "location" not in data.metadata:
+        return None
+    D = data.Y.shape[1]
+    return {
+        "columns": list(data.metadata.get("columns") or map(str, range(D))),
+        "location": [float(m) for m in data.metadata["location"]],
+        "scale": [float(s) for s in data.metadata["scale"]],
+        "meaning": "the model was trained on (y - location) / scale, column by column",
+    }
+
+
+def _reconstruction_errors(
+    args: argparse.Namespace, data: datasets.DataSet, model: SVIGPLVM
+) -> dict:
+    """The RMSE of the reconstruction at the latent means over the observed entries: pooled in
+    the units the model was trained in (standardised, where every column weighs alike), and per
+    column in the data's own units (a pooled RMSE in those would be ruled by the widest column)."""
+    Y = data.Y
+    amortised_rows = Y if model.latent.amortised else None
+    reconstruction = model.predict_y(model.latent_mean(amortised_rows))[0].numpy()
+    scale = data.metadata.get("scale", np.ones(Y.shape[1]))
+    errors = (Y - reconstruction) * scale  # NaN where an entry is missing
+    observed = np.sum(~np.isnan(Y), axis=0)
+    squares = np.nansum(errors**2, axis=0)
+    per_column = np.where(observed > 0, np.sqrt(squares / np.maximum(observed, 1)), np.nan)
+    columns = data.metadata.get("columns") or [str(d) for d in range(Y.shape[1])]
+    return {
+        "reconstruction_rmse": rmse(Y, reconstruction),
+        "reconstruction_rmse_units": _model_units(args),
+        "reconstruction_rmse_per_column": {
+            name: (float(value) if observed[d] else None)
+            for d, (name, value) in enumerate(zip(columns, per_column))
+        },
+        "reconstruction_rmse_per_column_units": (
+            "the data's own" if args.data is not None else "grey levels in [0, 1]"
+        ),
+    }
+
+
+def _model_units(args: argparse.Namespace) -> str:
+    """The units the model was trained in, as ``metrics.json`` names them."""
+    if args.data is None:
+        return "grey levels in [0, 1]"
+    return "standardised columns" if _standardised(args) else "the data's own"
 
 
 def _versions() -> dict[str, str]:
@@ -390,7 +359,9 @@ def _print_summary(args: argparse.Namespace, metrics: dict, seconds: float, step
     if steps:
         print(f"ELBO (mean of last {min(100, steps)} steps): {metrics['elbo_final']:.2f}")
     error, units = metrics["reconstruction_rmse"], metrics["reconstruction_rmse_units"]
-    print(f"reconstruction RMSE at the latent means, {units} units: {error:.4f}")
+    print(f"reconstruction RMSE at the latent means ({units}): {error:.4f}")
+    if metrics["standardised"]:
+        print("  per column in the data's own units: metrics.json (reconstruction_rmse_per_column)")
     print(
         f"latent dims kept by ARD (latent means spread >= {RELEVANCE_KEPT:.0%} of the widest, "
         f"in lengthscales): {metrics['kept_latent_dims']} of {args.latent_dim}"

@@ -1,4 +1,4 @@
-"""Export a trained model as a TensorFlow SavedModel that serves with TensorFlow alone.
+r"""Export a trained model as a TensorFlow SavedModel that serves with TensorFlow alone.
 
 Signatures (inputs by name; every output a dict of ``mean`` and ``variance``):
 
@@ -18,6 +18,20 @@ near 5e7 numbers, as in :class:`~gpflow_svi_gplvm.LatentInference`). An infinite
 error (NaN marks a missing one), and so is a request of another width: the error states the shape
 and dtype the signature expects. A request of another dtype is refused by TensorFlow before the
 signature runs ("expected to be a double tensor but is a float tensor").
+
+Units: by default the signatures take and return the units the model was trained in. A model
+trained on standardised columns, :math:`\tilde y_{nd} = (y_{nd} - m_d) / s_d`, can be exported
+with its ``location`` m [D] and ``scale`` s [D] (the command line does so): the export then takes
+Y and returns every mean in the data's own units, applying the affine map inside the graph,
+
+.. math::
+
+    \tilde y = (y - m) / s, \qquad \mathbb{E}[y] = m + s\,\mathbb{E}[\tilde y], \qquad
+    \mathbb{V}[y] = s^2\,\mathbb{V}[\tilde y],
+
+and q(x*) of ``encode`` is that of the standardised row. The units an export takes are recorded
+in its ``gpflow_svi_gplvm_export.json`` (``units``, with ``location`` and ``scale``). Rows in other
+units than those cannot be detected: the export would serve them without complaint.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
@@ -35,6 +50,9 @@ from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
 SIGNATURES = ("decode", "encode", "reconstruct", "serving_default")
+
+MODEL_UNITS = "the model's: Y as the model was trained on it"
+DATA_UNITS = "the data's own: Y = location + scale * (the model's Y), column by column"
 
 
 def _serving_dtype(dtype: object) -> tf.DType:
@@ -64,6 +82,8 @@ class ServingModule(tf.Module):
         seed: int = 0,
         dtype: tf.DType = tf.float64,
         chunk_size: int | None = None,
+        location: np.ndarray | None = None,
+        scale: np.ndarray | None = None,
     ):
         super().__init__()
         dtype = _serving_dtype(dtype)
@@ -80,6 +100,7 @@ class ServingModule(tf.Module):
         self.encode_rows = chunk_rows(model, chunk_size, model.num_samples)
         self.reconstruct_rows = chunk_rows(model, chunk_size, num_samples)
         self.dtype = dtype
+        self.units = _Units.of(location, scale, model.data_dim)
         latent_spec = tf.TensorSpec([None, model.latent_dim], dtype, name="X")
         data_spec = tf.TensorSpec([None, model.data_dim], dtype, name="Y")
         self.decode = tf.function(self._decode, input_signature=[latent_spec])
@@ -94,15 +115,17 @@ class ServingModule(tf.Module):
         X = tf.debugging.assert_all_finite(
             X, "decode: X [None, Q] must be finite", name="infinite_or_missing_entries_in_X"
         )
-        return self._moments(*self.model.predict_y(tf.cast(X, default_float())))
+        mean, variance = self.model.predict_y(tf.cast(X, default_float()))
+        return self._moments(*self.units.outgoing(mean, variance))
 
     def _encode(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
         Y = self._checked_width(Y, self.model.data_dim, "encode", "Y")
-        return self._in_chunks(self.inference.latents, Y, self.encode_rows)
+        return self._moments(*self._in_chunks(self.inference.latents, Y, self.encode_rows))
 
     def _reconstruct(self, Y: tf.Tensor) -> dict[str, tf.Tensor]:
         Y = self._checked_width(Y, self.model.data_dim, "reconstruct", "Y")
-        return self._in_chunks(self.inference.predict, Y, self.reconstruct_rows)
+        moments = self._in_chunks(self.inference.predict, Y, self.reconstruct_rows)
+        return self._moments(*self.units.outgoing(*moments))
 
     def _checked_width(self, values: tf.Tensor, width: int, signature: str, name: str) -> tf.Tensor:
         """``values`` after a run-time check that it has ``width`` columns. A signature called by
@@ -119,19 +142,73 @@ class ServingModule(tf.Module):
         with tf.control_dependencies([check]):
             return tf.identity(values)
 
-    def _in_chunks(self, function: GraphFunction, Y: tf.Tensor, rows: int) -> dict[str, tf.Tensor]:
-        """The moments ``function`` gives for Y [None, D], computed in consecutive chunks of
-        ``rows`` rows inside the graph (:func:`~gpflow_svi_gplvm.inference.in_row_chunks`)."""
-        return self._moments(*in_row_chunks(function, rows, self._observations(Y)))
+    def _in_chunks(
+        self, function: GraphFunction, Y: tf.Tensor, rows: int
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The moments ``function`` gives for Y [None, D] (the data's units), computed in the
+        model's units in consecutive chunks of ``rows`` rows inside the graph
+        (:func:`~gpflow_svi_gplvm.inference.in_row_chunks`)."""
+        return in_row_chunks(function, rows, self._observations(Y))
 
     def _observations(self, Y: tf.Tensor) -> tf.Tensor:
-        """Y [None, D] in the model's precision; an infinite entry is an error, as in the
-        package (infinity is not "missing": NaN is)."""
+        """Y [None, D] in the model's precision and units; an infinite entry is an error, as in
+        the package (infinity is not "missing": NaN is)."""
         finite = tf.reduce_all(tf.logical_not(tf.math.is_inf(Y)))
         message = "Y has infinite entries; mark missing entries with NaN, not infinity"
         check = tf.debugging.Assert(finite, [message], name="infinite_entries_in_Y")
         with tf.control_dependencies([check]):
-            return tf.cast(Y, default_float())
+            return self.units.incoming(tf.cast(Y, default_float()))
+
+
+class _Units:
+    """The affine map between the data's units and the model's, per column: the model was
+    trained on (y - location) / scale. Without a location and scale both maps are the identity
+    (and add nothing to the graph)."""
+
+    def __init__(self, location: tf.Tensor | None, scale: tf.Tensor | None):
+        self.location, self.scale = location, scale
+
+    @classmethod
+    def of(cls, location: np.ndarray | None, scale: np.ndarray | None, width: int) -> _Units:
+        """The map of ``location`` and ``scale`` [width] (both or neither), checked."""
+        if (location is None) != (scale is None):
+            raise ValueError(
+                "Pass both location and scale (the data's column means and scales the model was "
+                "trained to undo), or neither to serve the model's own units."
+            )
+        if location is None or scale is None:
+            return cls(None, None)
+        moments = {"location": np.asarray(location, float), "scale": np.asarray(scale, float)}
+        for name, values in moments.items():
+            if values.shape != (width,) or not np.all(np.isfinite(values)):
+                raise ValueError(
+                    f"{name} must be {width} finite numbers, one per column of Y; got "
+                    f"shape {values.shape}."
+                )
+        if not np.all(moments["scale"] > 0):
+            raise ValueError("scale must be positive in every column (a constant column: 1).")
+        return cls(*(tf.constant(v, default_float()) for v in moments.values()))
+
+    @property
+    def description(self) -> dict[str, object]:
+        """What the export's marker records about the units it takes and returns."""
+        if self.location is None or self.scale is None:
+            return {"units": MODEL_UNITS}
+        return {
+            "units": DATA_UNITS,
+            "location": self.location.numpy().tolist(),
+            "scale": self.scale.numpy().tolist(),
+        }
+
+    def incoming(self, Y: tf.Tensor) -> tf.Tensor:
+        """Rows [None, D] in the data's units -> in the model's (NaN stays NaN)."""
+        return Y if self.location is None else (Y - self.location) / self.scale
+
+    def outgoing(self, mean: tf.Tensor, variance: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """A predictive's moments [None, D] in the model's units -> in the data's."""
+        if self.location is None:
+            return mean, variance
+        return self.location + self.scale * mean, tf.square(self.scale) * variance
 
 
 def export_saved_model(
@@ -144,6 +221,8 @@ def export_saved_model(
     dtype: tf.DType = tf.float64,
     overwrite: bool = False,
     chunk_size: int | None = None,
+    location: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
 ) -> Path:
     """Save ``model`` as a SavedModel at ``path`` with the signatures listed in this module.
 
@@ -153,13 +232,15 @@ def export_saved_model(
     ``overwrite=True`` an earlier export of this package at ``path`` is replaced (swapped in one
     atomic step on Linux, see :mod:`~gpflow_svi_gplvm.export_folder`); anything else there, a
     file or a folder of your own, is a ``ValueError`` and is never deleted.
+
+    ``location`` and ``scale`` [D]: for a model trained on standardised columns
+    (y - location) / scale, the export takes and returns the data's own units (see this module's
+    "Units"); without them it serves the model's units, with nothing applied.
     """
     path = Path(path)
     check_destination(path, overwrite)
-    module = ServingModule(
-        model, encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size
-    )
-    dtype = module.dtype
+    settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)
+    module = ServingModule(model, *settings, location, scale)
     functions = {
         "decode": module.decode,
         "encode": module.encode,
@@ -171,15 +252,20 @@ def export_saved_model(
     staging = make_staging(path)
     try:
         tf.saved_model.save(module, str(staging), signatures=signatures)
-        record = {
-            "latent_dim": model.latent_dim,
-            "data_dim": model.data_dim,
-            "shared_covariance": model.shared_covariance,
-            "dtype": dtype.name,
-            "signatures": list(SIGNATURES),
-        }
-        write_marker(staging, record)
+        write_marker(staging, _record(module))
         replace_folder(staging, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return path
+
+
+def _record(module: ServingModule) -> dict[str, object]:
+    """What an export's marker file records: its shapes, dtype, signatures and units."""
+    return {
+        "latent_dim": module.model.latent_dim,
+        "data_dim": module.model.data_dim,
+        "shared_covariance": module.model.shared_covariance,
+        "dtype": module.dtype.name,
+        "signatures": list(SIGNATURES),
+        **module.units.description,
+    }

@@ -1,15 +1,22 @@
 """Matplotlib figures: the latent space with the uncertainty of q(x), ARD relevances, ELBO trace,
-grids of images (originals, gaps, reconstructions) and predictive variance against a covariate."""
+grids of images (originals, gaps, reconstructions) and predictive variance against a covariate;
+and :func:`keep_figures`, which saves a notebook's figures when it runs as a script."""
 
 from __future__ import annotations
 
+import atexit
+import re
+import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap
     from matplotlib.figure import Figure
 
     from .models import SVIGPLVM
@@ -21,7 +28,43 @@ __all__ = [
     "plot_elbo",
     "plot_image_grid",
     "plot_variance_against",
+    "keep_figures",
 ]
+
+
+def keep_figures(name: str, folder: str | Path | None = None) -> Path | None:
+    """Save every figure a script draws, as PNG files in ``folder`` (default
+    ``runs/notebooks/<name>``, under the working directory), when the script ends.
+
+    The notebooks call it first: in Jupyter (an IPython kernel) the figures show inline and it
+    does nothing (returns None); run as scripts (``python notebooks/01_quickstart.py``), where a
+    headless ``plt.show()`` shows nothing, it prints the folder and, at the end, the files
+    written there (``figure_01.png``, ... in the order drawn, named after their first title).
+    """
+    if "ipykernel" in sys.modules:
+        return None
+    folder = Path("runs") / "notebooks" / name if folder is None else Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"figures: saved to {folder}/ when the script ends")
+    # A headless plt.show() warns that it shows nothing: here the figures are kept instead.
+    warnings.filterwarnings("ignore", "FigureCanvasAgg is non-interactive")
+    atexit.register(_save_open_figures, folder)
+    return folder
+
+
+def _save_open_figures(folder: Path) -> None:
+    """Write each open pyplot figure to ``folder`` and list the files written."""
+    import matplotlib.pyplot as plt
+
+    written: list[str] = []
+    for number in plt.get_fignums():
+        figure = plt.figure(number)
+        titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+        words = re.sub(r"[^a-z0-9]+", "_", titles[0].lower())[:40].strip("_") if titles else ""
+        path = folder / f"figure_{len(written) + 1:02d}{'_' + words if words else ''}.png"
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        written.append(path.name)
+    print(f"figures: wrote {len(written)} to {folder}/: {', '.join(written)}")
 
 
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -68,7 +111,7 @@ def plot_latent_space(
     x, y = mean[:, dims[0]], mean[:, dims[1]]
     sd = np.sqrt(variance[:, list(dims)])
     if np.any(variance > 0):
-        _draw_ellipses(ax, x, y, sd)
+        _draw_ellipses(ax, x, y, sd, _class_colours(labels))
     if labels is None:
         ax.scatter(x, y, s=8)
     else:
@@ -105,8 +148,11 @@ def _most_relevant_pair(relevance: np.ndarray) -> tuple[int, int]:
     return int(order[0]), int(order[min(1, len(order) - 1)])
 
 
-def _draw_ellipses(ax: Axes, x: np.ndarray, y: np.ndarray, sd: np.ndarray) -> None:
-    """One grey ellipse of +/- 1 standard deviation ``sd`` [N, 2] around each point (x, y) [N]."""
+def _draw_ellipses(
+    ax: Axes, x: np.ndarray, y: np.ndarray, sd: np.ndarray, colours: np.ndarray | None
+) -> None:
+    """One ellipse of +/- 1 standard deviation ``sd`` [N, 2] around each point (x, y) [N], in
+    its row's class colour (``colours`` [N, 4] RGBA), or grey where there are no classes."""
     from matplotlib.collections import EllipseCollection
 
     ellipses = EllipseCollection(
@@ -117,11 +163,30 @@ def _draw_ellipses(ax: Axes, x: np.ndarray, y: np.ndarray, sd: np.ndarray) -> No
         offsets=np.column_stack([x, y]),
         offset_transform=ax.transData,
         facecolors="none",
-        edgecolors="grey",
+        edgecolors="grey" if colours is None else colours,
         linewidths=0.5,
         alpha=0.3,
     )
     ax.add_collection(ellipses)
+
+
+def _palette(classes: int) -> Colormap:
+    """A qualitative palette with one colour per class: a colour map over the label values would
+    give classes that merely have close numbers close colours."""
+    import matplotlib.pyplot as plt
+
+    return plt.get_cmap("tab10" if classes <= 10 else "tab20")
+
+
+def _class_colours(labels: np.ndarray | None) -> np.ndarray | None:
+    """Each row's class colour [N, 4] (RGBA, as its point's), or None without classes (no
+    labels, or more than :data:`_MAX_CLASSES` values on a colour scale)."""
+    if labels is None:
+        return None
+    classes, index = np.unique(np.asarray(labels), return_inverse=True)
+    if len(classes) > _MAX_CLASSES:
+        return None
+    return np.asarray(_palette(len(classes))(index.ravel()))
 
 
 def _scatter_labelled(
@@ -135,14 +200,11 @@ def _scatter_labelled(
     """Points (x, y) [N] coloured by ``labels`` [N]: one colour and legend entry per class up to
     :data:`_MAX_CLASSES` classes, else a colour scale (numeric labels only); the legend or the
     colour bar is titled ``title`` (default "label")."""
-    import matplotlib.pyplot as plt
 
     title = title or "label"
     classes = np.unique(labels)
     if len(classes) <= _MAX_CLASSES:
-        # A qualitative palette with one colour per class: a colour map over the label values
-        # would give classes that merely have close numbers close colours.
-        palette = plt.get_cmap("tab10" if len(classes) <= 10 else "tab20")
+        palette = _palette(len(classes))
         for k, value in enumerate(classes):
             chosen = labels == value
             ax.scatter(x[chosen], y[chosen], s=8, color=palette(k), label=str(value))
@@ -237,14 +299,38 @@ def _elbo_panel(ax: Axes, elbo: np.ndarray, start: int, window: int, symlog: boo
         shown = steps[window - 1 :] >= start
         ax.plot(steps[window - 1 :][shown], smooth[shown], label=f"mean of {window}")
     if symlog and len(elbo):
-        # Linear within the run's typical final magnitude, logarithmic beyond it.
-        ax.set_yscale("symlog", linthresh=max(1.0, float(np.median(np.abs(elbo[-window:])))))
+        _symlog_axis(ax, elbo, window)
     ax.set_xlabel("step")
     ax.set_ylabel("ELBO" + (" (symlog)" if symlog else ""))
     ax.set_title(
         "the whole run" if start == 0 else f"steps {start} to {len(elbo) - 1}", fontsize="medium"
     )
     ax.legend(fontsize="small")
+
+
+def _symlog_axis(ax: Axes, elbo: np.ndarray, window: int) -> None:
+    """A symmetric-log y axis for the ELBO trace [steps]: linear within a tenth of the run's
+    typical final magnitude (so the plateau is not squeezed into the log scale's bend),
+    logarithmic beyond; labelled ticks at 1, 2 and 5 of every decade where the run spans few
+    decades (so there are labels above 10^4 too), at every decade where it spans many; and a
+    margin above the plateau, which would otherwise lie on the panel's top edge."""
+    from matplotlib.ticker import FuncFormatter, NullLocator, SymmetricalLogLocator
+
+    linthresh = max(1.0, 0.1 * float(np.median(np.abs(elbo[-window:]))))
+    ax.set_yscale("symlog", linthresh=linthresh)
+    # Decades on the axis: on each side of zero, from the linear band out to the run's extreme.
+    decades = sum(
+        np.log10(max(extreme, linthresh) / linthresh) for extreme in (-np.min(elbo), np.max(elbo))
+    )
+    subs = (1.0, 2.0, 5.0) if decades <= 3 else (1.0,)
+    ax.yaxis.set_major_locator(SymmetricalLogLocator(linthresh=linthresh, base=10, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+    transform = ax.yaxis.get_transform()
+    low, high = transform.transform(np.array([np.min(elbo), np.max(elbo)]))
+    margin = 0.08 * max(high - low, 1e-12)
+    inverse = transform.inverted()
+    ax.set_ylim(*inverse.transform(np.array([low - margin, high + margin])))
 
 
 def _images(rows: Sequence[np.ndarray], image_shape: tuple[int, int]) -> list[np.ndarray]:

@@ -152,7 +152,8 @@ def _one_hot(values, column: str, categories: list) -> np.ndarray:
 class SingleCellGPLVM:
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
 
-    ``layer``: the layer holding the values (None: ``X``); ``genes``: var names to keep, or the
+    ``layer``: the layer holding the values (None: ``X``; "raw": ``adata.raw.X``, with the genes
+    of ``adata.raw``); ``genes``: var names to keep, or the
     name of a boolean ``var`` column (e.g. "highly_variable"), or None for all;
     ``batch_key`` and ``covariate_keys``: ``obs`` columns that join the latents in the GP input
     (categories one-hot, numbers standardised), summed with a linear ARD kernel on them;
@@ -232,7 +233,7 @@ class SingleCellGPLVM:
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers)
         adata = _opened(adata)
-        self.gene_names = _gene_names(adata, self.genes)
+        self.gene_names = _gene_names(_genes_of(adata, self.layer), self.genes)
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         self.model, rows, data = self._build(adata, cells, workers, strategy)
@@ -341,7 +342,7 @@ class SingleCellGPLVM:
         :meth:`fit`; returns the means [N*, Q]."""
         if self.model is None:
             raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
-        names = list(map(str, adata.var_names))
+        names = list(map(str, _genes_of(adata, self.layer).var_names))
         missing = [g for g in self.gene_names if g not in set(names)]
         if missing:
             raise ValueError(
@@ -379,7 +380,9 @@ class SingleCellGPLVM:
         """The chosen genes' values of the ``cells`` (a range; default every cell), read in row
         blocks and checked."""
         if columns is None:
-            position = {g: i for i, g in enumerate(map(str, adata.var_names))}
+            position = {
+                g: i for i, g in enumerate(map(str, _genes_of(adata, self.layer).var_names))
+            }
             columns = np.array([position[g] for g in self.gene_names])
         names, genes = list(adata.obs_names[cells]), self.gene_names
         counts = self.likelihood != "gaussian"
@@ -538,6 +541,9 @@ class _CellsFile:
     ``var`` in memory, the matrix (X or a layer) left on disk for each worker to read its own
     cells (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`)."""
 
+    raw = None  # of a file, X and the layers are read from disk (not raw/X)
+    layers: tuple[str, ...] = ()
+
     def __init__(self, path: Path):
         from .disk_rows import read_frames
 
@@ -604,14 +610,33 @@ def _assembled(
 
 
 def _layer(adata, layer: str | None):
+    """The matrix ``layer`` names: None is ``X``; "raw" is ``adata.raw.X`` (where scanpy keeps
+    the unprocessed values) unless ``adata.layers`` has a layer of that name."""
     if layer is None:
         return adata.X
+    if _reads_raw(adata, layer):
+        if adata.raw is None:
+            raise ValueError(
+                f"adata has no layer 'raw' and no adata.raw; its layers are {list(adata.layers)}. "
+                "Pass one of them, or layer=None to read adata.X."
+            )
+        return adata.raw.X
     if layer not in adata.layers:
         raise ValueError(
             f"adata has no layer {layer!r}; its layers are {list(adata.layers)}. Pass "
             "layer=None to read adata.X."
         )
     return adata.layers[layer]
+
+
+def _reads_raw(adata, layer: str | None) -> bool:
+    return layer == "raw" and "raw" not in adata.layers
+
+
+def _genes_of(adata, layer: str | None):
+    """What holds the genes (``var_names``, ``var``) of ``layer``: ``adata.raw``, whose genes
+    are its own, for the raw matrix; else ``adata``."""
+    return adata.raw if _reads_raw(adata, layer) and adata.raw is not None else adata
 
 
 def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:

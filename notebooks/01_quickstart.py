@@ -27,7 +27,15 @@ import numpy as np
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
 from gpflow_svi_gplvm.datasets import load_digits, train_test_split
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_ard, plot_elbo, plot_image_grid, plot_latent_space
+from gpflow_svi_gplvm.plotting import (
+    keep_figures,
+    plot_ard,
+    plot_elbo,
+    plot_image_grid,
+    plot_latent_space,
+)
+
+keep_figures("01_quickstart")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 200 if FAST else 4000
@@ -52,7 +60,7 @@ model = BayesianSVIGPLVM(Y, latent_dim=5)
 history = fit(model, Y, iterations=ITERATIONS, batch_size=100, learning_rate=0.01)
 _ = plot_elbo(history)
 # %%
-gpflow.utilities.print_summary(model, fmt="notebook")
+gpflow.utilities.print_summary(model)
 
 # %% [markdown]
 # ## The latent space

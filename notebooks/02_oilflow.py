@@ -46,7 +46,9 @@ import numpy as np
 from gpflow_svi_gplvm import fit, models
 from gpflow_svi_gplvm.datasets import load_oilflow, train_test_split
 from gpflow_svi_gplvm.metrics import nlpd, rmse
-from gpflow_svi_gplvm.plotting import plot_ard, plot_latent_space
+from gpflow_svi_gplvm.plotting import keep_figures, plot_ard, plot_latent_space
+
+keep_figures("02_oilflow")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 5000

@@ -35,7 +35,9 @@ import numpy as np
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
 from gpflow_svi_gplvm.datasets import load_brendan_faces, load_mnist, random_missing
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_elbo, plot_image_grid, plot_latent_space
+from gpflow_svi_gplvm.plotting import keep_figures, plot_elbo, plot_image_grid, plot_latent_space
+
+keep_figures("03_missing_data")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and rows
 ITERATIONS = 100 if FAST else 3000

@@ -39,7 +39,9 @@ import numpy as np
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
 from gpflow_svi_gplvm.datasets import load_taxi, train_test_split
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_elbo, plot_latent_space
+from gpflow_svi_gplvm.plotting import keep_figures, plot_elbo, plot_latent_space
+
+keep_figures("04_taxi_counts")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 3000

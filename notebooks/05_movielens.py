@@ -35,7 +35,9 @@ import numpy as np
 from gpflow_svi_gplvm import BayesianSVIGPLVM, fit
 from gpflow_svi_gplvm.datasets import load_movielens100k, random_missing
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_elbo, plot_variance_against
+from gpflow_svi_gplvm.plotting import keep_figures, plot_elbo, plot_variance_against
+
+keep_figures("05_movielens")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and users
 ITERATIONS = 100 if FAST else 3000

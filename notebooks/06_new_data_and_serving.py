@@ -41,7 +41,9 @@ import tensorflow as tf
 from gpflow_svi_gplvm import BayesianSVIGPLVM, export_saved_model, fit
 from gpflow_svi_gplvm.datasets import load_digits, random_missing, train_test_split
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_image_grid, plot_latent_space
+from gpflow_svi_gplvm.plotting import keep_figures, plot_image_grid, plot_latent_space
+
+keep_figures("06_new_data_and_serving")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 200 if FAST else 4000

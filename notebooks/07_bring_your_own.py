@@ -39,7 +39,9 @@ from gpflow_svi_gplvm import SVIGPLVM, BayesianSVIGPLVM, LatentBatch, fit
 from gpflow_svi_gplvm.datasets import load_digits, random_missing
 from gpflow_svi_gplvm.latents import RowLatentVariables
 from gpflow_svi_gplvm.metrics import rmse
-from gpflow_svi_gplvm.plotting import plot_ard, plot_image_grid, plot_latent_space
+from gpflow_svi_gplvm.plotting import keep_figures, plot_ard, plot_image_grid, plot_latent_space
+
+keep_figures("07_bring_your_own")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut iterations and rows
 ITERATIONS = 200 if FAST else 3000
@@ -183,7 +185,7 @@ model = SVIGPLVM(
     latent=StudentTPriorLatent,
 )
 history = fit(model, Y_binary_gaps, iterations=ITERATIONS, batch_size=100, learning_rate=0.01)
-gpflow.utilities.print_summary(model, fmt="notebook")
+gpflow.utilities.print_summary(model)
 
 # %% [markdown]
 # The predictive mean of a Bernoulli pixel is the probability that it is on. Thresholding it at

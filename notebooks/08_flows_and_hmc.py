@@ -38,12 +38,15 @@ import tensorflow as tf
 from gpflow_svi_gplvm import BayesianSVIGPLVM, FlowBayesianGPLVM, GaussianLatent, fit
 from gpflow_svi_gplvm.datasets import load_digits
 from gpflow_svi_gplvm.flows import flow_latent
+from gpflow_svi_gplvm.plotting import keep_figures
 from gpflow_svi_gplvm.posterior_check import (
     fit_to_posterior,
     latent_draws,
     mmd,
     posterior_draws,
 )
+
+keep_figures("08_flows_and_hmc")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 2000

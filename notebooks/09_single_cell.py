@@ -42,7 +42,10 @@ import pandas as pd
 import scanpy as sc
 
 from gpflow_svi_gplvm.datasets import simulate_atlas
+from gpflow_svi_gplvm.plotting import keep_figures
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+keep_figures("09_single_cell")  # as a script: figures saved to a folder it prints
 
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the work
 CELLS, GENES = (600, 100) if FAST else (3000, 500)

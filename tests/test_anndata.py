@@ -102,11 +102,23 @@ def test_a_sparse_shard_trains_exactly_as_its_dense_rows():
     assert histories[1].tracing_count == 1
 
 
+def test_layer_raw_reads_adata_raw_with_its_own_genes():
+    """scanpy's habit: X filtered to fewer genes and normalised, the counts of all in .raw."""
+    cells = _cells()
+    counts = anndata.AnnData(X=cells.layers["counts"], obs=cells.obs, var=cells.var)
+    filtered = cells[:, : D - 2].copy()
+    filtered.raw = counts
+    model = SingleCellGPLVM(Q, layer="raw", num_inducing=4, seed=1)
+    model.fit(filtered, iterations=1, batch_size=16, progress=False)
+    assert model.gene_names == list(counts.var_names)  # all D genes of .raw, not X's D - 2
+    assert filtered.obsm["X_gplvm"].shape == (N, Q)
+
+
 def test_bad_single_cell_input_is_named():
     cells = _cells()
     with pytest.raises(ValueError, match="holds [0-9.]+ for cell 'cell0', gene 'gene0'"):
         SingleCellGPLVM(Q).fit(cells, iterations=1)  # X holds log1p values, not counts
-    with pytest.raises(ValueError, match="no layer 'raw'; its layers are \\['counts'\\]"):
+    with pytest.raises(ValueError, match="no adata.raw; its layers are \\['counts'\\]"):
         SingleCellGPLVM(Q, layer="raw").fit(cells, iterations=1)
     gap = cells.copy()
     gap.obs.loc["cell4", "depth"] = np.nan

@@ -2,15 +2,21 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import gpflow_svi_gplvm
+from gpflow_svi_gplvm import AmortisedBayesianGPLVM, _command_line, cli
 from gpflow_svi_gplvm.cli import main
-from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING
+from gpflow_svi_gplvm.datasets import load_array_file
+from gpflow_svi_gplvm.export_folder import MARKER
+from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
 
@@ -147,11 +153,39 @@ def labelled_csv(path, counts=False):
     return path, kinds
 
 
-def test_a_fresh_command_keeps_what_it_trains_and_prints_no_noise(tmp_path):
-    """As a user runs it: a new process, a text column as labels, checkpoints and an export;
-    warnings are one plain line and TensorFlow's start-up log is quiet."""
-    path, kinds = labelled_csv(tmp_path / "mine.csv")
-    out = tmp_path / "out"
+def wide_csv(path):
+    """A 40 x 4 CSV whose columns' scales differ by 10^5 (as in scikit-learn's wine data), with
+    a text column "kind" and some gaps."""
+    rng = np.random.default_rng(3)
+    latent = rng.standard_normal((40, 2))
+    Y = np.tanh(latent @ rng.standard_normal((2, 4))) * [0.01, 1.0, 30.0, 1000.0]
+    Y += [0.5, -2.0, 100.0, 1200.0]
+    Y[rng.random(Y.shape) < 0.1] = np.nan
+    kinds = np.where(latent[:, 0] > 0, "right", "left")
+    cells = [[kind, *("" if np.isnan(v) else repr(v) for v in row)] for kind, row in zip(kinds, Y)]
+    path.write_text("kind,acid,ph,colour,proline\n" + "\n".join(map(",".join, cells)) + "\n")
+    return path
+
+
+SERVE_THE_CSV = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+
+    path, rows, outputs = sys.argv[1:4]
+    out = tf.saved_model.load(path).signatures["reconstruct"](Y=tf.constant(np.load(rows)))
+    np.savez(outputs, **{key: value.numpy() for key, value in out.items()})
+    print(json.dumps([m for m in ("gpflow", "gpflow_svi_gplvm") if m in sys.modules]))
+    """)
+
+
+def test_a_fresh_command_keeps_what_it_trains_in_the_data_s_units_and_prints_no_noise(tmp_path):
+    """As a user runs it: a new process, a text column as labels, columns on scales 10^5 apart,
+    checkpoints and an export. The CSV's own rows, sent to the export in a process with
+    TensorFlow alone, come back as the saved model's reconstruction in the data's units (the
+    model restored from the checkpoint, metrics.json's standardisation undone); warnings are one
+    plain line and TensorFlow's log is quiet."""
+    path, out = wide_csv(tmp_path / "wine.csv"), tmp_path / "out"
     command = [sys.executable, "-m", "gpflow_svi_gplvm", "--data", str(path), "--labels", "kind"]
     command += ["--model", "aeb", "--latent-dim", "2", "--num-inducing", "6", "--iterations", "3"]
     command += ["--save", "--export", "--no-progress", "--output", str(out)]
@@ -160,15 +194,43 @@ def test_a_fresh_command_keeps_what_it_trains_and_prints_no_noise(tmp_path):
     assert result.returncode == 0, result.stderr
     noise = ["cpu_feature_guard", "port.cc", "absl::InitializeLog", "DT_DOUBLE", "UserWarning"]
     assert not [word for word in noise if word in result.stderr], result.stderr
+    assert not re.search(r"^E\d{4} ", result.stderr, flags=re.M), result.stderr
     (notice,) = [line for line in result.stderr.splitlines() if "MaskedLikelihood" in line]
     assert notice.startswith("warning: ")
+    assert "(labels: kind)" in result.stdout and "dropped" not in result.stdout
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["labels"] == "kind" and metrics["D"] == 4  # not trained on
     assert metrics["settings"]["seed"] == 0 and metrics["settings"]["batch_size"] == 100
-    assert metrics["standardised"] and metrics["reconstruction_rmse_units"] == "the data's own"
     assert metrics["versions"]["gpflow_svi_gplvm"] == gpflow_svi_gplvm.__version__
-    assert (out / "saved_model" / "saved_model.pb").is_file()
     assert (out / "checkpoints" / "ckpt-3.index").is_file()
+
+    Y = load_array_file(path).Y
+    moments = metrics["standardisation"]
+    location, scale = np.array(moments["location"]), np.array(moments["scale"])
+    assert metrics["standardised"] and moments["columns"] == ["acid", "ph", "colour", "proline"]
+    np.testing.assert_allclose(location, np.nanmean(Y, axis=0), rtol=1e-12)
+    np.testing.assert_allclose(scale, np.nanstd(Y, axis=0), rtol=1e-12)
+    marker = json.loads((out / "saved_model" / MARKER).read_text())
+    assert marker["units"].startswith("the data's own") and marker["scale"] == moments["scale"]
+    errors = metrics["reconstruction_rmse_per_column"]  # each on its own column's scale
+    assert errors["proline"] > 100 * errors["acid"]
+    assert metrics["reconstruction_rmse_units"] == "standardised columns"
+
+    np.save(tmp_path / "rows.npy", Y)
+    command = [sys.executable, "-c", SERVE_THE_CSV, str(out / "saved_model")]
+    command += [str(tmp_path / "rows.npy"), str(tmp_path / "served.npz")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []  # TensorFlow alone
+    served = np.load(tmp_path / "served.npz")
+    standardised = (Y - location) / scale
+    with pytest.warns(UserWarning, match="MaskedLikelihood"):
+        model = AmortisedBayesianGPLVM(standardised, 2, num_inducing=6, seed=0)
+    saved = tf.train.latest_checkpoint(out / "checkpoints")
+    tf.train.Checkpoint(model=model).restore(saved).expect_partial()
+    mean, variance = model.reconstruct(standardised)
+    np.testing.assert_allclose(served["mean"], location + scale * mean.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(served["variance"], scale**2 * variance.numpy(), rtol=1e-10)
 
 
 def test_counts_with_a_poisson_likelihood_are_not_standardised(tmp_path):
@@ -202,3 +264,23 @@ def test_a_library_user_keeps_tensorflow_s_log():
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment
     )
     assert result.stdout.strip() == "None", result.stderr
+
+
+def test_help_imports_no_tensorflow_and_shows_every_default():
+    """``--help`` is read before TensorFlow is imported, so it prints at once: ``-X importtime``
+    lists every module the command imports."""
+    command = [sys.executable, "-X", "importtime", "-m", "gpflow_svi_gplvm", "--help"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
+    assert "gpflow_svi_gplvm._command_line" in imported
+    assert not [name for name in imported if name.split(".")[0] in ("tensorflow", "gpflow")]
+    for default in ["(default: 0)", "(default: bsvi)", "(default: 3000)", "(default: 0.01)"]:
+        assert default in result.stdout
+
+
+def test_the_options_name_what_the_package_has():
+    """The parser cannot import the models (TensorFlow): its copies of their names agree."""
+    assert _command_line.MODEL_NAMES == tuple(sorted(MODELS))
+    assert _command_line.LIKELIHOOD_NAMES == tuple(sorted(cli.LIKELIHOODS))
+    assert _command_line.DEFAULT_NUM_INDUCING == DEFAULT_NUM_INDUCING

@@ -200,3 +200,24 @@ def test_served_requests_in_chunks_equal_one_pass(data, model_class):
             np.testing.assert_allclose(got[key], expected[key], rtol=1e-12, atol=1e-14)
     empty = chunked.reconstruct(np.zeros((0, D)))
     assert empty["mean"].shape == (0, D) and empty["variance"].shape == (0, D)
+
+
+@pytest.mark.parametrize(
+    "location, scale, message",
+    [
+        (np.zeros(D), None, "Pass both location and scale"),
+        (np.zeros(D - 1), np.ones(D - 1), f"location must be {D} finite numbers"),
+        (np.zeros(D), np.full(D, np.nan), f"scale must be {D} finite numbers"),
+        (np.zeros(D), np.zeros(D), "scale must be positive"),
+    ],
+)
+def test_the_data_s_units_are_checked_before_anything_is_written(
+    point_export, tmp_path, location, scale, message
+):
+    with pytest.raises(ValueError, match=message):
+        export_saved_model(point_export[0], tmp_path / "m", location=location, scale=scale)
+    assert not (tmp_path / "m").exists()
+
+
+def test_an_export_in_the_model_s_units_says_so(point_export):
+    assert json.loads((point_export[1] / MARKER).read_text())["units"].startswith("the model's")

@@ -1,6 +1,10 @@
-"""Every tutorial notebook runs top to bottom (with cut iteration counts in CI)."""
+"""Every tutorial notebook runs top to bottom (with cut iteration counts in CI), as a notebook
+and, the quickstart, as a script that keeps its figures."""
 
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,21 @@ NEEDED_DATA = {
 
 # The optional packages a notebook imports ("singlecell" extra); it is skipped without them.
 NEEDED_MODULES = {"09_single_cell.py": ["anndata", "scanpy"]}
+
+
+@pytest.mark.slow
+def test_the_quickstart_run_as_a_script_keeps_its_figures(tmp_path):
+    """``python notebooks/01_quickstart.py`` headless: the folder it prints holds its figures,
+    and nothing meant for Jupyter's display is printed."""
+    environment = {**os.environ, "GPFLOW_SVI_GPLVM_FAST": "1", "MPLBACKEND": "Agg"}
+    script = [sys.executable, str(NOTEBOOK_DIR / "01_quickstart.py")]
+    run = {"cwd": tmp_path, "env": environment, "timeout": 900}
+    result = subprocess.run(script, capture_output=True, text=True, **run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (folder,) = re.findall(r"^figures: saved to (\S+)/ when", result.stdout, flags=re.M)
+    assert len(list((tmp_path / folder).glob("figure_*.png"))) >= 4
+    assert "IPython" not in result.stdout
+
 
 jupytext = pytest.importorskip("jupytext")
 nbclient = pytest.importorskip("nbclient")

@@ -1,5 +1,10 @@
 """The figures of gpflow_svi_gplvm.plotting render headless (Agg) and save as PNG."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg", force=True)
@@ -123,6 +128,13 @@ def test_latent_space_of_a_bayesian_model_has_one_ellipse_per_row(bayesian, labe
     (collection,) = ellipses(figure)
     assert len(collection.get_offsets()) == N
     assert "with 1 sd" in figure.axes[0].get_title()
+    edges = collection.get_edgecolor()
+    if labels in ("numeric", "string"):  # each ellipse in its point's class colour
+        points = [c for c in figure.axes[0].collections if c is not collection]
+        by_class = {tuple(c.get_facecolor()[0][:3]) for c in points}
+        assert {tuple(edge[:3]) for edge in edges} == by_class and len(by_class) == 3
+    else:  # no classes: grey
+        assert len({tuple(edge) for edge in edges}) == 1
 
 
 def test_latent_space_default_dims_are_the_two_most_relevant(bayesian, tmp_path):
@@ -209,6 +221,24 @@ def test_elbo_trace_with_running_mean(bayesian, tmp_path):
 def test_elbo_trace_of_a_hand_made_history(tmp_path):
     history = History(elbo=-np.logspace(3, 1, 200), seconds=0.0, tracing_count=1)
     saved_png(plot_elbo(history), tmp_path / "elbo.png")
+
+
+def test_the_whole_run_s_panel_is_labelled_over_its_range_and_the_plateau_clears_the_top():
+    """A run from -1e6 to a plateau near -2e4 (as the main job's): labelled ticks between
+    the plateau and the first steps, and the plateau below the panel's top edge."""
+    steps = np.arange(1000)
+    noise = 300 * np.random.default_rng(0).standard_normal(1000)
+    elbo = -2e4 - 1e6 * np.exp(-steps / 60) + noise
+    figure = plot_elbo(History(elbo=elbo, seconds=0.0, tracing_count=1))
+    ax = figure.axes[0]
+    figure.canvas.draw()
+    low, high = ax.get_ylim()
+    labelled = [t.get_position()[1] for t in ax.get_yticklabels() if t.get_text()]
+    shown = [value for value in labelled if low <= value <= high]
+    assert len(shown) >= 4 and any(-1e5 < value < -1e4 for value in shown), shown
+    transform = ax.yaxis.get_transform().transform
+    top, plateau, bottom = transform(np.array([high, elbo.max(), low]))
+    assert (top - plateau) > 0.05 * (top - bottom)
 
 
 IMAGE_SHAPE = (4, 3)
@@ -313,3 +343,37 @@ def test_variance_against_refuses_bad_input():
         plot_variance_against(np.arange(5.0), -np.ones(5))
     with pytest.raises(ValueError, match="increasing"):
         plot_variance_against(np.arange(5.0), np.ones(5), bins=[3, 1])
+
+
+KEEPING_SCRIPT = """
+import matplotlib.pyplot as plt
+from gpflow_svi_gplvm.plotting import keep_figures
+
+keep_figures("demo")
+figure, ax = plt.subplots()
+ax.plot([0, 1], [1, 0])
+ax.set_title("A line, falling")
+plt.show()  # headless: shows nothing
+plt.subplots()
+"""
+
+
+def test_a_script_keeps_its_figures_in_the_folder_it_prints(tmp_path):
+    """As a notebook runs as a script: headless, every figure ends up on disk, named in order."""
+    environment = {**os.environ, "MPLBACKEND": "Agg"}
+    result = subprocess.run(
+        [sys.executable, "-c", KEEPING_SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    folder = tmp_path / "runs" / "notebooks" / "demo"
+    assert f"figures: saved to {Path('runs', 'notebooks', 'demo')}/" in result.stdout
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "figure_01_a_line_falling.png",
+        "figure_02.png",
+    ]
+    assert "non-interactive" not in result.stderr
