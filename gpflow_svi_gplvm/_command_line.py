@@ -29,7 +29,7 @@ __all__ = ["running_the_command_line", "quiet_standard_error", "build_parser"]
 MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
 """``--model``'s choices: the names of ``models.MODELS`` (a test keeps them equal)."""
 
-LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "poisson")
+LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "negative_binomial", "poisson")
 """``--likelihood``'s choices: the names of ``cli.LIKELIHOODS`` (a test keeps them equal)."""
 
 DEFAULT_NUM_INDUCING = 25
@@ -43,9 +43,16 @@ MODEL_HELP = """models (--model):
   flow   B-SVI (flow): a Gaussian q(x_n) pushed through 10 shared planar flow layers
 
 likelihoods (--likelihood):
-  gaussian   real values (the data file's columns are standardised unless --no-standardise)
-  poisson    counts (0, 1, 2, ...; never standardised)
-  bernoulli  binary data (0 or 1; never standardised)
+  gaussian           real values (a table's columns are standardised unless --no-standardise)
+  poisson            counts (0, 1, 2, ...; never standardised)
+  negative_binomial  overdispersed counts, a dispersion per column (an .h5ad's default)
+  bernoulli          binary data (0 or 1; never standardised)
+
+single cells (--data atlas.h5ad): the counts of X or --layer, size factors from each cell's
+total, --batch-key and --covariate-keys from obs in the kernel (SingleCellGPLVM). One process
+reads the file from disk in shuffled blocks; with --distributed each worker reads its own
+cells. OUTPUT/X_gplvm.npy and X_gplvm_var.npy hold q(x) of every cell, in the file's order
+(adata.obsm["X_gplvm"] = np.load(...)); the file itself is never written.
 
 units: a standardised run trains on (y - location) / scale, column by column; metrics.json
 records each column's location and scale, the export (--export) takes and returns the data's
@@ -62,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     parser.add_argument("--model", choices=MODEL_NAMES, default="bsvi", help="latent treatment")
-    parser.add_argument("--data", type=Path, help="your own .csv/.npy/.npz (default: digits)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="your own .csv/.npy/.npz, or single cells' .h5ad (default: digits)",
+    )
     parser.add_argument(
         "--labels",
         metavar="COLUMN",
@@ -72,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--likelihood",
         choices=LIKELIHOOD_NAMES,
-        default="gaussian",
-        help="the likelihood of each entry (below)",
+        help="the likelihood of each entry (below; default: gaussian, negative_binomial for an "
+        ".h5ad)",
     )
     parser.add_argument("--latent-dim", type=int, default=5, help="Q")
     parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
@@ -94,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "for a Gaussian likelihood; see 'units' below)",
     )
     parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
+    _add_single_cell_options(parser)
     _add_keeping_options(parser)
     parser.add_argument(
         "--distributed",
@@ -120,6 +132,19 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         if "%(default)" in text:
             return text
         return f"{text} (default: %(default)s)"
+
+
+def _add_single_cell_options(parser: argparse.ArgumentParser) -> None:
+    """Where an ``.h5ad``'s counts, genes and covariates are (see 'single cells' below)."""
+    cells = parser.add_argument_group("single cells (--data file.h5ad)")
+    cells.add_argument("--layer", help="the layer holding the counts (default: X; raw: .raw)")
+    cells.add_argument("--batch-key", metavar="COLUMN", help="obs column of each cell's batch")
+    cells.add_argument(
+        "--covariate-keys", metavar="COLUMN", nargs="+", default=[], help="more obs columns"
+    )
+    cells.add_argument(
+        "--genes", metavar="COLUMN", help="a boolean var column choosing the genes (default: all)"
+    )
 
 
 def _add_keeping_options(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import gpflow
 import matplotlib
@@ -49,6 +50,7 @@ from .distributed import (
 )
 from .export import export_saved_model
 from .initialisation import column_location_and_scale
+from .likelihoods import NegativeBinomial
 from .metrics import rmse
 from .models import SVIGPLVM, lookup_model
 from .training import History, fit
@@ -61,13 +63,15 @@ RELEVANCE_KEPT = 0.1
 means in lengthscales, ``SVIGPLVM.latent_relevance``) is >= 10% of the largest."""
 
 
-LIKELIHOODS: dict[str, Callable[[], Likelihood]] = {
-    "gaussian": gpflow.likelihoods.Gaussian,
-    "poisson": gpflow.likelihoods.Poisson,
-    "bernoulli": gpflow.likelihoods.Bernoulli,
+LIKELIHOODS: dict[str, Callable[[int], Likelihood]] = {
+    "gaussian": lambda D: gpflow.likelihoods.Gaussian(),
+    "poisson": lambda D: gpflow.likelihoods.Poisson(),
+    "negative_binomial": lambda D: NegativeBinomial(num_outputs=D),
+    "bernoulli": lambda D: gpflow.likelihoods.Bernoulli(),
 }
-"""The likelihoods ``--likelihood`` names (the model's default Gaussian starts from the data's
-variance; the others are GPflow's defaults)."""
+"""The likelihoods ``--likelihood`` names, for D columns (the model's default Gaussian starts
+from the data's variance; the others are GPflow's defaults, the package's negative binomial with
+a dispersion per column)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +100,8 @@ def _plain_warning(message: Warning | str, *args: object, **kwargs: object) -> s
 def _run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     strategy = _strategy(args.distributed)  # before any other TensorFlow operation
+    cells = args.data is not None and args.data.suffix == ".h5ad"
+    args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
     if strategy is not None and args.export:
         raise ValueError(
             "--export is for a run on one machine: train with --distributed --save, then export "
@@ -106,6 +112,8 @@ def _run(args: argparse.Namespace) -> int:
     with workers.agreeing():  # a folder that cannot be written is found now, not after training
         if workers.chief:
             check_writable_folder(args.output, "--output")
+    if cells:
+        return _run_single_cell(args, strategy)
     data = _load_data(args)
     Y = data.Y
     if workers.chief:
@@ -135,6 +143,60 @@ def _run(args: argparse.Namespace) -> int:
         written.append("checkpoints/")
     _print_summary(args, metrics, seconds, len(history.elbo))
     print(f"wrote {', '.join(written)} to {args.output}/")
+    return 0
+
+
+def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy | None) -> int:
+    """An ``.h5ad`` of single cells: ``SingleCellGPLVM`` (out of core on one worker, each worker
+    reading its own cells on several), the embedding of every cell, ``metrics.json`` and the
+    ELBO's figure in ``--output``, written by the chief."""
+    from .singlecell import SingleCellGPLVM
+
+    if args.export or args.labels or args.likelihood not in ("negative_binomial", "poisson"):
+        raise ValueError(
+            "An .h5ad is fitted as single cells' counts: --likelihood negative_binomial or "
+            "poisson, and no --export or --labels (the cells' obs hold their labels)."
+        )
+    workers = Workers.of(strategy)
+    face = SingleCellGPLVM(
+        args.latent_dim,
+        layer=args.layer,
+        genes=args.genes,
+        batch_key=args.batch_key,
+        covariate_keys=args.covariate_keys,
+        likelihood=args.likelihood,
+        model=args.model,
+        num_inducing=args.num_inducing,
+        seed=args.seed,
+        shared_covariance=args.shared_covariance,
+    )
+    start = time.perf_counter()
+    face.fit(
+        args.data,
+        args.iterations,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        progress=not args.no_progress and workers.chief,
+        strategy=strategy,
+        output=args.output,
+        checkpoint_dir=args.output / "checkpoints" if args.save or args.resume else None,
+        resume=args.resume,
+    )
+    seconds = time.perf_counter() - start
+    if not workers.chief:
+        print(f"{workers.name} of {workers.count}: trained on its cells; the chief writes.")
+        return 0
+    history = cast(History, face.history)
+    cells, genes = int(cast(SVIGPLVM, face.model).num_data or 0), len(face.gene_names)
+    metrics = {"cells": cells, "genes": genes, "settings": _settings(args)}
+    metrics.update(versions=_versions(), seconds=round(seconds, 2), steps=len(history.elbo))
+    metrics["elbo_final"] = float(np.mean(history.elbo[-100:])) if len(history.elbo) else None
+    (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    plotting.plot_elbo(history).savefig(args.output / "elbo.png", dpi=120, bbox_inches="tight")
+    print(
+        f"{cells} cells x {genes} genes, {len(history.elbo)} steps in {seconds:.1f} s; wrote "
+        f"X_gplvm.npy, X_gplvm_var.npy, metrics.json, elbo.png to {args.output}/"
+    )
     return 0
 
 
@@ -202,7 +264,7 @@ def _train(
             "continue it, or choose another --output."
         )
     data = Y if strategy is None else RowShard.for_worker(Y, strategy)
-    likelihood = None if args.likelihood == "gaussian" else LIKELIHOODS[args.likelihood]()
+    likelihood = None if args.likelihood == "gaussian" else LIKELIHOODS[args.likelihood](Y.shape[1])
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
         model = lookup_model(args.model)(
             data,
@@ -245,17 +307,12 @@ def _metrics(
     relevance = model.latent_relevance(amortised_rows)
     kept = [int(q) for q in np.flatnonzero(relevance >= RELEVANCE_KEPT * relevance.max())]
     tail = history.elbo[-min(100, len(history.elbo)) :]
-    settings = {
-        name: str(value) if isinstance(value, Path) else value
-        for name, value in vars(args).items()
-        if name not in ("debug", "no_progress")
-    }
     return {
         "model": type(model).__name__,
         "data": _described(data, args.labels) or str(args.data),
         "N": int(Y.shape[0]),
         "D": int(Y.shape[1]),
-        "settings": settings,
+        "settings": _settings(args),
         "standardised": _standardised(args),
         "standardisation": _standardisation(data),
         "shared_covariance": model.shared_covariance,
@@ -267,6 +324,15 @@ def _metrics(
         "ard_relevance": [float(r) for r in model.ard_relevance()],
         "latent_relevance": [float(r) for r in relevance],
         "kept_latent_dims": kept,
+    }
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    """Every option of the run, as ``metrics.json`` records them."""
+    return {
+        name: str(value) if isinstance(value, Path) else value
+        for name, value in vars(args).items()
+        if name not in ("debug", "no_progress")
     }
 
 

@@ -371,3 +371,24 @@ def test_the_tutorials_single_cell_blocks_run_on_two_workers(single_cells, tmp_p
         [sys.executable, "read.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert read.returncode == 0 and "(80, 10)" in read.stdout, read.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_the_command_line_fits_an_h5ad_in_one_process_and_on_two_workers(single_cells, tmp_path):
+    _, _, output = single_cells
+    cells = output.parent / "cells.h5ad"
+    options = ["--data", str(cells), "--layer", "counts", "--batch-key", "batch"]
+    options += ["--latent-dim", "2", "--num-inducing", "8", "--iterations", "10"]
+    options += ["--batch-size", "16", "--no-progress", "--output"]
+    for workers, extra in ((1, []), (2, ["--distributed"])):
+        out = tmp_path / f"out{workers}"
+        command = [sys.executable, "-m", "gpflow_svi_gplvm", *options, str(out), *extra]
+        processes = start_command(lambda i, c=command: c, workers)
+        said = finish(processes)
+        for process, text in zip(processes, said):
+            assert process.returncode == 0, text[-3000:]
+        assert "80 cells x 12 genes, 10 steps" in said[0] and "wrote X_gplvm.npy" in said[0]
+        assert np.load(out / "X_gplvm.npy").shape == (80, 2)
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["cells"] == 80 and metrics["settings"]["likelihood"] == "negative_binomial"
+    assert "worker 1 of 2: trained on its cells" in said[1]
