@@ -264,16 +264,8 @@ def _train(
             "continue it, or choose another --output."
         )
     data = Y if strategy is None else RowShard.for_worker(Y, strategy)
-    likelihood = None if args.likelihood == "gaussian" else LIKELIHOODS[args.likelihood](Y.shape[1])
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        model = lookup_model(args.model)(
-            data,
-            args.latent_dim,
-            num_inducing=args.num_inducing,
-            likelihood=likelihood,
-            seed=args.seed,
-            shared_covariance=args.shared_covariance,
-        )
+        model = _built(args, data, Y.shape[1])
     keep = args.save or args.resume
     start = time.perf_counter()
     history = fit(
@@ -288,7 +280,50 @@ def _train(
         checkpoint_dir=args.output / "checkpoints" if keep else None,
         resume=args.resume,
     )
-    return model, history, time.perf_counter() - start
+    return _whole(args, Y, model, Workers.of(strategy)), history, time.perf_counter() - start
+
+
+def _built(args: argparse.Namespace, data: np.ndarray | RowShard, num_columns: int) -> SVIGPLVM:
+    """The model ``--model`` names, with the run's options, built from ``data``."""
+    likelihood = (
+        None if args.likelihood == "gaussian" else LIKELIHOODS[args.likelihood](num_columns)
+    )
+    return lookup_model(args.model)(
+        data,
+        args.latent_dim,
+        num_inducing=args.num_inducing,
+        likelihood=likelihood,
+        seed=args.seed,
+        shared_covariance=args.shared_covariance,
+    )
+
+
+def _whole(args: argparse.Namespace, Y: np.ndarray, model: SVIGPLVM, workers: Workers) -> SVIGPLVM:
+    """The trained ``model`` as one process holds it, for the chief's metrics and figures: on
+    several workers, whose latent tables each hold their own rows, a copy built on all of Y with
+    the global parameters and every worker's table rows (gathered; every worker takes part)."""
+    if model.table_rows is None:
+        return model
+    tables = [parameter.unconstrained_variable for parameter in model.latent.row_parameters]
+    gathered = []
+    for table in tables:
+        whole_table = np.zeros((len(Y), *table.shape[1:]))
+        whole_table[model.table_rows] = table.numpy()
+        gathered.append(workers.sum(whole_table))
+    if not workers.chief:
+        return model
+    whole = _built(args, Y, Y.shape[1])
+    whole_tables = [parameter.unconstrained_variable for parameter in whole.latent.row_parameters]
+    for ours, trained in zip(_global_variables(whole), _global_variables(model)):
+        ours.assign(trained.numpy())
+    for ours, rows in zip(whole_tables, gathered):
+        ours.assign(rows)
+    return whole
+
+
+def _global_variables(model: SVIGPLVM) -> list[tf.Variable]:
+    tables = {parameter.unconstrained_variable.ref() for parameter in model.latent.row_parameters}
+    return [variable for variable in model.trainable_variables if variable.ref() not in tables]
 
 
 def _metrics(
