@@ -260,15 +260,15 @@ def _log_binomial_coefficients(Y: tf.Tensor, r: tf.Tensor) -> tf.Tensor:
     last axis of Y [..., D] (r broadcasting against it: [], [D] or [D, 1] for Y [..., D, 1]),
     taken at the non-zero counts only: the term is 0 at y = 0, and most counts of single-cell
     data are zeros, while log-gamma and its gradient cost several times a softplus."""
-    Y = tf.convert_to_tensor(Y)
-    at = tf.where(Y > 0.0)  # [E, rank of Y]
-    counts = tf.gather_nd(Y, at)
-    if r.shape.num_elements() == 1:
-        r_at = tf.reshape(r, [])
-    else:  # the output axis of Y that r's first axis broadcasts against
-        r_at = tf.gather(tf.reshape(r, [-1]), at[:, Y.shape.rank - r.shape.rank])
+    shape = tf.shape(Y, out_type=tf.int64)
+    counts = tf.reshape(Y, [-1])  # flat: a 1-D gather is cheaper than gather_nd
+    at = tf.where(counts > 0.0)[:, 0]  # [E]
+    counts = tf.gather(counts, at)
+    r = tf.reshape(r, [-1])  # the output axis has stride 1 in Y, whose last axis is D or 1
+    r_at = r[0] if r.shape[0] == 1 else tf.gather(r, at % tf.size(r, out_type=tf.int64))
     terms = tf.math.lgamma(counts + r_at) - tf.math.lgamma(r_at) - tf.math.lgamma(counts + 1.0)
-    return tf.scatter_nd(at[:, :-1], terms, tf.shape(Y, out_type=tf.int64)[:-1])
+    sums = tf.math.unsorted_segment_sum(terms, at // shape[-1], tf.reduce_prod(shape[:-1]))
+    return tf.reshape(sums, shape[:-1])
 
 
 def log_link(likelihood: Likelihood) -> bool:
