@@ -211,48 +211,63 @@ def _nodes(points: tf.Tensor, Fmu: tf.Tensor, Fvar: tf.Tensor) -> tf.Tensor:
 
 def expected_softplus(mean: tf.Tensor, variance: tf.Tensor, num_points: int) -> tf.Tensor:
     r""":math:`E_{N(f \mid m, v)}[\mathrm{softplus}(f)]` elementwise (``mean`` and ``variance`` of
-    one shape) by a ``num_points`` Gauss-Hermite rule, one pass over the entries per node.
+    one shape) by a ``num_points`` Gauss-Hermite rule, its symmetric nodes :math:`m \pm o_k` in
+    pairs: with :math:`A = e^{-|m|}` and :math:`c_k = 2\cosh o_k` (an odd rule's middle node a
+    half-weight pair at :math:`o = 0`),
+
+    .. math::
+
+        \mathrm{softplus}(m + o) + \mathrm{softplus}(m - o)
+        = 2\,\mathrm{relu}(m) + \log(1 + A (c + A)),
+
+    one logarithm per pair instead of two softplus (about 2/3 the step's time at 4 points).
 
     The gradients are the same rule's values of the expectation's own derivatives (Bonnet's and
     Price's theorems): :math:`\partial_m = E[\sigma(f)]`,
     :math:`\partial_v = E[\sigma'(f)] / 2`, finite at v = 0 where the rule's derivative in v is
     not; they differ from the rule's derivatives by the rule's error. The backward pass
-    recomputes the nodes from the inputs, so that second derivatives (Newton steps) are right.
+    recomputes the pairs from the inputs, so that second derivatives (Newton steps) are right.
     """
 
     @tf.custom_gradient
     def expectation(mean: tf.Tensor, variance: tf.Tensor):
-        nodes = _hermite_nodes(mean, variance, num_points)
-        value = tf.add_n([weight * tf.math.softplus(f) for weight, f in nodes])
+        pairs, A = _hermite_pairs(mean, variance, num_points)
+        logs = [w * tf.math.log1p(A * (c + A)) for w, c in pairs]
+        value = tf.nn.relu(mean) + tf.add_n(logs)
 
         def gradient(upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            slopes = [
-                (w, tf.math.sigmoid(f)) for w, f in _hermite_nodes(mean, variance, num_points)
-            ]
-            d_mean = tf.add_n([w * p for w, p in slopes])
-            d_variance = tf.add_n([w * p * (1.0 - p) for w, p in slopes])
-            return upstream * d_mean, 0.5 * upstream * d_variance
+            pairs, A = _hermite_pairs(mean, variance, num_points)
+            below, slope = [], []  # sigma(m + o) + sigma(m - o) at m < 0; sigma' of the pair
+            for w, c in pairs:
+                q = 1.0 + A * (c + A)
+                below.append(w * A * (c + 2.0 * A) / q)
+                slope.append(w * A * (c * (1.0 + A * A) + 4.0 * A) / q / q)  # q^2 may overflow
+            below_sum = tf.add_n(below)  # sigma is odd about 1/2: 1 - that sum at m >= 0
+            d_mean = tf.where(mean >= 0.0, 1.0 - below_sum, below_sum)
+            return upstream * d_mean, 0.5 * upstream * tf.add_n(slope)
 
         return value, gradient
 
     return expectation(mean, variance)
 
 
-def _hermite_nodes(
+def _hermite_pairs(
     mean: tf.Tensor, variance: tf.Tensor, num_points: int
-) -> list[tuple[float, tf.Tensor]]:
-    """The weights w_k and nodes m + sqrt(v) t_k of a Gauss-Hermite rule for E_{N(m, v)}, each
-    node of m's shape: nodes as separate tensors, as a stacked [K, ...] one costs a broadcast in
-    every operation and its gradient. Symmetric nodes share their offset."""
+) -> tuple[list[tuple[float, tf.Tensor | float]], tf.Tensor]:
+    """The pairs (w_k, 2 cosh(sqrt(v) t_k)) of a Gauss-Hermite rule's symmetric nodes for
+    E_{N(m, v)}, an odd rule's middle node as (w / 2, 2), and A = exp(-|m|); each tensor of m's
+    shape (separate tensors: a stacked [K, ...] one costs a broadcast in every operation)."""
     points, weights = np.polynomial.hermite.hermgauss(num_points)
     points, weights = np.sqrt(2.0) * points, weights / np.sqrt(np.pi)
-    half = num_points // 2  # the points are sorted and symmetric about 0, the middle one of an
-    nodes = [(float(w), mean) for w in weights[half : num_points - half]]  # odd rule at 0
+    half = num_points // 2  # the points are sorted and symmetric about 0
+    pairs: list[tuple[float, tf.Tensor | float]] = [
+        (float(w) / 2.0, 2.0) for w in weights[half : num_points - half]
+    ]
     scale = tf.sqrt(variance)
     for t, w in zip(points[num_points - half :], weights[num_points - half :]):
-        offset = scale * float(t)
-        nodes += [(float(w), mean - offset), (float(w), mean + offset)]
-    return nodes
+        growth = tf.exp(scale * float(t))  # overflows only where v t^2 > 709^2
+        pairs.append((float(w), growth + 1.0 / growth))
+    return pairs, tf.exp(-tf.abs(mean))
 
 
 def _log_binomial_coefficients(Y: tf.Tensor, r: tf.Tensor) -> tf.Tensor:
