@@ -2,24 +2,29 @@
 
 Usage::
 
-    python benchmarks/count_step.py [--cells 10000] [--genes 2000] [--points 20 10 7 5]
-                                    [--repeats 3] [--quick]
+    python benchmarks/count_step.py [--cells 10000] [--genes 2000] [--points 4]
+                                    [--baseline PATH] [--repeats 3] [--quick]
 
 B-SVI at the single-cell benchmark's shapes (Q=10, M=50, batch 256, shared q(u) covariance, Adam
 on q(u), the package's defaults otherwise) on counts from
 ``gpflow_svi_gplvm.datasets.simulate_atlas`` (dense, N cells x D genes), with size factors = the
 cells' library sizes: Poisson (closed-form variational expectation) against the negative binomial
-with a ``num_gauss_hermite_points`` rule of each size. A step's time is the difference of two run
+with a ``num_gauss_hermite_points`` rule of each size and, with ``--baseline PATH``, the
+variational expectation of ``NegativeBinomial`` in ``PATH/gpflow_svi_gplvm/likelihoods.py`` (a
+checkout of another version, loaded as a module of this package) with its default rule, on this
+checkout's class (which the size factors require). A step's time is the difference of two run
 lengths (20 and 80 steps) of one compiled Trainer, the median over ``--repeats`` rounds that
 alternate the contenders. The step does not grow with N (only the batch's rows move).
 
-Accuracy: the minibatch ELBO of the first 256 cells under the first negative binomial
-contender's trained model, with each rule against a 100-point rule.
+Accuracy: the minibatch ELBO of the first 256 cells, with each rule against a 100-point rule,
+under a fresh model (q(f) widest) and under the first negative binomial contender's model after
+the timed steps.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -54,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--genes", type=int, default=2000)
-    parser.add_argument("--points", type=int, nargs="+", default=[20, 10, 7, 5])
+    parser.add_argument("--points", type=int, nargs="+", default=[4])
+    parser.add_argument("--baseline", default=None, help="a checkout of another version")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
     args = parser.parse_args(argv)
@@ -69,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         likelihoods[f"NB, {k} points"] = NegativeBinomial(
             num_outputs=args.genes, num_gauss_hermite_points=k
         )
+    if args.baseline:
+        likelihoods["NB, baseline"] = baseline_likelihood(args.baseline, args.genes)
     trainers = {}
     for name, likelihood in likelihoods.items():
         model = build(Y, size_factors, likelihood)
@@ -82,16 +90,40 @@ def main(argv: list[str] | None = None) -> int:
         f"N={args.cells}, D={args.genes}, Q=10, M=50, B={min(BATCH, args.cells)}, shared q(u) "
         f"covariance; {os.cpu_count()} CPU cores\n"
     )
-    print("| likelihood | ms/step (median) | / Poisson (median of rounds) |")
-    print("|---|---:|---:|")
+    versus = ["Poisson"] + (["NB, baseline"] if args.baseline else [])
+    print("| likelihood | ms/step (median) | " + " | ".join(f"/ {v}" for v in versus) + " |")
+    print("|---|---:|" + "---:|" * len(versus))
     for name in trainers:
         step = statistics.median(r[name] for r in rounds)
-        ratio = statistics.median(r[name] / r["Poisson"] for r in rounds)
-        print(f"| {name} | {1e3 * step:.1f} | {ratio:.2f} |")
-    print()
-    reference_model = trainers[f"NB, {args.points[0]} points"].model
-    print_accuracy(reference_model, Y, args.points)
+        ratios = [statistics.median(r[name] / r[v] for r in rounds) for v in versus]
+        print(f"| {name} | {1e3 * step:.1f} | " + " | ".join(f"{x:.2f}" for x in ratios) + " |")
+    print("\n(ratios: the median over rounds of each round's ratio)\n")
+    fresh = build(Y, size_factors, NegativeBinomial(num_outputs=args.genes))
+    print("At initialisation:\n")
+    print_accuracy(fresh, Y, args.points)
+    print(f"After the timed steps ({trainers['Poisson'].num_steps} steps):\n")
+    print_accuracy(trainers[f"NB, {args.points[0]} points"].model, Y, args.points)
     return 0
+
+
+def baseline_likelihood(path: str, genes: int) -> NegativeBinomial:
+    """A ``NegativeBinomial`` whose variational expectation and rule are those of the checkout at
+    ``path``."""
+    source = os.path.join(path, "gpflow_svi_gplvm", "likelihoods.py")
+    if not os.path.isfile(source):
+        raise SystemExit(f"--baseline: {source} does not exist; give a checkout of the package.")
+    spec = importlib.util.spec_from_file_location("gpflow_svi_gplvm._baseline", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    baseline = type(
+        "BaselineNegativeBinomial",
+        (NegativeBinomial,),
+        {"_variational_expectations": module.NegativeBinomial._variational_expectations},
+    )
+    return baseline(
+        num_outputs=genes, num_gauss_hermite_points=module.TRAINING_GAUSS_HERMITE_POINTS
+    )
 
 
 def print_accuracy(model: BayesianSVIGPLVM, Y: np.ndarray, points: list[int]) -> None:
@@ -112,6 +144,7 @@ def print_accuracy(model: BayesianSVIGPLVM, Y: np.ndarray, points: list[int]) ->
     for k in points:
         error = elbo(k) - exact
         print(f"| {k} | {error:.3g} | {abs(error / exact):.1e} |")
+    print()
 
 
 if __name__ == "__main__":
