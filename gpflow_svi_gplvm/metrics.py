@@ -81,7 +81,7 @@ def embedding_scores(
     cell-type ASW, (silhouette + 1) / 2 of the types (on 5,000 cells at most); graph
     connectivity, the mean over types of the largest connected share of the type's cells in the
     15-nearest-neighbour graph; and with ``batch``, batch ASW, the mean over types (with two or
-    more batches) of 1 - |silhouette of the batches| within the type (1: mixed)."""
+    more batches) of :math:`1 - |s|`, s the silhouette of the batches within the type (1: mixed)."""
     from scipy.sparse.csgraph import connected_components
     from sklearn.cluster import KMeans
     from sklearn.metrics import (
