@@ -40,7 +40,7 @@ from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
 from .sparse_rows import RowReader, RowStream, SparseRows
 from .training import History, fit
-from .validation import ROWS_PER_BLOCK, row_blocks
+from .validation import ROWS_PER_BLOCK, check_integer, row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -55,6 +55,9 @@ class CovariateEncoding:
     standard deviation; new cells are encoded the same way."""
 
     columns: Sequence[str]
+    categorical: Sequence[str] = ()
+    """Columns one-hot whatever their values (a batch key of integer codes is categories, as
+    scanpy and scvi-tools read it)."""
     categories: dict[str, list] = field(default_factory=dict)
     location: dict[str, float] = field(default_factory=dict)
     scale: dict[str, float] = field(default_factory=dict)
@@ -66,11 +69,17 @@ class CovariateEncoding:
         workers = workers or Workers()
         for column in self.columns:
             values = _obs_column(obs, column)
-            if _categorical(values):
+            if _categorical(values) or column in self.categorical:
                 seen = list(values.astype("category").cat.categories)
                 self.categories[column] = _agreed_categories(seen, workers)
             else:
                 numbers = values.to_numpy(dtype=float)
+                if np.isinf(numbers).any():  # NaN is named by transform, as missing
+                    raise ValueError(
+                        f"obs column {column!r} holds {numbers[np.isinf(numbers)][0]} for "
+                        f"cell {values.index[np.argmax(np.isinf(numbers))]!r}: a numeric "
+                        "covariate must be finite. Fix or drop those cells, or leave it out."
+                    )
                 count, total, squares = workers.sum(
                     [len(numbers), np.sum(numbers), np.sum(numbers**2)]
                 )
@@ -200,7 +209,7 @@ class SingleCellGPLVM:
         self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
         self.likelihood, self.size_factors, self.seed = likelihood, size_factors, seed
         columns = ([batch_key] if batch_key else []) + list(covariate_keys)
-        self.encoding = CovariateEncoding(columns)
+        self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
         self.gene_names: list[str] = []
@@ -342,7 +351,10 @@ class SingleCellGPLVM:
         :meth:`fit`; returns the means [N*, Q]."""
         if self.model is None:
             raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
-        names = list(map(str, _genes_of(adata, self.layer).var_names))
+        chunk_size = check_integer(chunk_size, "chunk_size", hint="e.g. 4096 cells at a time")
+        if adata.n_obs == 0:
+            raise ValueError("adata holds no cells to embed: give transform at least one cell.")
+        names = _unique_genes(_genes_of(adata, self.layer).var_names)
         missing = [g for g in self.gene_names if g not in set(names)]
         if missing:
             raise ValueError(
@@ -639,9 +651,22 @@ def _genes_of(adata, layer: str | None):
     return adata.raw if _reads_raw(adata, layer) and adata.raw is not None else adata
 
 
+def _unique_genes(var_names) -> list[str]:
+    """The var names as text; a ``ValueError`` when one repeats (which column would it be?)."""
+    names = list(map(str, var_names))
+    if len(set(names)) < len(names):
+        values, counts = np.unique(names, return_counts=True)
+        repeated = list(values[counts > 1])
+        raise ValueError(
+            f"var_names repeat {repeated[:5]} ({len(repeated)} names in all), so a gene cannot "
+            "be found by its name: make them unique first, e.g. adata.var_names_make_unique()."
+        )
+    return names
+
+
 def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
     """The var names to fit: all, those listed, or those a boolean ``var`` column marks."""
-    names = list(map(str, adata.var_names))
+    names = _unique_genes(adata.var_names)
     if genes is None:
         return names
     if isinstance(genes, str):
@@ -650,7 +675,16 @@ def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
                 f"var has no column {genes!r} to choose genes by; its columns are "
                 f"{list(adata.var.columns)}. Pass a list of gene names instead."
             )
-        return [n for n, keep in zip(names, adata.var[genes].to_numpy(dtype=bool)) if keep]
+        marks = adata.var[genes]
+        if marks.dtype != bool:
+            raise ValueError(
+                f"var column {genes!r} holds {marks.dtype} values, not True/False: choose genes "
+                "by a boolean column (e.g. 'highly_variable') or pass a list of gene names."
+            )
+        chosen = [n for n, keep in zip(names, marks.to_numpy()) if keep]
+        if not chosen:
+            raise ValueError(f"var column {genes!r} marks no gene: nothing would be fitted.")
+        return chosen
     unknown = [g for g in genes if g not in set(names)]
     if unknown:
         raise ValueError(f"genes not in adata.var_names: {unknown[:5]} ({len(unknown)} in all).")

@@ -186,3 +186,35 @@ def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(
         path.write_bytes(path.read_bytes() + b"\0")  # another program writes the file
         with pytest.raises(ValueError, match="changed while being read"):
             trainer.train(30, progress=False)
+
+
+def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
+    cells = _cells()
+    twice = cells.copy()
+    twice.var_names = ["gene0", "gene0"] + [f"gene{j}" for j in range(2, D)]
+    with pytest.raises(ValueError, match=r"var_names repeat \['gene0'\] .*var_names_make_unique"):
+        SingleCellGPLVM(Q, layer="counts").fit(twice, iterations=1)
+    texts = cells.copy()
+    texts.var["chosen"] = ["True", "False"] * (D // 2)  # any non-empty text would read as True
+    with pytest.raises(ValueError, match="'chosen' holds object values, not True/False"):
+        SingleCellGPLVM(Q, layer="counts", genes="chosen").fit(texts, iterations=1)
+    texts.var["chosen"] = False
+    with pytest.raises(ValueError, match="'chosen' marks no gene"):
+        SingleCellGPLVM(Q, layer="counts", genes="chosen").fit(texts, iterations=1)
+    infinite = cells.copy()
+    infinite.obs.loc["cell3", "depth"] = np.inf
+    with pytest.raises(ValueError, match="'depth' holds inf for cell 'cell3'"):
+        SingleCellGPLVM(Q, layer="counts", covariate_keys=["depth"]).fit(infinite, iterations=1)
+    model, _ = fitted
+    with pytest.raises(ValueError, match="no cells to embed"):
+        model.transform(cells[:0].copy())
+    with pytest.raises(ValueError, match="chunk_size"):
+        model.transform(cells[:3].copy(), chunk_size=0)
+
+
+def test_a_batch_key_of_integer_codes_is_read_as_categories():
+    cells = _cells()
+    cells.obs["batch"] = np.arange(N) % 3  # codes 0, 1, 2: batches, not a trend
+    model = SingleCellGPLVM(Q, layer="counts", batch_key="batch", num_inducing=8)
+    model.fit(cells, iterations=0, progress=False)
+    assert model.encoding.names == ["batch=0", "batch=1", "batch=2"]
