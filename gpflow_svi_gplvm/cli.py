@@ -45,6 +45,7 @@ from .distributed import (
     RowShard,
     WorkerLostError,
     Workers,
+    checked_cluster,
     cluster_from_environment,
     worker_rows,
 )
@@ -249,6 +250,7 @@ def _strategy(distributed: bool) -> tf.distribute.Strategy | None:
             '\'{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
             '"index": 0}}\' on the first machine and "index": 1 on the second.'
         )
+    checked_cluster(config)
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 

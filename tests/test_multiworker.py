@@ -392,3 +392,31 @@ def test_the_command_line_fits_an_h5ad_in_one_process_and_on_two_workers(single_
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["cells"] == 80 and metrics["settings"]["likelihood"] == "negative_binomial"
     assert "worker 1 of 2: trained on its cells" in said[1]
+
+
+@pytest.mark.slow
+def test_a_cluster_that_would_wait_forever_is_refused_at_once(tmp_path):
+    np.save(tmp_path / "mine.npy", np.ones((20, 3)))
+    port, other = free_ports(2)
+    workers = [f"127.0.0.1:{port}", f"127.0.0.1:{other}"]
+    held = socket.socket()
+    held.bind(("127.0.0.1", other))  # another process holds the second task's port
+    cases = {
+        "an index outside the cluster": ({"type": "worker", "index": 2}, "index is 2 but"),
+        "a parameter server": ({"type": "ps", "index": 0}, "task type is 'ps'"),
+        "a port in use": ({"type": "worker", "index": 1}, f"address {workers[1]} cannot be"),
+    }
+    try:
+        for task, message in cases.values():
+            config = {"cluster": {"worker": workers, "ps": workers[:1]}, "task": task}
+            result = subprocess.run(
+                [sys.executable, "-m", "gpflow_svi_gplvm", "--data", "mine.npy", "--distributed"],
+                cwd=tmp_path,
+                env=environment(config),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    finally:
+        held.close()
