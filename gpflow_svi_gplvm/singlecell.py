@@ -685,6 +685,8 @@ def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
         if not chosen:
             raise ValueError(f"var column {genes!r} marks no gene: nothing would be fitted.")
         return chosen
+    if len(genes) == 0:
+        raise ValueError("genes= is empty: name at least one gene, or pass None for all.")
     unknown = [g for g in genes if g not in set(names)]
     if unknown:
         raise ValueError(f"genes not in adata.var_names: {unknown[:5]} ({len(unknown)} in all).")

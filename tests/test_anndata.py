@@ -201,6 +201,8 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
     texts.var["chosen"] = False
     with pytest.raises(ValueError, match="'chosen' marks no gene"):
         SingleCellGPLVM(Q, layer="counts", genes="chosen").fit(texts, iterations=1)
+    with pytest.raises(ValueError, match="genes= is empty"):
+        SingleCellGPLVM(Q, layer="counts", genes=[]).fit(cells, iterations=1)
     infinite = cells.copy()
     infinite.obs.loc["cell3", "depth"] = np.inf
     with pytest.raises(ValueError, match="'depth' holds inf for cell 'cell3'"):
