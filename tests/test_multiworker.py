@@ -361,10 +361,9 @@ def test_the_tutorials_single_cell_blocks_run_on_two_workers(single_cells, tmp_p
     (tmp_path / "read.py").write_text(blocks[1] + "\nprint(adata.obsm['X_gplvm'].shape)\n")
     _, _, output = single_cells
     (tmp_path / "atlas.h5ad").symlink_to(output.parent / "cells.h5ad")
-    for _ in range(2):  # the second resumes the first run's checkpoint
-        processes = start_command(lambda i: [sys.executable, "fit.py"], 2, tmp_path)
-        for process, said in zip(processes, finish(processes)):
-            assert process.returncode == 0, said[-3000:]
+    processes = start_command(lambda i: [sys.executable, "fit.py"], 2, tmp_path)
+    for process, said in zip(processes, finish(processes)):
+        assert process.returncode == 0, said[-3000:]
     assert len(np.load(tmp_path / "atlas_checkpoints" / "elbo_history.npy")) == 20
     assert list((tmp_path / "atlas_checkpoints" / "worker-1").glob("ckpt-20.index"))
     read = subprocess.run(
