@@ -155,6 +155,8 @@ def fit_process(request: dict) -> dict:
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     workers = Workers.of(strategy)
+    global_batch = request.get("global_batch", BATCH * workers.count)
+    worker_batch = global_batch // workers.count  # this worker's cells a step
     marks: list[tuple[int, float]] = []
     data = request["path"]
     if request.get("in_memory"):
@@ -163,7 +165,7 @@ def fit_process(request: dict) -> dict:
     model = SingleCellGPLVM(LATENT_DIM, batch_key="batch").fit(
         data,
         request["steps"],
-        batch_size=request.get("global_batch", BATCH * workers.count),
+        batch_size=global_batch,
         progress=False,
         strategy=strategy,
         output=request["output"],
@@ -189,7 +191,7 @@ def fit_process(request: dict) -> dict:
         "csr_mib": csr_mib,
         "tables_mib": 6 * table_rows * LATENT_DIM * 8 / 2**20,
         "peak_mib": peak_mib(),
-        "rows_per_second": BATCH * (last - first) / (stop - start),
+        "rows_per_second": worker_batch * (last - first) / (stop - start),
         "seconds": seconds,
         "all_reduced_numbers": global_numbers + 2,  # the loss and the tables' fault count
         "elbo_last": float(np.mean(elbo[-tenth:])),
