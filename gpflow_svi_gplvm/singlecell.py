@@ -40,7 +40,7 @@ from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
 from .sparse_rows import RowReader, RowStream, SparseRows
 from .training import History, fit
-from .validation import ROWS_PER_BLOCK, check_integer, row_blocks
+from .validation import check_integer, row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -411,8 +411,10 @@ class SingleCellGPLVM:
         start, stop, _ = cells.indices(adata.n_obs)
         # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
         rows = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
-        for first in range(0, rows.shape[0], ROWS_PER_BLOCK):
-            check(rows[first : first + ROWS_PER_BLOCK], first)
+        first = 0
+        for block in row_blocks(cast(np.ndarray, rows)):
+            check(block, first)
+            first += len(block)
         return rows
 
     def _size_factors(
