@@ -175,7 +175,7 @@ def fit_process(request: dict) -> dict:
     seconds = time.perf_counter() - begin
     (first, start), (last, stop) = marks[0], marks[-1]
     svi = model.model
-    tables = {p.unconstrained_variable.ref() for p in svi.latent.row_parameters}
+    tables = {variable.ref() for variable in svi.table_variables}
     global_numbers = sum(
         int(np.prod(v.shape)) for v in svi.trainable_variables if v.ref() not in tables
     )

@@ -304,9 +304,9 @@ def _whole(args: argparse.Namespace, Y: np.ndarray, model: SVIGPLVM, workers: Wo
     """The trained ``model`` as one process holds it, for the chief's metrics and figures: on
     several workers, whose latent tables each hold their own rows, a copy built on all of Y with
     the global parameters and every worker's table rows (gathered; every worker takes part)."""
-    if model.table_rows is None:
+    tables = model.table_variables
+    if model.table_rows is None or not tables:  # all rows here, or an encoder and no rows
         return model
-    tables = [parameter.unconstrained_variable for parameter in model.latent.row_parameters]
     gathered = []
     for table in tables:
         whole_table = np.zeros((len(Y), *table.shape[1:]))
@@ -315,7 +315,7 @@ def _whole(args: argparse.Namespace, Y: np.ndarray, model: SVIGPLVM, workers: Wo
     if not workers.chief:
         return model
     whole = _built(args, Y, Y.shape[1])
-    whole_tables = [parameter.unconstrained_variable for parameter in whole.latent.row_parameters]
+    whole_tables = whole.table_variables
     for ours, trained in zip(_global_variables(whole), _global_variables(model)):
         ours.assign(trained.numpy())
     for ours, rows in zip(whole_tables, gathered):
@@ -324,7 +324,7 @@ def _whole(args: argparse.Namespace, Y: np.ndarray, model: SVIGPLVM, workers: Wo
 
 
 def _global_variables(model: SVIGPLVM) -> list[tf.Variable]:
-    tables = {parameter.unconstrained_variable.ref() for parameter in model.latent.row_parameters}
+    tables = {variable.ref() for variable in model.table_variables}
     return [variable for variable in model.trainable_variables if variable.ref() not in tables]
 
 

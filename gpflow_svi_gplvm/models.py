@@ -471,6 +471,12 @@ class SVIGPLVM(SVGP):
         return tf.range(self.num_table_rows, dtype=tf.int64), None
 
     @property
+    def table_variables(self) -> list[tf.Variable]:
+        """The latent module's per-row tables (their unconstrained variables, [rows, ...]); none
+        for an amortised module."""
+        return [p.unconstrained_variable for p in getattr(self.latent, "row_parameters", ())]
+
+    @property
     def num_table_rows(self) -> int:
         """The rows of the latent tables: N, or, when the model was built from a shard on several
         workers, this worker's rows (:attr:`table_rows` [n], their numbers among the N)."""

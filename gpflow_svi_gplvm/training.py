@@ -465,9 +465,7 @@ class Trainer:
             self.variables = [v for v in self.variables if v.ref() not in q_u]
             self.variables += list(self.natural_gradient.variables_to_train)
         self.optimizer_variables = self.variables[: len(self.variables) - self._num_natural]
-        rows = {
-            p.unconstrained_variable.ref() for p in getattr(self.model.latent, "row_parameters", ())
-        }
+        rows = {variable.ref() for variable in self.model.table_variables}
         self._tables = frozenset(i for i, v in enumerate(self.variables) if v.ref() in rows)
         if optimizer is not None and any(worker_owned(v) for v in self.variables):
             raise ValueError(

@@ -54,7 +54,7 @@ def build(name: str, Y) -> package.SVIGPLVM:
 
 def tables(model: package.SVIGPLVM) -> list:
     """The latent module's per-row tables (unconstrained): each worker's own on a cluster."""
-    return [p.unconstrained_variable for p in getattr(model.latent, "row_parameters", ())]
+    return model.table_variables
 
 
 def global_variables(model: package.SVIGPLVM) -> list:
