@@ -29,7 +29,7 @@ from gpflow.kernels import Kernel
 from gpflow.mean_functions import MeanFunction
 
 from .distributed import Workers
-from .initialisation import ModelComponents
+from .initialisation import ModelComponents, row_totals
 from .latents import LatentBatch
 from .likelihoods import log_link
 from .validation import row_blocks
@@ -184,14 +184,9 @@ def with_row_inputs(batch: LatentBatch, inputs: tf.Tensor) -> LatentBatch:
 
 
 def library_sizes(Y) -> np.ndarray:
-    r"""Each row's total count [N] of Y [N, D], read in row blocks; a row with gaps is scaled up
-    to all D outputs, :math:`l_n = \frac{D}{|O_n|} \sum_{d \in O_n} y_{nd}`."""
-    totals = []
-    for block in row_blocks(Y):
-        observed = ~np.isnan(block)
-        counts = np.maximum(observed.sum(axis=1), 1)
-        totals.append(np.where(observed, block, 0.0).sum(axis=1) * block.shape[1] / counts)
-    return np.concatenate(totals)
+    """Each row's total count [N] of Y [N, D] (:func:`~.initialisation.row_totals`: a row with
+    gaps scaled up to all D outputs), read in row blocks."""
+    return np.concatenate([row_totals(block) for block in row_blocks(Y)])
 
 
 class RowInputs:
@@ -207,15 +202,17 @@ class RowInputs:
         self.size_factors = _checked_size_factors(size_factors, num_rows)
         self.reference = 1.0
 
-    def set_reference(self, Y, rows: np.ndarray | None = None, workers: Workers | None = None):
-        """Set :attr:`reference` from Y [n, D]: all rows, or this worker's ``rows`` of all
-        ``workers``' (the size factors are those of all N rows, or with ``rows`` None of this
-        worker's)."""
+    def set_reference(
+        self, library: np.ndarray, rows: np.ndarray | None = None, workers: Workers | None = None
+    ):
+        """Set :attr:`reference` from the library sizes [n] (:func:`library_sizes`) of all rows,
+        or of this worker's ``rows`` of all ``workers``' (the size factors are those of all N
+        rows, or with ``rows`` None of this worker's)."""
         if self.size_factors is None:
             return
         workers = workers or Workers()
         factors = self.size_factors if rows is None else self.size_factors[rows]
-        total, count = workers.sum(np.array([np.sum(library_sizes(Y) / factors), len(factors)]))
+        total, count = workers.sum(np.array([np.sum(library / factors), len(factors)]))
         self.reference = float(total) / float(count)
 
     @property

@@ -18,13 +18,16 @@ from gpflow.likelihoods import Gaussian, Likelihood, Poisson
 from gpflow.mean_functions import Constant, MeanFunction
 
 from .distributed import Workers
-from .likelihoods import MaskedLikelihood, base_likelihood, check_likelihood_support, log_link
+from .likelihoods import MaskedLikelihood, base_likelihood, check_support, log_link
 from .validation import check_integer, row_blocks
 
 __all__ = [
     "SHARED_COVARIANCE_MIN_OUTPUTS",
     "ModelComponents",
+    "ColumnSummary",
+    "column_summary",
     "column_moments",
+    "row_totals",
     "column_location_and_scale",
     "check_sizes",
     "default_shared_covariance",
@@ -52,28 +55,50 @@ class ModelComponents(NamedTuple):
     mean_function: MeanFunction
 
 
-def column_moments(
-    Y: np.ndarray, workers: Workers | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Observed count, mean and variance (ddof 0) [D] of each column of Y [N, D] (NaN =
-    missing), read in row blocks; mean and variance are 0 for a column with nothing observed.
-    With ``workers``, Y [n, D] is this worker's rows and the moments are those of all workers'.
+class ColumnSummary(NamedTuple):
+    """What one pass over Y [N, D] (NaN = missing) learns: each column's observed count, mean
+    and variance (ddof 0) [D], over all workers' rows; whether every observed entry of every
+    worker is a non-negative integer (``counts``) or 0 or 1 (``binary``); and of this worker's
+    rows, those with nothing observed (``empty_rows``) and each one's total [n]
+    (:func:`row_totals`)."""
+
+    count: np.ndarray
+    mean: np.ndarray
+    variance: np.ndarray
+    counts: bool
+    binary: bool
+    empty_rows: int
+    totals: np.ndarray
+
+
+def column_summary(Y: np.ndarray, workers: Workers | None = None) -> ColumnSummary:
+    """The :class:`ColumnSummary` of Y [N, D] (with ``workers``: this worker's rows [n, D] of
+    the data of all), from one pass in row blocks: each block's counts, means and sums of
+    squared deviations are merged as Chan et al. (1979) do, then the workers'.
 
     A mean or variance beyond float64's range (entries near 1e154 and above) is a ``ValueError``:
     no model can be fitted on that scale, and standardising would turn the data into zeros.
     """
     workers = workers or Workers()
-    count, total, squares = (np.zeros(Y.shape[1]) for _ in range(3))
+    moments = np.zeros((3, Y.shape[1]))  # count, mean, sum of squared deviations
+    counts, binary, empty_rows, totals = True, True, 0, []
     with np.errstate(over="ignore", invalid="ignore"):
         for block in row_blocks(Y):
             observed = ~np.isnan(block)
-            count += observed.sum(axis=0)
-            total += np.where(observed, block, 0.0).sum(axis=0)
-        count, total = workers.sum(np.stack([count, total]))
-        mean = total / np.maximum(count, 1)
-        for block in row_blocks(Y):
-            squares += np.square(np.where(np.isnan(block), 0.0, block - mean)).sum(axis=0)
-        variance = workers.sum(squares) / np.maximum(count, 1)
+            count = observed.sum(axis=0)
+            mean = np.where(observed, block, 0.0).sum(axis=0) / np.maximum(count, 1)
+            squares = np.square(np.where(observed, block - mean, 0.0)).sum(axis=0)
+            moments = _merged(moments, np.stack([count, mean, squares]))
+            values = block[observed]
+            counts = counts and bool(np.all(values >= 0) and np.all(values == np.round(values)))
+            binary = binary and bool(np.isin(values, (0.0, 1.0)).all())
+            empty_rows += int((~observed).all(axis=1).sum())
+            totals.append(row_totals(block))
+        merged = np.zeros_like(moments)
+        for worker in workers.stack(moments):
+            merged = _merged(merged, worker)
+        count, mean, squares = merged
+        variance = squares / np.maximum(count, 1)
     if not (np.isfinite(mean).all() and np.isfinite(variance).all()):
         largest = max(np.nanmax(np.abs(block), initial=0.0) for block in row_blocks(Y))
         raise ValueError(
@@ -81,7 +106,36 @@ def column_moments(
             f"{largest:.3g}). Rescale Y before training: standardise each column, "
             "or divide by a power of ten."
         )
-    return count, mean, variance
+    failed = workers.sum([not counts, not binary])
+    totals = np.concatenate(totals) if totals else np.zeros(0)
+    return ColumnSummary(count, mean, variance, not failed[0], not failed[1], empty_rows, totals)
+
+
+def row_totals(block: np.ndarray) -> np.ndarray:
+    r"""Each row's total [b] of a block of rows [b, D], a row with gaps scaled up to all D
+    columns, :math:`l_n = \frac{D}{|O_n|} \sum_{d \in O_n} y_{nd}` (of counts: the library size)."""
+    observed = ~np.isnan(block)
+    counts = np.maximum(observed.sum(axis=1), 1)
+    return np.where(observed, block, 0.0).sum(axis=1) * block.shape[1] / counts
+
+
+def _merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Counts, means and sums of squared deviations [3, D] of two sets of rows together."""
+    count = a[0] + b[0]
+    share = np.divide(b[0], count, out=np.zeros_like(count), where=count > 0)
+    delta = b[1] - a[1]
+    return np.stack([count, a[1] + delta * share, a[2] + b[2] + np.square(delta) * a[0] * share])
+
+
+def column_moments(
+    Y: np.ndarray, workers: Workers | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Observed count, mean and variance (ddof 0) [D] of each column of Y [N, D] (NaN =
+    missing), read in row blocks; mean and variance are 0 for a column with nothing observed.
+    With ``workers``, Y [n, D] is this worker's rows and the moments are those of all workers'.
+    Overflowing moments are a ``ValueError`` (:func:`column_summary`)."""
+    summary = column_summary(Y, workers)
+    return summary.count, summary.mean, summary.variance
 
 
 def column_location_and_scale(
@@ -117,21 +171,89 @@ def pca_latents(
     products with :math:`\tilde Y_c^\top \tilde Y_c` (:math:`\tilde Y_c` centred) in row blocks,
     then the SVD of :math:`\tilde Y_c` projected on them from its QR (no squared singular values):
     O(N D Q) time, O((N + D) Q) memory besides Y, exact up to rounding when min(N, D) <= Q + 10.
-    Signs are fixed: each singular vector's largest entry is positive. With ``workers``, Y [n, D]
-    is this worker's rows (``rows`` [n] among all N, whose noise is as on one machine) and every
-    pass over the data a sum over workers (the QR stacks the workers' R factors).
+    Signs are fixed: each singular vector's largest entry is positive. With more than
+    :data:`PCA_SAMPLE_ROWS` rows, :math:`\bar y` and V_Q are those of a sample of that many rows
+    (runs of :data:`PCA_SAMPLE_RUN` consecutive rows at seeded places, so that rows on disk are
+    read in runs), and every row is read once more for its scores: about 10 passes over a large
+    Y become one. With ``workers``, Y [n, D] is this worker's rows (``rows`` [n] among all N,
+    whose sample and noise are as on one machine) and every pass over the data a sum over
+    workers (the QR stacks the workers' R factors).
     """
     workers = workers or Workers()
     Y = np.asarray(Y, dtype=float) if isinstance(Y, (list, tuple)) else Y
-    _, column_means, _ = column_moments(Y, workers)
     num_data = int(workers.sum(Y.shape[0])) if rows is not None else Y.shape[0]
-    data_dim = Y.shape[1]
+    sample = _sample_rows(Y, num_data, rows, seed)
+    column_means, vt = _principal_directions(sample, latent_dim, seed, workers)
 
     def centred(block: np.ndarray) -> np.ndarray:
         return np.where(np.isnan(block), column_means, block) - column_means
 
-    def times(matrix: np.ndarray) -> np.ndarray:  # centred Y @ matrix [n, k]
-        return np.concatenate([centred(block) @ matrix for block in row_blocks(Y)])
+    scores = np.zeros((Y.shape[0], len(vt)))
+    first = 0
+    for block in row_blocks(Y):
+        scores[first : first + len(block)] = centred(block) @ vt.T
+        first += len(block)
+    moments = [scores[:, 0].sum(), np.square(scores[:, 0]).sum()] if len(vt) else [0.0, 0.0]
+    total, squares = workers.sum(moments)
+    scale = np.sqrt(max(squares / num_data - (total / num_data) ** 2, 0.0))
+    scores = scores / (scale if scale > 0 else 1.0)
+    missing = latent_dim - scores.shape[1]
+    if missing > 0:
+        noise = 0.01 * np.random.default_rng(seed).standard_normal((num_data, missing))
+        scores = np.concatenate([scores, noise if rows is None else noise[rows]], axis=1)
+    return scores
+
+
+PCA_SAMPLE_ROWS = 2**15
+r"""Rows beyond which :func:`pca_latents` finds the principal directions from a sample of this
+many rows (a starting point: their sampling error, of order :math:`1 / \sqrt{32768}`, is far
+below what training moves the latents)."""
+
+PCA_SAMPLE_RUN = 512
+"""Consecutive rows of one piece of :func:`pca_latents`' sample (64 pieces)."""
+
+
+def _sample_rows(Y, num_data: int, rows: np.ndarray | None, seed: int):
+    """The rows of Y [n, D] (of all N = ``num_data``; ``rows`` [n] their numbers among them)
+    in :func:`pca_latents`' sample: Y itself when N <= PCA_SAMPLE_ROWS, else a reader of the
+    sampled rows Y holds (runs at seeded places of the N rows), served a block at a time."""
+    if num_data <= PCA_SAMPLE_ROWS:
+        return Y
+    runs = -(-num_data // PCA_SAMPLE_RUN)
+    rng = np.random.default_rng([seed, PCA_SAMPLE_ROWS])
+    starts = np.sort(rng.choice(runs, size=PCA_SAMPLE_ROWS // PCA_SAMPLE_RUN, replace=False))
+    chosen = (starts[:, None] * PCA_SAMPLE_RUN + np.arange(PCA_SAMPLE_RUN)).reshape(-1)
+    chosen = chosen[chosen < num_data]
+    local = chosen if rows is None else np.flatnonzero(np.isin(rows, chosen))
+    return _RowSubset(Y, local)
+
+
+class _RowSubset:
+    """Rows ``index`` [k] of Y [N, D], read when sliced (``subset[a:b]`` [b - a, D])."""
+
+    def __init__(self, Y, index: np.ndarray):
+        self.Y, self.index = Y, index
+        self.shape = (len(index), Y.shape[1])
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        picked = self.index[rows]
+        if isinstance(self.Y, np.ndarray):
+            return self.Y[picked]
+        if hasattr(self.Y, "sparse_read"):  # a variable: read the rows alone, as row_blocks does
+            return self.Y.sparse_read(picked).numpy()
+        return self.Y.take(picked)  # SparseRows, DiskRows: a run of rows is one read
+
+
+def _principal_directions(
+    Y, latent_dim: int, seed: int, workers: Workers
+) -> tuple[np.ndarray, np.ndarray]:
+    """Column means [D] of Y [n, D] (NaN imputed, of all ``workers``' rows) and its leading
+    right singular vectors centred, as rows [min(Q, rank), D], signs fixed."""
+    _, column_means, _ = column_moments(Y, workers)
+    num_data, data_dim = int(workers.sum(Y.shape[0])), Y.shape[1]
+
+    def centred(block: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(block), column_means, block) - column_means
 
     def gram_times(matrix: np.ndarray) -> np.ndarray:  # centred Y^T centred Y @ matrix [D, k]
         product = np.zeros((data_dim, matrix.shape[1]))
@@ -140,19 +262,16 @@ def pca_latents(
         return workers.sum(product)
 
     basis = _subspace(gram_times, data_dim, min(latent_dim + 10, num_data, data_dim), seed)
-    singular_values, vt = _projected_svd(times(basis), workers)
+    projected = np.zeros((Y.shape[0], basis.shape[1]))
+    first = 0
+    for block in row_blocks(Y):
+        projected[first : first + len(block)] = centred(block) @ basis
+        first += len(block)
+    singular_values, vt = _projected_svd(projected, workers)
     rank = int(np.sum(singular_values > singular_values[0] * 1e-10)) if singular_values[0] else 0
     vt = vt[: min(latent_dim, rank)] @ basis.T
     vt *= np.sign(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)])[:, None]
-    scores = times(vt.T)
-    first = workers.sum([scores[:, 0].sum(), np.square(scores[:, 0]).sum()]) if rank else [0, 0]
-    scale = np.sqrt(max(first[1] / num_data - (first[0] / num_data) ** 2, 0.0))
-    scores = scores / (scale if scale > 0 else 1.0)
-    missing = latent_dim - scores.shape[1]
-    if missing > 0:
-        noise = 0.01 * np.random.default_rng(seed).standard_normal((num_data, missing))
-        scores = np.concatenate([scores, noise if rows is None else noise[rows]], axis=1)
-    return scores
+    return column_means, vt
 
 
 def _subspace(
@@ -216,8 +335,12 @@ def initial_offset(
     (Poisson with the exp link, negative binomial): their logs. Other likelihoods: zeros (the
     offset is trained either way; this only shortens the start).
     """
+    return _offset(likelihood, column_moments(Y, workers)[1])
+
+
+def _offset(likelihood: Likelihood, means: np.ndarray) -> np.ndarray:
+    """:func:`initial_offset` from the column means [D] (0 for a column with nothing observed)."""
     base = base_likelihood(likelihood)
-    means = column_moments(Y, workers)[1]  # 0 for a column with nothing observed
     if isinstance(base, Gaussian):
         return means
     if log_link(base):
@@ -310,9 +433,11 @@ def default_components(
     likelihood: Likelihood | None = None,
     mean_function: MeanFunction | None = None,
     workers: Workers | None = None,
+    summary: ColumnSummary | None = None,
 ) -> ModelComponents:
     r"""The given components, with defaults for those that are None, for checked data Y [N, D]
-    (with ``workers``: this worker's rows of the data of all workers).
+    (with ``workers``: this worker's rows of the data of all workers), from its
+    :func:`column_summary` (made here unless given).
 
     With :math:`\bar v` the mean over columns of the observed entries' variances (at least
     :math:`10^{-3}`): a Gaussian likelihood of variance :math:`0.1 \bar v`; a squared-exponential
@@ -323,7 +448,8 @@ def default_components(
     support is a ``ValueError``, and rows or columns with nothing observed are warned about.
     """
     workers = workers or Workers()
-    count, _, variance = column_moments(Y, workers)
+    summary = summary or column_summary(Y, workers)
+    count, variance = summary.count, summary.variance
     # Columns with no observed entry have no variance; _warn_unobserved names them.
     data_variance = max(float(np.mean(variance[count > 0])), 1e-3)
     if likelihood is None:
@@ -341,18 +467,16 @@ def default_components(
             stacklevel=_USER_FRAME,
         )
         likelihood = MaskedLikelihood(likelihood)
-    with workers.agreeing():
-        check_likelihood_support(likelihood, Y)
-    _warn_unobserved(Y, count)
+    check_support(likelihood, summary.counts, summary.binary)
+    _warn_unobserved(summary.empty_rows, count)
     if mean_function is None:
-        mean_function = Constant(initial_offset(likelihood, Y, workers))
+        mean_function = Constant(_offset(likelihood, summary.mean))
     return ModelComponents(kernel, likelihood, mean_function)
 
 
-def _warn_unobserved(Y: np.ndarray, column_counts: np.ndarray) -> None:
-    """Rows (of Y [n, D]) or columns (``column_counts`` [D] observed entries, of all rows) with no
-    observed entry are legal but learn nothing: say so."""
-    empty_rows = sum(int((np.isnan(block).all(axis=1)).sum()) for block in row_blocks(Y))
+def _warn_unobserved(empty_rows: int, column_counts: np.ndarray) -> None:
+    """Rows (``empty_rows`` of this worker's) or columns (``column_counts`` [D] observed
+    entries, of all rows) with no observed entry are legal but learn nothing: say so."""
     empty_columns = int((column_counts == 0).sum())
     if empty_rows:
         warnings.warn(

@@ -26,6 +26,7 @@ __all__ = [
     "NegativeBinomial",
     "base_likelihood",
     "check_likelihood_support",
+    "check_support",
     "log_link",
 ]
 
@@ -305,19 +306,30 @@ def base_likelihood(likelihood: Likelihood) -> Likelihood:
 def check_likelihood_support(likelihood: Likelihood, Y: np.ndarray) -> None:
     """Raise ``ValueError`` when observed entries of Y lie outside the likelihood's support."""
     base = base_likelihood(likelihood)
-    if isinstance(base, (Poisson, NegativeBinomial)):
-        if not all(_counts(block) for block in row_blocks(Y)):
-            raise ValueError(
-                f"A {type(base).__name__} likelihood needs non-negative integer counts, but Y has "
-                "negative or non-integer entries. Pass raw counts, or use a Gaussian likelihood "
-                "for continuous data."
-            )
-    elif isinstance(base, Bernoulli):
-        if not all(np.isin(block[~np.isnan(block)], (0.0, 1.0)).all() for block in row_blocks(Y)):
-            raise ValueError(
-                "A Bernoulli likelihood needs binary data with entries 0 or 1, but Y has other "
-                "values. Binarise Y first (e.g. Y > threshold), or use another likelihood."
-            )
+    counts = isinstance(base, (Poisson, NegativeBinomial)) and all(
+        _counts(block) for block in row_blocks(Y)
+    )
+    binary = isinstance(base, Bernoulli) and all(
+        np.isin(block[~np.isnan(block)], (0.0, 1.0)).all() for block in row_blocks(Y)
+    )
+    check_support(likelihood, counts, binary)
+
+
+def check_support(likelihood: Likelihood, counts: bool, binary: bool) -> None:
+    """Raise ``ValueError`` when the data's observed entries, non-negative integers (``counts``)
+    or not, 0 or 1 (``binary``) or not, lie outside the likelihood's support."""
+    base = base_likelihood(likelihood)
+    if isinstance(base, (Poisson, NegativeBinomial)) and not counts:
+        raise ValueError(
+            f"A {type(base).__name__} likelihood needs non-negative integer counts, but Y has "
+            "negative or non-integer entries. Pass raw counts, or use a Gaussian likelihood "
+            "for continuous data."
+        )
+    if isinstance(base, Bernoulli) and not binary:
+        raise ValueError(
+            "A Bernoulli likelihood needs binary data with entries 0 or 1, but Y has other "
+            "values. Binarise Y first (e.g. Y > threshold), or use another likelihood."
+        )
 
 
 def _counts(block: np.ndarray) -> bool:

@@ -43,6 +43,7 @@ from .initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
     check_sizes,
     column_location_and_scale,
+    column_summary,
     default_components,
     default_shared_covariance,
     inducing_inputs,
@@ -196,17 +197,22 @@ class SVIGPLVM(SVGP):
         Y, rows, num_data, workers = _local_rows(data, mask)
         owned = rows is not None and workers.count > 1  # each worker keeps its rows' tables
         self.table_rows = rows if owned else None
-        inputs = _row_inputs(covariates, size_factors, Y, rows, num_data, workers, owned)
+        # Read a block of rows at a time (row_blocks), whatever holds them, in one pass here.
+        blocks = cast(np.ndarray, Y)
+        summary = column_summary(blocks, workers)
+        inputs = _row_inputs(
+            covariates, size_factors, summary.totals, rows, num_data, workers, owned
+        )
         data_dim = Y.shape[1]
         shared = default_shared_covariance(shared_covariance, data_dim)
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
-        # Read a block of rows at a time (row_blocks), whatever holds them.
-        blocks = cast(np.ndarray, Y)
         initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers, owned)
         components = with_row_inputs_components(
-            default_components(blocks, latent_dim, kernel, likelihood, mean_function, workers),
+            default_components(
+                blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
+            ),
             latent_dim,
             inputs,
         )
@@ -867,20 +873,21 @@ def _local_rows(
 def _row_inputs(
     covariates: ArrayLike | None,
     size_factors: ArrayLike | None,
-    Y,
+    library: np.ndarray,
     rows: np.ndarray | None,
     num_data: int,
     workers: Workers,
     owned: bool,
 ) -> RowInputs:
     """The checked covariates and size factors of the model's table rows (all N, or this
-    worker's own), with the size factors' reference set from the rows of every worker."""
+    worker's own), with the size factors' reference set from the ``library`` sizes [n] of this
+    worker's rows and those of every other."""
     inputs = RowInputs(
         _shard_rows(covariates, rows, num_data, owned),
         _shard_rows(size_factors, rows, num_data, owned),
         num_data if rows is None or not owned else len(rows),
     )
-    inputs.set_reference(Y, None if owned else rows, workers)
+    inputs.set_reference(library, None if owned else rows, workers)
     return inputs
 
 

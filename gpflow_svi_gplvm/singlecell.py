@@ -296,10 +296,10 @@ class SingleCellGPLVM:
         cells; their rows, and what to train on: rows on disk stream in shuffled blocks, rows in
         memory are a shard of CSR rows, each minibatch densified on its own."""
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-        rows = self._rows(adata, cells=block)
+        rows, library = self._rows(adata, cells=block)
         obs = adata.obs.iloc[block]
         covariates = self.encoding.fit(obs, workers).transform(obs)
-        sizes = self._size_factors(obs, rows, workers)
+        sizes = self._size_factors(obs, library, workers)
         initial = self._initial_latents(rows, sizes, covariates, workers, cells)
         data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
         with strategy.scope() if strategy is not None else nullcontext():
@@ -362,9 +362,9 @@ class SingleCellGPLVM:
                 "give them every gene the model was fitted with (zeros where not measured)."
             )
         position = {g: i for i, g in enumerate(names)}
-        rows = self._rows(adata, np.array([position[g] for g in self.gene_names]))
+        rows, library = self._rows(adata, np.array([position[g] for g in self.gene_names]))
         covariates = self.encoding.transform(adata.obs)
-        sizes = self._size_factors(adata.obs, rows) if self.size_factors != "library" else None
+        sizes = self._size_factors(adata.obs, library) if self.size_factors != "library" else None
         if self._inference is None or self._inference.iterations != iterations:
             # Kept: its compiled graphs serve later calls with as many steps.
             self._inference = LatentInference(self.model, iterations, seed=self.seed)
@@ -388,9 +388,9 @@ class SingleCellGPLVM:
 
     def _rows(
         self, adata, columns: np.ndarray | None = None, cells: slice = slice(None)
-    ) -> RowReader:
+    ) -> tuple[RowReader, np.ndarray]:
         """The chosen genes' values of the ``cells`` (a range; default every cell), read in row
-        blocks and checked."""
+        blocks and checked, and each cell's sum of them [n] (its library size), from that pass."""
         if columns is None:
             position = {
                 g: i for i, g in enumerate(map(str, _genes_of(adata, self.layer).var_names))
@@ -404,29 +404,30 @@ class SingleCellGPLVM:
 
         if not isinstance(adata, _CellsFile):
             source = _RowRange(_layer(adata, self.layer), cells)
-            return SparseRows.from_matrix(source, columns, check)
+            rows = SparseRows.from_matrix(source, columns, check)
+            return rows, rows.row_sums()
         from .disk_rows import DiskRows
 
         disk = DiskRows.open(adata.path, self.layer, columns)
         start, stop, _ = cells.indices(adata.n_obs)
         # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
         rows = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
-        first = 0
+        library, first = np.empty(rows.shape[0]), 0
         for block in row_blocks(cast(np.ndarray, rows)):
             check(block, first)
+            library[first : first + len(block)] = block.sum(axis=1)
             first += len(block)
-        return rows
+        return rows, library
 
     def _size_factors(
-        self, obs, rows: RowReader, workers: Workers | None = None
+        self, obs, library: np.ndarray, workers: Workers | None = None
     ) -> np.ndarray | None:
-        """Each cell's size factor [N] (of ``obs``'s cells): library size over its mean over all
-        ``workers``' cells, or an ``obs`` column."""
+        """Each cell's size factor [N] (of ``obs``'s cells): its ``library`` size [N] over their
+        mean over all ``workers``' cells, or an ``obs`` column."""
         if self.size_factors is None:
             return None
         workers = workers or Workers()
         if self.size_factors == "library":
-            library = rows.row_sums()
             with workers.agreeing():
                 empty = np.flatnonzero(library <= 0)
                 if len(empty):

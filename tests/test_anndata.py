@@ -220,3 +220,39 @@ def test_a_batch_key_of_integer_codes_is_read_as_categories():
     model = SingleCellGPLVM(Q, layer="counts", batch_key="batch", num_inducing=8)
     model.fit(cells, iterations=0, progress=False)
     assert model.encoding.names == ["batch=0", "batch=1", "batch=2"]
+
+
+def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
+    from gpflow_svi_gplvm import singlecell
+    from gpflow_svi_gplvm.disk_rows import DiskRows
+    from gpflow_svi_gplvm.initialisation import PCA_SAMPLE_ROWS, _sample_rows
+
+    rng = np.random.default_rng(2)
+    num_cells = PCA_SAMPLE_ROWS + 3000  # the PCA's directions come from a sample
+    counts = sp.csr_matrix(rng.poisson(1.0, (num_cells, 6)).astype(np.float32) + np.eye(1, 6))
+    obs = pd.DataFrame({"batch": pd.Categorical(np.arange(num_cells) % 2)})
+    obs.index = obs.index.astype(str)
+    anndata.AnnData(X=counts, obs=obs).write_h5ad(tmp_path / "cells.h5ad")
+    read = []
+    original = DiskRows._read
+
+    def counted(self, start: int, stop: int):
+        read.append(stop - start)
+        return original(self, start, stop)
+
+    class Built(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Built
+
+    monkeypatch.setattr(DiskRows, "_read", counted)
+    monkeypatch.setattr(singlecell, "fit", stop)
+    with pytest.raises(Built):
+        SingleCellGPLVM(Q, batch_key="batch", num_inducing=8).fit(
+            tmp_path / "cells.h5ad", output=tmp_path / "out"
+        )
+    # The checks with the library sizes, the covariates' effects, the PCA's scores and the
+    # model's column summary: four passes, and the PCA sample's seven (its rows alone).
+    sample = len(_sample_rows(np.zeros((num_cells, 1)), num_cells, None, seed=0).index)
+    assert sum(read) == 4 * num_cells + 7 * sample

@@ -13,9 +13,13 @@ from hypothesis.extra.numpy import arrays
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
 from gpflow_svi_gplvm.initialisation import (
+    PCA_SAMPLE_ROWS,
+    PCA_SAMPLE_RUN,
     SHARED_COVARIANCE_MIN_OUTPUTS,
+    _sample_rows,
     check_sizes,
     column_moments,
+    column_summary,
     default_components,
     default_shared_covariance,
     initial_latents,
@@ -58,6 +62,64 @@ def test_pca_over_row_blocks_equals_the_full_svd():
 def test_pca_with_fewer_rows_than_columns_equals_the_full_svd():
     Y = low_rank_data(12, 50, rank=6)
     assert_equal_up_to_column_signs(pca_latents(Y, 4), exact_pca_scores(Y, 4))
+
+
+def test_pca_of_many_rows_takes_its_directions_from_a_sample_and_scores_every_row():
+    Y = low_rank_data(PCA_SAMPLE_ROWS + 7000, 12, rank=3, seed=2)
+    Y[np.random.default_rng(3).random(Y.shape) < 0.1] = np.nan
+    reads = []
+
+    class Rows:  # counts the rows each slice reads
+        shape = Y.shape
+
+        def __getitem__(self, rows):
+            reads.append(len(Y[rows]))
+            return Y[rows]
+
+        def take(self, rows):
+            reads.append(len(rows))
+            return Y[rows]
+
+    scores = pca_latents(Rows(), 3)
+    # The sample's directions are all rows' up to sampling error: scores within 0.05 of sd 1.
+    assert_equal_up_to_column_signs(scores, exact_pca_scores(Y, 3), atol=0.05)
+    np.testing.assert_array_equal(scores, pca_latents(Y, 3))  # an array reads as the reader
+    # One pass over every row; the sample's 7 (moments, 5 products, projection) read it alone.
+    sample = _sample_rows(Y, len(Y), None, seed=0).index
+    assert PCA_SAMPLE_ROWS - PCA_SAMPLE_RUN < len(sample) <= PCA_SAMPLE_ROWS  # a run cut at N
+    assert sum(reads) == len(Y) + 7 * len(sample)
+
+
+def test_pca_sample_is_the_same_rows_split_over_workers():
+    num_data = 5 * PCA_SAMPLE_ROWS + 123
+    everything = _sample_rows(np.zeros((num_data, 1)), num_data, None, seed=4).index
+    assert len(np.unique(everything)) == len(everything) > PCA_SAMPLE_ROWS - PCA_SAMPLE_RUN
+    assert np.sum(np.diff(everything) != 1) < PCA_SAMPLE_ROWS // PCA_SAMPLE_RUN  # in runs
+    bounds = [0, 40_000, 100_001, num_data]  # three workers' blocks of rows
+    parts = []
+    for first, last in zip(bounds, bounds[1:]):
+        rows = np.arange(first, last)
+        local = _sample_rows(np.zeros((len(rows), 1)), num_data, rows, seed=4).index
+        parts.append(rows[local])
+    np.testing.assert_array_equal(np.concatenate(parts), everything)
+    small = np.zeros((PCA_SAMPLE_ROWS, 2))
+    assert _sample_rows(small, PCA_SAMPLE_ROWS, None, seed=0) is small  # no sample needed
+
+
+def test_column_summary_merges_row_blocks_and_checks_what_values_are():
+    rng = np.random.default_rng(5)
+    Y = rng.poisson(3.0, (2 * ROWS_PER_BLOCK + 17, 4)).astype(float) + 1e6  # far from 0
+    Y[rng.random(Y.shape) < 0.3] = np.nan
+    Y[7] = np.nan
+    summary = column_summary(Y)
+    empty_rows = int(np.isnan(Y).all(axis=1).sum())
+    np.testing.assert_array_equal(summary.count, (~np.isnan(Y)).sum(axis=0))
+    np.testing.assert_allclose(summary.mean, np.nanmean(Y, axis=0), rtol=1e-14)
+    np.testing.assert_allclose(summary.variance, np.nanvar(Y, axis=0), rtol=1e-9)
+    assert (summary.counts, summary.binary, summary.empty_rows) == (True, False, empty_rows)
+    Y[100, 2] = 0.5
+    assert not column_summary(Y).counts
+    assert column_summary(np.array([[0.0, 1.0], [np.nan, 1.0]])).binary
 
 
 def test_pca_signs_are_fixed_and_dims_beyond_the_rank_are_small_noise():
