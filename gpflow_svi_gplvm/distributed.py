@@ -16,6 +16,7 @@ is left waiting for the others.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -152,6 +153,30 @@ class Workers:
         values = self.stack(value)
         return [i for i in range(self.count) if not np.array_equal(values[i], values[0])]
 
+    def agree(self, what: str, settings: dict[str, object]) -> None:
+        """A ``ValueError`` on every worker, naming the settings and each worker's value, when
+        some worker was given other ``settings`` than another (``what`` says where, e.g. "fit
+        with other settings"). Values compare exactly: numbers as they are, others by their
+        text. One worker: nothing to agree on."""
+        if self.count == 1:
+            return
+        table = self.stack(np.array([_comparable(value) for value in settings.values()]))
+        odd = [name for name, column in zip(settings, table.T) if np.any(column != column[0])]
+        if odd:
+            differences = "; ".join(
+                f"{name}: " + ", ".join(f"worker {i} {text}" for i, text in enumerate(shown))
+                for name, shown in ((name, self._shown(settings[name])) for name in odd)
+            )
+            raise ValueError(
+                f"The workers {what} ({differences}): every worker must make the same call, "
+                "with only its data differing."
+            )
+
+    def _shown(self, value: object) -> list[str]:
+        """Every worker's ``value`` as text (every worker calls this for the same setting)."""
+        text = f"{value:g}" if isinstance(value, (bool, int, float, np.number)) else repr(value)
+        return [t if len(t) <= 80 else t[:77] + "..." for t in self.texts(text)]
+
     @contextlib.contextmanager
     def agreeing(self) -> Iterator[None]:
         """Run a block of checks on every worker; a ``ValueError`` raised in it on any worker is
@@ -168,6 +193,15 @@ class Workers:
         failed = [(i, text) for i, text in enumerate(messages) if text]
         if failed:
             raise ValueError("; ".join(f"worker {i}: {text}" for i, text in failed)) from error
+
+
+def _comparable(value: object) -> float:
+    """A setting as a number that equals another worker's exactly when the settings are equal:
+    numbers as they are, anything else by a hash of its text."""
+    if isinstance(value, (bool, int, float, np.number)):
+        return float(value)
+    digest = hashlib.blake2b(repr(value).encode(), digest_size=6).digest()
+    return float(int.from_bytes(digest, "little"))
 
 
 def _encode(text: str) -> np.ndarray:

@@ -208,6 +208,25 @@ class SVIGPLVM(SVGP):
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
+        # Before any variable exists: a worker's variables are the chief's, copied by shape.
+        workers.agree(
+            "built other models",
+            {
+                "model": type(self).__name__,
+                "latent_dim": latent_dim,
+                "num_inducing": num_inducing,
+                "num_samples": num_samples,
+                "shared_covariance": shared,
+                "whiten": whiten,
+                "latent_expectation": latent_expectation,
+                "latent_init": latent_init if isinstance(latent_init, str) else "an array",
+                "kernel": type(kernel).__name__,
+                "likelihood": type(likelihood).__name__,
+                "mean_function": type(mean_function).__name__,
+                "covariates": inputs.num_covariates,
+                "size_factors": inputs.size_factors is not None,
+            },
+        )
         initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers, owned)
         components = with_row_inputs_components(
             default_components(

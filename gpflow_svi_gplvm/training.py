@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 import warnings
@@ -266,7 +265,7 @@ class Trainer:
             checkpoints=checkpoint_dir is not None,
             checkpoint_every=checkpoint_every,
         )
-        self._agree_on("settings", settings)
+        self.workers.agree("called fit with other settings", settings)
         model.latent.generator.reset_from_seed(seed)
         self.model, self.seed, self.jit_compile = model, seed, jit_compile
         self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
@@ -314,28 +313,6 @@ class Trainer:
     def __del__(self) -> None:
         if getattr(self, "checkpoints", None) is not None:
             self.close()
-
-    def _agree_on(self, what: str, settings: dict) -> None:
-        """A ``ValueError`` on every worker when some worker was given other ``settings`` (the
-        arguments of fit that must be the same on all), naming them and the workers."""
-        if self.workers.count == 1:
-            return
-        values = np.array([_comparable(value) for value in settings.values()])
-        table = self.workers.stack(values)
-        odd = {
-            name: column
-            for name, column in zip(settings, table.T)
-            if not np.all(column == column[0])
-        }
-        if odd:
-            differences = "; ".join(
-                f"{name}: " + ", ".join(f"worker {i} {_shown(v)}" for i, v in enumerate(column))
-                for name, column in odd.items()
-            )
-            raise ValueError(
-                f"The workers called fit with other {what} ({differences}): every worker must "
-                "make the same call, with only its data differing."
-            )
 
     def _data(
         self,
@@ -694,8 +671,8 @@ class Trainer:
         start = time.perf_counter()
         target = self.num_steps + iterations
         # Workers step together: each must stop at the same step, with checkpoints between.
-        self._agree_on(
-            "iterations",
+        self.workers.agree(
+            "called train with other iterations",
             dict(
                 iterations=target,
                 steps_per_call=steps_per_call,
@@ -850,19 +827,6 @@ def _local_sum(gradients: tuple) -> tf.Tensor | tf.IndexedSlices | None:
             first.dense_shape,
         )
     return tf.add_n(list(gradients))
-
-
-def _comparable(value: object) -> float:
-    """A setting as a number that equals another worker's exactly when the settings are equal:
-    numbers as they are, anything else by a hash of its text."""
-    if isinstance(value, (bool, int, float, np.number)):
-        return float(value)
-    digest = hashlib.blake2b(repr(value).encode(), digest_size=6).digest()
-    return float(int.from_bytes(digest, "little"))
-
-
-def _shown(value: float) -> str:
-    return f"{value:g}" if abs(value) < 2**40 else "(another value)"
 
 
 def _description(model: SVIGPLVM, q_u_optimizer: str) -> dict:

@@ -32,6 +32,7 @@ BATCH = 20  # global: 10 rows per replica
 MODELS = {
     "point": ("PointGPLVM", {}),
     "map": ("MAPGPLVM", {"shared_covariance": True}),
+    "shared point": ("PointGPLVM", {"shared_covariance": True}),
     "bsvi": ("BayesianSVIGPLVM", {}),
     "bsvi_mc": ("BayesianSVIGPLVM", {"latent_expectation": "monte-carlo"}),
     "aeb": ("AmortisedBayesianGPLVM", {}),
@@ -213,6 +214,14 @@ def mistakes() -> dict:
             package.PointGPLVM(Y, Q, num_inducing=M), shard, 2, strategy=STRATEGY
         ),
         "a shard outside the scope": lambda: package.PointGPLVM(shard, Q, num_inducing=M),
+        "other models": lambda: package.fit(
+            build("point" if workers.index == 0 else "shared point", shard),
+            shard,
+            2,
+            batch_size=BATCH,
+            strategy=STRATEGY,
+            progress=False,
+        ),
         "other iterations": lambda: package.fit(
             build("point", shard),
             shard,

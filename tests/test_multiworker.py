@@ -224,6 +224,7 @@ def test_bad_input_is_the_same_clear_error_on_every_worker(folder):
         assert f"worker {i}: The model's variables were not created" in worker["outside the scope"]
     assert "no other worker is in sight" in said["a shard outside the scope"]
     assert "other iterations (iterations: worker 0 2, worker 1 3)" in said["other iterations"]
+    assert "built other models (shared_covariance: worker 0 0, worker 1 1)" in said["other models"]
 
 
 @pytest.mark.slow
