@@ -75,7 +75,9 @@ def run_process(request: dict) -> dict:
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy() if os.environ.get("TF_CONFIG") else None
+    from gpflow_svi_gplvm import multi_worker_strategy
+
+    strategy = multi_worker_strategy() if os.environ.get("TF_CONFIG") else None
     import gpflow
 
     import gpflow_svi_gplvm as svi

@@ -2,6 +2,7 @@
 
 # First, before TensorFlow is imported: quiets its start-up log for the command line only.
 from . import _command_line  # noqa: F401  isort: skip
+from .cluster import multi_worker_strategy
 from .distributed import RowShard, WorkerLostError
 from .export import export_saved_model
 from .flows import FlowLatent, JointFlowLatent, Planar
@@ -54,6 +55,7 @@ __all__ = [
     "WarmUp",
     "RowShard",
     "WorkerLostError",
+    "multi_worker_strategy",
     "LatentInference",
     "log_predictive_density",
     "export_saved_model",

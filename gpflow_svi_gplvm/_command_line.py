@@ -107,17 +107,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
     _add_single_cell_options(parser)
     _add_keeping_options(parser)
+    _add_cluster_options(parser)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
+    return parser
+
+
+def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--distributed",
         action="store_true",
         help="train on the workers of TF_CONFIG (implied when TF_CONFIG is set): start the same "
         "command on every worker; each trains on its block of rows, the chief writes the outputs",
     )
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
-        "--debug", action="store_true", help="show the Python traceback of an error"
+        "--startup-timeout",
+        type=float,
+        default=90.0,
+        metavar="SECONDS",
+        help="with several workers, give up (naming the workers not reached) when some worker "
+        "has not started within this time",
     )
-    return parser
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

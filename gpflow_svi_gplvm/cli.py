@@ -41,12 +41,11 @@ from gpflow.likelihoods import Likelihood
 from . import __version__, datasets, plotting
 from ._command_line import build_parser
 from .checkpoint_folder import RunFolder
+from .cluster import multi_worker_strategy
 from .distributed import (
     RowShard,
     WorkerLostError,
     Workers,
-    checked_cluster,
-    cluster_from_environment,
     worker_rows,
 )
 from .export import export_saved_model
@@ -100,7 +99,8 @@ def _plain_warning(message: Warning | str, *args: object, **kwargs: object) -> s
 
 def _run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
-    strategy = _strategy(args.distributed)  # before any other TensorFlow operation
+    # Before any other TensorFlow operation.
+    strategy = _strategy(args.distributed, args.startup_timeout)
     cells = args.data is not None and args.data.suffix == ".h5ad"
     args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
     if strategy is not None and args.export:
@@ -238,20 +238,13 @@ def _standardised(args: argparse.Namespace) -> bool:
     return args.data is not None and args.likelihood == "gaussian" and not args.no_standardise
 
 
-def _strategy(distributed: bool) -> tf.distribute.Strategy | None:
+def _strategy(distributed: bool, timeout: float) -> tf.distribute.Strategy | None:
     """A ``MultiWorkerMirroredStrategy`` over the workers of ``TF_CONFIG`` when it is set (or
-    ``--distributed`` asks for one), else None."""
+    ``--distributed`` asks for one), made once every worker is reached within ``timeout``
+    seconds; else None."""
     if not (distributed or os.environ.get("TF_CONFIG")):
         return None
-    config = cluster_from_environment()
-    if not config.get("cluster"):
-        raise ValueError(
-            "--distributed needs TF_CONFIG naming the cluster and this worker, e.g. "
-            '\'{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
-            '"index": 0}}\' on the first machine and "index": 1 on the second.'
-        )
-    checked_cluster(config)
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    return multi_worker_strategy(timeout)
 
 
 def _train(

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import os
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -424,44 +421,3 @@ def _check_rows(rows: ArrayLike, num_rows: int, num_data: int) -> np.ndarray:
     if len(np.unique(rows)) != num_rows:
         raise ValueError("rows repeats a row number: each row of the data set appears once.")
     return rows.astype(np.int64)
-
-
-def cluster_from_environment() -> dict:
-    """``TF_CONFIG`` as a dict (empty when unset); a ``ValueError`` when it is not JSON."""
-    text = os.environ.get("TF_CONFIG", "")
-    if not text:
-        return {}
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {text[:200]!r}") from error
-
-
-def checked_cluster(config: dict) -> dict:
-    """``config`` (a parsed ``TF_CONFIG``), or a ``ValueError`` for what would leave the
-    workers waiting for each other forever: a task type other than worker or chief, an index
-    outside its list, or this task's own port taken by another process."""
-    cluster, task = config.get("cluster") or {}, config.get("task") or {}
-    kind, index = task.get("type"), task.get("index")
-    if kind not in ("worker", "chief") or kind not in cluster:
-        raise ValueError(
-            f"TF_CONFIG's task type is {kind!r}; training runs on 'worker' tasks (and at most one "
-            f"'chief') named in its cluster, which has {sorted(cluster)}."
-        )
-    if not isinstance(index, int) or not 0 <= index < len(cluster[kind]):
-        raise ValueError(
-            f"TF_CONFIG's task index is {index!r} but its cluster lists {len(cluster[kind])} "
-            f"{kind} address(es): give each process its own index from 0 to "
-            f"{len(cluster[kind]) - 1}."
-        )
-    host, _, port = str(cluster[kind][index]).rpartition(":")
-    with contextlib.closing(socket.socket()) as probe:
-        try:
-            probe.bind(("" if host in ("localhost", "127.0.0.1") else host, int(port)))
-        except OSError as error:
-            raise ValueError(
-                f"This task's address {cluster[kind][index]} cannot be listened on ({error}): "
-                "another process holds the port (two tasks given one index?), or the host is "
-                "not this machine. Give each task its own index and a free port."
-            ) from error
-    return config

@@ -56,13 +56,13 @@ class ModelComponents(NamedTuple):
 
 
 class ColumnSummary(NamedTuple):
-    """What one pass over Y [N, D] (NaN = missing) learns: each column's observed count, mean
-    and variance (ddof 0) [D], over all workers' rows; whether every observed entry of every
-    worker is a non-negative integer (``counts``) or 0 or 1 (``binary``); and of this worker's
-    rows, those with nothing observed (``empty_rows``) and each one's total [n]
+    """What one pass over Y [N, D] (NaN = missing) learns: each column's count of ``observed``
+    entries, mean and variance (ddof 0) [D], over all workers' rows; whether every observed
+    entry of every worker is a non-negative integer (``counts``) or 0 or 1 (``binary``); and of
+    this worker's rows, those with nothing observed (``empty_rows``) and each one's total [n]
     (:func:`row_totals`)."""
 
-    count: np.ndarray
+    observed: np.ndarray
     mean: np.ndarray
     variance: np.ndarray
     counts: bool
@@ -81,7 +81,7 @@ def column_summary(Y: np.ndarray, workers: Workers | None = None) -> ColumnSumma
     """
     workers = workers or Workers()
     moments = np.zeros((3, Y.shape[1]))  # count, mean, sum of squared deviations
-    counts, binary, empty_rows, totals = True, True, 0, []
+    counts, binary, empty_rows, totals = True, True, 0, list[np.ndarray]()
     with np.errstate(over="ignore", invalid="ignore"):
         for block in row_blocks(Y):
             observed = ~np.isnan(block)
@@ -107,8 +107,8 @@ def column_summary(Y: np.ndarray, workers: Workers | None = None) -> ColumnSumma
             "or divide by a power of ten."
         )
     failed = workers.sum([not counts, not binary])
-    totals = np.concatenate(totals) if totals else np.zeros(0)
-    return ColumnSummary(count, mean, variance, not failed[0], not failed[1], empty_rows, totals)
+    rows = np.concatenate(totals) if totals else np.zeros(0)
+    return ColumnSummary(count, mean, variance, not failed[0], not failed[1], empty_rows, rows)
 
 
 def row_totals(block: np.ndarray) -> np.ndarray:
@@ -135,7 +135,7 @@ def column_moments(
     With ``workers``, Y [n, D] is this worker's rows and the moments are those of all workers'.
     Overflowing moments are a ``ValueError`` (:func:`column_summary`)."""
     summary = column_summary(Y, workers)
-    return summary.count, summary.mean, summary.variance
+    return summary.observed, summary.mean, summary.variance
 
 
 def column_location_and_scale(
@@ -449,7 +449,7 @@ def default_components(
     """
     workers = workers or Workers()
     summary = summary or column_summary(Y, workers)
-    count, variance = summary.count, summary.variance
+    count, variance = summary.observed, summary.variance
     # Columns with no observed entry have no variance; _warn_unobserved names them.
     data_variance = max(float(np.mean(variance[count > 0])), 1e-3)
     if likelihood is None:

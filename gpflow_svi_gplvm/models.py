@@ -209,32 +209,12 @@ class SVIGPLVM(SVGP):
             num_data, latent_dim, num_inducing, num_samples
         )
         # Before any variable exists: a worker's variables are the chief's, copied by shape.
-        workers.agree(
-            "built other models",
-            {
-                "model": type(self).__name__,
-                "latent_dim": latent_dim,
-                "num_inducing": num_inducing,
-                "num_samples": num_samples,
-                "shared_covariance": shared,
-                "whiten": whiten,
-                "latent_expectation": latent_expectation,
-                "latent_init": latent_init if isinstance(latent_init, str) else "an array",
-                "kernel": type(kernel).__name__,
-                "likelihood": type(likelihood).__name__,
-                "mean_function": type(mean_function).__name__,
-                "covariates": inputs.num_covariates,
-                "size_factors": inputs.size_factors is not None,
-            },
-        )
+        workers.agree("built other models", _outline(type(self), locals(), inputs))
         initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers, owned)
-        components = with_row_inputs_components(
-            default_components(
-                blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
-            ),
-            latent_dim,
-            inputs,
+        defaults = default_components(
+            blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
         )
+        components = with_row_inputs_components(defaults, latent_dim, inputs)
         table = _with_covariates(initial, inputs)
         Z = inducing_inputs(table, num_inducing, seed, rows if owned else None, workers)
         super().__init__(
@@ -249,13 +229,17 @@ class SVIGPLVM(SVGP):
             # small diagonal placeholder [M, D] instead of D identity factors, then replaces it.
             q_diag=shared,
         )
+        self._share_q_sqrt(shared, num_inducing)
+        self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
+        self._build_row_tables(latent, initial, Y, workers, inputs, owned)
+        self.closed_form = _closed_form(self, latent_expectation)
+
+    def _share_q_sqrt(self, shared: bool, num_inducing: int) -> None:
+        """With ``shared``, one q(u) covariance factor [1, M, M] for all D outputs."""
         self.shared_covariance = shared
         if shared:
             self.q_diag = False
             self.q_sqrt = gpflow.Parameter(np.eye(num_inducing)[None], transform=triangular())
-        self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
-        self._build_row_tables(latent, initial, Y, workers, inputs, owned)
-        self.closed_form = _closed_form(self, latent_expectation)
 
     def _build_row_tables(
         self,
@@ -887,6 +871,34 @@ def _local_rows(
     workers = Workers.of()
     data.check(workers)
     return data.Y, data.rows, data.num_data, workers
+
+
+# The constructor's options (its local names) every worker must build alike, as named to users.
+_AGREED_OPTIONS = {
+    "latent_dim": "latent_dim",
+    "num_inducing": "num_inducing",
+    "num_samples": "num_samples",
+    "shared_covariance": "shared",
+    "whiten": "whiten",
+    "latent_expectation": "latent_expectation",
+    "latent_init": "latent_init",
+    "kernel": "kernel",
+    "likelihood": "likelihood",
+    "mean_function": "mean_function",
+}
+
+
+def _outline(model: type, options: dict[str, object], inputs: RowInputs) -> dict[str, object]:
+    """What every worker must build its model with alike (from the constructor's ``options``,
+    its locals): numbers, switches and names as they are, components and arrays by kind."""
+    outline: dict[str, object] = {"model": model.__name__}
+    for name, local in _AGREED_OPTIONS.items():
+        value = options[local]
+        plain = value is None or isinstance(value, (bool, int, float, str))
+        outline[name] = value if plain else type(value).__name__
+    outline["covariates"] = inputs.num_covariates
+    outline["size_factors"] = inputs.size_factors is not None
+    return outline
 
 
 def _row_inputs(

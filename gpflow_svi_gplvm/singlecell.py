@@ -403,7 +403,10 @@ class SingleCellGPLVM:
             _check_values(block, first, names, genes, counts, self.layer)
 
         if not isinstance(adata, _CellsFile):
-            source = _RowRange(_layer(adata, self.layer), cells)
+            matrix = _layer(adata, self.layer)
+            whole = cells.indices(adata.n_obs)[:2] == (0, adata.n_obs)
+            # All cells of a CSR matrix: read in place (SparseRows never writes), not copied.
+            source = matrix if whole else _RowRange(matrix, cells)
             rows = SparseRows.from_matrix(source, columns, check)
             return rows, rows.row_sums()
         from .disk_rows import DiskRows
@@ -411,13 +414,13 @@ class SingleCellGPLVM:
         disk = DiskRows.open(adata.path, self.layer, columns)
         start, stop, _ = cells.indices(adata.n_obs)
         # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
-        rows = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
-        library, first = np.empty(rows.shape[0]), 0
-        for block in row_blocks(cast(np.ndarray, rows)):
+        held: RowReader = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
+        library, first = np.empty(held.shape[0]), 0
+        for block in row_blocks(cast(np.ndarray, held)):
             check(block, first)
             library[first : first + len(block)] = block.sum(axis=1)
             first += len(block)
-        return rows, library
+        return held, library
 
     def _size_factors(
         self, obs, library: np.ndarray, workers: Workers | None = None

@@ -77,7 +77,13 @@ class SparseRows:
         """Read ``source`` [N, D'] (anything sliced by rows into a NumPy array or SciPy sparse
         matrix) a block of rows at a time, keep ``columns`` (indices [D], default all) and store
         the result as CSR. ``check(block, first_row)`` sees each dense block first and may
-        raise."""
+        raise. A CSR matrix already stored so (float32 values, int32 columns), all of whose
+        columns are kept, is held as it is, not copied (it is only ever read)."""
+        if _stored_as_kept(source, columns):
+            for start in range(0, source.shape[0], rows_per_block):
+                if check is not None:
+                    check(source[start : start + rows_per_block].toarray(), start)
+            return cls(source)
         blocks = []
         for start in range(0, source.shape[0], rows_per_block):
             block = source[start : start + rows_per_block]
@@ -121,3 +127,16 @@ class SparseRows:
     def row_sums(self) -> np.ndarray:
         """The sum of each row [N] (the library size of count data)."""
         return np.asarray(self.matrix.sum(axis=1), dtype=np.float64).reshape(-1)
+
+
+def _stored_as_kept(source, columns: np.ndarray | None) -> bool:
+    """Is ``source`` a CSR matrix that :meth:`SparseRows.from_matrix` would store unchanged?"""
+    if not (sp.issparse(source) and source.format == "csr"):
+        return False
+    every_column = columns is None or np.array_equal(columns, np.arange(source.shape[1]))
+    return (
+        every_column
+        and source.dtype == np.float32
+        and source.indices.dtype == np.int32
+        and source.has_canonical_format
+    )

@@ -952,7 +952,8 @@ def fit(
         row_updates=row_updates,
         device=device,
     )
-    with trainer:
+    with trainer:  # agreed first: a worker restoring alone would wait for the others forever
+        trainer.workers.agree("called fit with other settings", {"resume": resume})
         if resume:
             trainer.restore()
         remaining = max(iterations - trainer.num_steps, 0)

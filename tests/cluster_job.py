@@ -6,6 +6,7 @@ process with two logical CPUs for the reference run. Each job writes what the te
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,11 @@ if JOB == "reference":  # one process, two logical CPUs: set before TensorFlow s
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     STRATEGY = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-else:  # the strategy comes before any other TensorFlow op
+elif "TF_CONFIG" in os.environ:  # before any other TensorFlow op, once every worker is reached
+    from gpflow_svi_gplvm import multi_worker_strategy
+
+    STRATEGY = multi_worker_strategy(timeout=120)
+else:  # one worker of no cluster: the strategy of several, alone
     STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 
 import gpflow_svi_gplvm as package  # noqa: E402
@@ -229,6 +234,16 @@ def mistakes() -> dict:
             batch_size=BATCH,
             strategy=STRATEGY,
             progress=False,
+        ),
+        "resume on one worker": lambda: package.fit(
+            build("point", shard),
+            shard,
+            2,
+            batch_size=BATCH,
+            strategy=STRATEGY,
+            progress=False,
+            checkpoint_dir=Path(OUTPUT).parent / "resumed",
+            resume=workers.index == 1,
         ),
     }
     results = {}

@@ -242,3 +242,24 @@ def test_each_epoch_serves_floor_n_over_b_batches_without_repeats(
         np.testing.assert_array_equal(
             served, _epoch_order(num_rows, size, block, buffer, 7, epoch).reshape(-1)
         )
+
+
+def test_a_csr_matrix_stored_as_kept_is_held_in_place_and_still_checked():
+    counts = _counts(N)
+    counts.indices = counts.indices.astype(np.int32)
+    seen = []
+    rows = SparseRows.from_matrix(counts, None, lambda block, first: seen.append(first))
+    assert rows.matrix is counts and seen == list(range(0, N, 4096))  # no copy; every block seen
+    np.testing.assert_array_equal(rows[:], counts.toarray())
+    for other in (counts.astype(np.float64), counts[:, ::-1]):  # another dtype, other columns
+        copied = SparseRows.from_matrix(other, None)
+        assert copied.matrix is not other and copied.matrix.dtype == np.float32
+        np.testing.assert_array_equal(copied[:], other.toarray())
+    picked = SparseRows.from_matrix(counts, np.array([3, 1]))
+    np.testing.assert_array_equal(picked[:], counts[:, [3, 1]].toarray())
+
+    def refuse(block, first):
+        raise ValueError("a bad count")
+
+    with pytest.raises(ValueError, match="a bad count"):
+        SparseRows.from_matrix(counts, None, refuse)

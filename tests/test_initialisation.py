@@ -113,7 +113,7 @@ def test_column_summary_merges_row_blocks_and_checks_what_values_are():
     Y[7] = np.nan
     summary = column_summary(Y)
     empty_rows = int(np.isnan(Y).all(axis=1).sum())
-    np.testing.assert_array_equal(summary.count, (~np.isnan(Y)).sum(axis=0))
+    np.testing.assert_array_equal(summary.observed, (~np.isnan(Y)).sum(axis=0))
     np.testing.assert_allclose(summary.mean, np.nanmean(Y, axis=0), rtol=1e-14)
     np.testing.assert_allclose(summary.variance, np.nanvar(Y, axis=0), rtol=1e-9)
     assert (summary.counts, summary.binary, summary.empty_rows) == (True, False, empty_rows)

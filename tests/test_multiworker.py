@@ -225,6 +225,7 @@ def test_bad_input_is_the_same_clear_error_on_every_worker(folder):
     assert "no other worker is in sight" in said["a shard outside the scope"]
     assert "other iterations (iterations: worker 0 2, worker 1 3)" in said["other iterations"]
     assert "built other models (shared_covariance: worker 0 0, worker 1 1)" in said["other models"]
+    assert "other settings (resume: worker 0 0, worker 1 1)" in said["resume on one worker"]
 
 
 @pytest.mark.slow
@@ -422,3 +423,21 @@ def test_a_cluster_that_would_wait_forever_is_refused_at_once(tmp_path):
             assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
     finally:
         held.close()
+    # Alone in a cluster of two (the other worker never starts): each gives up in time.
+    command = [sys.executable, "-m", "gpflow_svi_gplvm", "--data", "mine.npy"]
+    command += ["--distributed", "--startup-timeout", "3"]
+    said = {}
+    for index in (0, 1):
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        result = subprocess.run(
+            command,
+            cwd=tmp_path,
+            env=environment(config),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 2, result.stderr[-2000:]
+        said[index] = result.stderr
+    assert f"not reached within 3 s: worker 1 ({workers[1]})" in said[0]
+    assert f"did not reach the chief ({workers[0]})" in said[1]
