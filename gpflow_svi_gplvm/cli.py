@@ -102,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
     # Before any other TensorFlow operation.
     strategy = _strategy(args.distributed, args.startup_timeout)
     cells = args.data is not None and args.data.suffix == ".h5ad"
+    _check_cell_options(args, cells)
     args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
     if strategy is not None and args.export:
         raise ValueError(
@@ -145,6 +146,25 @@ def _run(args: argparse.Namespace) -> int:
     _print_summary(args, metrics, seconds, len(history.elbo))
     print(f"wrote {', '.join(written)} to {args.output}/")
     return 0
+
+
+def _check_cell_options(args: argparse.Namespace, cells: bool) -> None:
+    """A ``ValueError`` for single-cell options given with other data, which would ignore them."""
+    given = [
+        option
+        for option, value in (
+            ("--layer", args.layer),
+            ("--batch-key", args.batch_key),
+            ("--covariate-keys", args.covariate_keys),
+            ("--genes", args.genes),
+        )
+        if value
+    ]
+    if given and not cells:
+        raise ValueError(
+            f"{', '.join(given)} choose what to read of an .h5ad file of single cells, but --data "
+            f"is {args.data.name if args.data else 'the digits'}: drop them, or give an .h5ad."
+        )
 
 
 def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy | None) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import time
@@ -32,6 +33,11 @@ STARTUP_TIMEOUT = 90.0
 
 _RETRY_SECONDS = 0.5
 
+_EXAMPLE = (
+    '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, '
+    '"task": {"type": "worker", "index": 0}}'
+)
+
 _ADVICE = (
     "Start every worker of TF_CONFIG's cluster, the chief (index 0) included, each with its own "
     "index, within the time limit (timeout=, or --startup-timeout on the command line)."
@@ -46,11 +52,10 @@ def multi_worker_strategy(
     reached within ``timeout`` seconds, or what is wrong with ``TF_CONFIG``
     (:func:`checked_cluster`). Call it first, before other TensorFlow work, on every worker."""
     config = cluster_from_environment()
-    if not config.get("cluster"):
+    if isinstance(config, dict) and not config.get("cluster"):
         raise ValueError(
-            "Several workers need TF_CONFIG naming the cluster and this worker, e.g. "
-            '\'{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
-            '"index": 0}}\' on the first machine and "index": 1 on the second.'
+            f"Several workers need TF_CONFIG naming the cluster and this worker, e.g. {_EXAMPLE} "
+            'on the first machine and "index": 1 on the second.'
         )
     meet_workers(checked_cluster(config), timeout)
     return tf.distribute.MultiWorkerMirroredStrategy()
@@ -71,7 +76,23 @@ def checked_cluster(config: dict) -> dict:
     """``config`` (a parsed ``TF_CONFIG``), or a ``ValueError`` for what would leave the
     workers waiting for each other forever: a task type other than worker or chief, an index
     outside its list, or this task's own port taken by another process."""
+    if not (
+        isinstance(config, dict)
+        and isinstance(config.get("cluster", {}), dict)
+        and isinstance(config.get("task", {}), dict)
+    ):
+        raise ValueError(
+            f"TF_CONFIG must be a JSON object with a 'cluster' object and a 'task', e.g. "
+            f"{_EXAMPLE}; got {json.dumps(config)[:200]}."
+        )
     cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    for kind, addresses in cluster.items():
+        bad = addresses if not isinstance(addresses, list) else _unparsed(addresses)
+        if bad:
+            raise ValueError(
+                f"TF_CONFIG's cluster lists {kind!r} as {json.dumps(bad)[:200]}: give a list of "
+                f'"host:port" addresses, one a task, e.g. {_EXAMPLE}.'
+            )
     kind, index = task.get("type"), task.get("index")
     if kind not in ("worker", "chief") or kind not in cluster:
         raise ValueError(
@@ -100,6 +121,11 @@ def meet_workers(config: dict, timeout: float = STARTUP_TIMEOUT) -> None:
     """Return once every worker of ``config``'s cluster (a checked ``TF_CONFIG``) has reached
     the chief (the chief task, else worker 0) at its address, or raise a ``ValueError`` within
     about ``timeout`` seconds naming the workers not reached, or a worker index given twice."""
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(
+            f"The start-up timeout must be a positive number of seconds (e.g. {STARTUP_TIMEOUT:g}"
+            f"), got {timeout!r}: timeout= here, --startup-timeout on the command line."
+        )
     addresses = _addresses(config["cluster"])
     task = config["task"]
     index = task["index"] + (
@@ -110,6 +136,15 @@ def meet_workers(config: dict, timeout: float = STARTUP_TIMEOUT) -> None:
         _gather(addresses, deadline, timeout)
     else:
         _report(addresses, index, deadline, timeout)
+
+
+def _unparsed(addresses: list) -> list:
+    """The entries of ``addresses`` that are not "host:port" with a port number."""
+    return [
+        a
+        for a in addresses
+        if not (isinstance(a, str) and a.rpartition(":")[0] and a.rpartition(":")[2].isdigit())
+    ]
 
 
 def _addresses(cluster: dict) -> list[str]:

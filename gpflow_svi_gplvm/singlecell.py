@@ -208,6 +208,8 @@ class SingleCellGPLVM:
         self.latent_dim, self.layer, self.genes = latent_dim, layer, genes
         self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
         self.likelihood, self.size_factors, self.seed = likelihood, size_factors, seed
+        if isinstance(covariate_keys, str):  # one column's name, not its letters
+            covariate_keys = [covariate_keys]
         columns = ([batch_key] if batch_key else []) + list(covariate_keys)
         self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
         self.model_options = model_options
@@ -682,6 +684,8 @@ def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
                 f"{list(adata.var.columns)}. Pass a list of gene names instead."
             )
         marks = adata.var[genes]
+        if str(marks.dtype) == "boolean" and not marks.isna().any():
+            marks = marks.astype(bool)  # pandas' nullable booleans, with no value missing
         if marks.dtype != bool:
             raise ValueError(
                 f"var column {genes!r} holds {marks.dtype} values, not True/False: choose genes "
@@ -693,6 +697,12 @@ def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
         return chosen
     if len(genes) == 0:
         raise ValueError("genes= is empty: name at least one gene, or pass None for all.")
+    repeated = sorted({str(g) for g in genes if list(genes).count(g) > 1})
+    if repeated:
+        raise ValueError(
+            f"genes= names {repeated[:5]} more than once: each gene is one output of the model "
+            "(and counts once in a cell's library size). Name each gene once."
+        )
     unknown = [g for g in genes if g not in set(names)]
     if unknown:
         raise ValueError(f"genes not in adata.var_names: {unknown[:5]} ({len(unknown)} in all).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -473,6 +474,11 @@ class Trainer:
     ) -> Checkpoints:
         """The checkpoint folder of this run's model, optimiser, generator and steps (and the
         iterator of a user's dataset: the batches of rows held here follow from the step)."""
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
+            raise ValueError(
+                f"checkpoint_dir must name a folder (a str or path), got {directory!r}: e.g. "
+                "checkpoint_dir='checkpoints/'."
+            )
         # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
         # so a checkpoint of the other choice is refused, not restored into the wrong slots.
         optimizer_key = "optimizer" if self.natural_gradient is None else "optimizer_natgrad"

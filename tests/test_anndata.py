@@ -203,6 +203,16 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
         SingleCellGPLVM(Q, layer="counts", genes="chosen").fit(texts, iterations=1)
     with pytest.raises(ValueError, match="genes= is empty"):
         SingleCellGPLVM(Q, layer="counts", genes=[]).fit(cells, iterations=1)
+    with pytest.raises(ValueError, match=r"genes= names \['gene1'\] more than once"):
+        SingleCellGPLVM(Q, layer="counts", genes=["gene1", "gene2", "gene1"]).fit(cells)
+    nullable = cells.copy()
+    nullable.var["chosen"] = pd.array([True, False] * (D // 2), dtype="boolean")
+    chosen = SingleCellGPLVM(Q, layer="counts", genes="chosen", num_inducing=8)
+    assert chosen.fit(nullable, iterations=0, progress=False).gene_names == [
+        f"gene{j}" for j in range(0, D, 2)
+    ]
+    one_key = SingleCellGPLVM(Q, layer="counts", covariate_keys="depth")  # a name, not letters
+    assert one_key.encoding.columns == ["depth"]
     infinite = cells.copy()
     infinite.obs.loc["cell3", "depth"] = np.inf
     with pytest.raises(ValueError, match="'depth' holds inf for cell 'cell3'"):

@@ -94,6 +94,9 @@ def bad_input(tmp_path, case):
     if case == "output is a file":
         (tmp_path / "taken").write_text("a user's file")
         return ["--data", str(csv), "--output", str(tmp_path / "taken")], "is a file"
+    if case == "single-cell options for a csv":
+        options = ["--layer", "counts", "--batch-key", "batch"]
+        return ["--data", str(csv), *options], "--layer, --batch-key choose what to read of an"
     raise AssertionError(case)
 
 
@@ -107,6 +110,7 @@ CASES = [
     "an overflowing scale",
     "negative learning rate",
     "output is a file",
+    "single-cell options for a csv",
 ]
 
 

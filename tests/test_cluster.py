@@ -76,6 +76,18 @@ def test_a_cluster_config_that_would_wait_forever_is_refused():
     for task, message in cases:
         with pytest.raises(ValueError, match=message):
             checked_cluster({"cluster": {"worker": workers}, "task": task})
+    task = {"type": "worker", "index": 0}
+    for cluster in ({"worker": ["localhost", workers[1]]}, {"worker": ["localhost:abc"]}):
+        with pytest.raises(ValueError, match='give a list of "host:port" addresses'):
+            checked_cluster({"cluster": cluster, "task": task})
+    with pytest.raises(ValueError, match='give a list of "host:port" addresses'):
+        checked_cluster({"cluster": {"worker": workers[0]}, "task": task})  # a text, not a list
+    with pytest.raises(ValueError, match="must be a JSON object with a 'cluster' object"):
+        checked_cluster([1, 2])  # type: ignore[arg-type]
+    config = {"cluster": {"worker": workers}, "task": task}
+    for timeout in (-5, 0, float("nan")):
+        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+            meet_workers(config, timeout)
     with socket.socket() as held:
         held.bind(("127.0.0.1", other))
         held.listen(1)

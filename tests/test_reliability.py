@@ -404,3 +404,6 @@ def test_a_checkpoint_folder_that_is_a_file_is_refused_before_training(small, tm
     ]:
         with pytest.raises(ValueError, match=f"checkpoint_dir .* {match}"):
             Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    for folder in ("", " ", 123):  # "" would be the working folder, unasked
+        with pytest.raises(ValueError, match="checkpoint_dir must name a folder"):
+            Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
