@@ -522,8 +522,9 @@ def test_text_columns_are_dropped_and_named(tmp_path):
         ("-0,0980\n1,0500\n0,7000\n", r"a column of numbers with decimal commas, or two"),
         ("x\n-0,0980\n1,0500\n", r"a column of numbers with decimal commas, or two"),
         ("a\tb\n0,5\t1,25\n2,0\t3,5\n", r"separated by '\\t' and its numbers hold commas"),
+        (",a,b\n0,1.5,2\n1,3,4\n", r"no name and numbers the rows 0..1: a row index"),
     ],
-    ids=["ragged", "all text", "header only", "empty", "decimal commas", "headed", "tabs"],
+    ids=["ragged", "all text", "header only", "empty", "decimal commas", "headed", "tabs", "index"],
 )
 def test_tables_that_cannot_be_read_are_clear_errors(tmp_path, text, message):
     path = tmp_path / "table.csv"

@@ -132,6 +132,12 @@ def _read_table(path: Path) -> DataSet:
     body = cells[1:] if header else cells
     if not body:
         raise ValueError(f"{path} has a header row but no rows of data.")
+    if header and not names[0] and [row[0] for row in body] == list(range(len(body))):
+        raise ValueError(
+            f"{path}: the first column has no name and numbers the rows 0..{len(body) - 1}: a row "
+            "index (pandas writes one unless DataFrame.to_csv(path, index=False)), not data. "
+            "Remove that column, or give it a name to train on it."
+        )
     keep, dropped = [], []
     for j, name in enumerate(names):
         column = [row[j] for row in body]
