@@ -40,7 +40,7 @@ from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
 from .sparse_rows import RowReader, RowStream, SparseRows
 from .training import History, fit
-from .validation import check_integer, row_blocks
+from .validation import check_integer, check_seed, row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -133,11 +133,11 @@ def _agreed_categories(seen: list, workers: Workers) -> list:
     return [by_text.get(text, text) for text in sorted(set().union(*lists))]
 
 
-def _obs_column(obs, column: str):
+def _obs_column(obs, column: str, option: str = "batch_key or in covariate_keys"):
     if column not in obs.columns:
         raise ValueError(
             f"obs has no column {column!r}; its columns are {list(obs.columns)}. Name one of "
-            "them as batch_key or in covariate_keys."
+            f"them as {option}."
         )
     return obs[column]
 
@@ -207,7 +207,8 @@ class SingleCellGPLVM:
             raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
         self.latent_dim, self.layer, self.genes = latent_dim, layer, genes
         self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
-        self.likelihood, self.size_factors, self.seed = likelihood, size_factors, seed
+        self.likelihood, self.size_factors = likelihood, size_factors
+        self.seed = check_seed(seed)
         if isinstance(covariate_keys, str):  # one column's name, not its letters
             covariate_keys = [covariate_keys]
         columns = ([batch_key] if batch_key else []) + list(covariate_keys)
@@ -248,7 +249,7 @@ class SingleCellGPLVM:
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         self.model, rows, data = self._build(adata, cells, workers, strategy)
-        batch_size = min(batch_size, adata.n_obs)
+        batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
         self.history = fit(
             cast(SVIGPLVM, self.model),
             data,
@@ -354,6 +355,7 @@ class SingleCellGPLVM:
         if self.model is None:
             raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
         chunk_size = check_integer(chunk_size, "chunk_size", hint="e.g. 4096 cells at a time")
+        _check_anndata(adata)
         if adata.n_obs == 0:
             raise ValueError("adata holds no cells to embed: give transform at least one cell.")
         names = _unique_genes(_genes_of(adata, self.layer).var_names)
@@ -443,7 +445,14 @@ class SingleCellGPLVM:
                     )
             total, count = workers.sum([np.sum(library), len(library)])
             return library / (total / count)
-        values = _obs_column(obs, self.size_factors).to_numpy(dtype=float)
+        column = _obs_column(obs, self.size_factors, "size_factors (or 'library', or None)")
+        try:
+            values = column.to_numpy(dtype=float)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"obs column {self.size_factors!r} is not numbers ({error}): size factors must "
+                "be positive numbers, one a cell."
+            ) from error
         bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
         if len(bad):
             raise ValueError(
@@ -584,13 +593,29 @@ class _CellsFile:
 
 
 def _opened(adata):
-    """``adata``, or the cells of an ``.h5ad`` path (:class:`_CellsFile`)."""
+    """``adata``, or the cells of an ``.h5ad`` path (:class:`_CellsFile`); a ``ValueError`` for
+    anything else, or an AnnData without cells."""
     if not isinstance(adata, (str, Path)):
+        _check_anndata(adata, "or the path of an .h5ad file")
+        if adata.n_obs == 0:
+            raise ValueError("adata holds no cells: give at least one cell to fit.")
         return adata
     path = Path(adata)
     if not path.is_file():
         raise ValueError(f"{path} is not a file: give an AnnData or the path of an .h5ad file.")
-    return _CellsFile(path)
+    try:
+        return _CellsFile(path)
+    except OSError as error:
+        raise ValueError(f"{path} cannot be read as an .h5ad file (HDF5): {error}") from error
+
+
+def _check_anndata(adata, alternative: str = "") -> None:
+    """A ``ValueError`` unless ``adata`` is an AnnData (or reads as one)."""
+    if not all(hasattr(adata, name) for name in ("obs", "var_names", "n_obs")):
+        raise ValueError(
+            f"adata is a {type(adata).__name__}: give an AnnData (anndata.AnnData(X=counts, "
+            f"obs=..., var=...)){' ' + alternative if alternative else ''}."
+        )
 
 
 def _assembled(

@@ -151,6 +151,9 @@ def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path):
     assert anndata.read_h5ad(path).obsm_keys() == []  # the user's file is left as it was
     with pytest.raises(ValueError, match="is not a file"):
         SingleCellGPLVM(Q, **options).fit(tmp_path / "no.h5ad", iterations=1, output=tmp_path)
+    (tmp_path / "text.h5ad").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="cannot be read as an .h5ad file"):
+        SingleCellGPLVM(Q, **options).fit(tmp_path / "text.h5ad", output=tmp_path / "o")
     with pytest.raises(ValueError, match="Pass output=, a folder"):
         SingleCellGPLVM(Q, **options).fit(path, iterations=1)
 
@@ -217,7 +220,26 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
     infinite.obs.loc["cell3", "depth"] = np.inf
     with pytest.raises(ValueError, match="'depth' holds inf for cell 'cell3'"):
         SingleCellGPLVM(Q, layer="counts", covariate_keys=["depth"]).fit(infinite, iterations=1)
+    for wrong, match in [
+        (cells.layers["counts"].toarray(), "adata is a ndarray: give an AnnData"),
+        (cells.to_df(), "adata is a DataFrame: give an AnnData"),
+        (cells[:0].copy(), "adata holds no cells"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            SingleCellGPLVM(Q, layer="counts").fit(wrong, iterations=1)
+    with pytest.raises(ValueError, match="seed"):
+        SingleCellGPLVM(Q, seed=-3)
+    with pytest.raises(ValueError, match="batch_size"):
+        SingleCellGPLVM(Q, layer="counts").fit(cells, batch_size="8")
+    with pytest.raises(ValueError, match=r"obs has no column 'libsize'.*as size_factors"):
+        SingleCellGPLVM(Q, layer="counts", size_factors="libsize").fit(cells, iterations=1)
+    worded = cells.copy()
+    worded.obs["sizes"] = "x"
+    with pytest.raises(ValueError, match="obs column 'sizes' is not numbers"):
+        SingleCellGPLVM(Q, layer="counts", size_factors="sizes").fit(worded, iterations=1)
     model, _ = fitted
+    with pytest.raises(ValueError, match="adata is a ndarray"):
+        model.transform(cells.layers["counts"].toarray())
     with pytest.raises(ValueError, match="no cells to embed"):
         model.transform(cells[:0].copy())
     with pytest.raises(ValueError, match="chunk_size"):
