@@ -447,6 +447,7 @@ def default_components(
     the likelihood is wrapped in :class:`MaskedLikelihood` (with a warning); data outside its
     support is a ``ValueError``, and rows or columns with nothing observed are warned about.
     """
+    _check_components(kernel, likelihood, mean_function, Y.shape[1])
     workers = workers or Workers()
     summary = summary or column_summary(Y, workers)
     count, variance = summary.observed, summary.variance
@@ -472,6 +473,29 @@ def default_components(
     if mean_function is None:
         mean_function = Constant(_offset(likelihood, summary.mean))
     return ModelComponents(kernel, likelihood, mean_function)
+
+
+def _check_components(
+    kernel: object, likelihood: object, mean_function: object, data_dim: int
+) -> None:
+    """A ``ValueError`` for a component that is not a GPflow one of its kind (e.g. a name), or a
+    likelihood with per-output parameters for another number of outputs than D."""
+    for name, value, kind, example in (
+        ("kernel", kernel, Kernel, "gpflow.kernels.SquaredExponential()"),
+        ("likelihood", likelihood, Likelihood, "gpflow.likelihoods.Poisson()"),
+        ("mean_function", mean_function, MeanFunction, "gpflow.mean_functions.Constant()"),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise ValueError(
+                f"{name} must be a GPflow {kind.__name__} object, e.g. {example}, or None for "
+                f"the default; got {value!r}."
+            )
+    outputs = getattr(base_likelihood(likelihood), "num_outputs", None) if likelihood else None
+    if outputs not in (None, 1, data_dim):
+        raise ValueError(
+            f"The likelihood has parameters for {outputs} outputs but the data has D={data_dim} "
+            f"columns: build it with num_outputs={data_dim}."
+        )
 
 
 def _warn_unobserved(empty_rows: int, column_counts: np.ndarray) -> None:

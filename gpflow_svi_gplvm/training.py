@@ -247,6 +247,7 @@ class Trainer:
         row_updates: str = "auto",
         device: str | None = None,
     ) -> None:
+        _check_kinds(model, optimizer, strategy)
         seed = check_seed(seed)
         self.device = check_device(device)
         learning_rate = StepSize.of(learning_rate)
@@ -833,6 +834,25 @@ def _local_sum(gradients: tuple) -> tf.Tensor | tf.IndexedSlices | None:
             first.dense_shape,
         )
     return tf.add_n(list(gradients))
+
+
+def _check_kinds(model: object, optimizer: object, strategy: object) -> None:
+    """A ``ValueError`` for a model, optimizer or strategy that is not one (e.g. a name)."""
+    if not isinstance(model, SVIGPLVM):
+        raise ValueError(
+            f"fit trains the GPLVMs of this package (SVIGPLVM and its subclasses), got a "
+            f"{type(model).__name__}: build one, e.g. BayesianSVIGPLVM(Y, latent_dim=2)."
+        )
+    if optimizer is not None and not isinstance(optimizer, tf_keras.optimizers.Optimizer):
+        raise ValueError(
+            f"optimizer must be a tf_keras optimizer object or None (Adam), got {optimizer!r}: "
+            "e.g. from gpflow.keras import tf_keras; tf_keras.optimizers.Adam(0.01)."
+        )
+    if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
+        raise ValueError(
+            f"strategy must be a tf.distribute strategy or None, got {strategy!r}: e.g. "
+            "tf.distribute.MirroredStrategy(), or multi_worker_strategy() on several machines."
+        )
 
 
 def _description(model: SVIGPLVM, q_u_optimizer: str) -> dict:

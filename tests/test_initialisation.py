@@ -26,7 +26,7 @@ from gpflow_svi_gplvm.initialisation import (
     pca_latents,
     random_latents,
 )
-from gpflow_svi_gplvm.likelihoods import MaskedLikelihood
+from gpflow_svi_gplvm.likelihoods import MaskedLikelihood, NegativeBinomial
 from gpflow_svi_gplvm.validation import ROWS_PER_BLOCK, check_observations
 
 
@@ -230,3 +230,13 @@ def test_initial_latents_are_pca_or_prior_draws():
     np.testing.assert_array_equal(initial_latents(Y, 2, "random", seed=3), random_latents(20, 2, 3))
     with pytest.raises(ValueError, match="latent_init must be 'pca', 'random' or an array"):
         initial_latents(Y, 2, "zeros")
+
+
+def test_components_that_are_not_gpflow_ones_are_refused_at_the_constructor():
+    Y = low_rank_data(20, 4, rank=2)
+    for option, value in (("kernel", "rbf"), ("likelihood", "poisson"), ("mean_function", 0.0)):
+        with pytest.raises(ValueError, match=f"{option} must be a GPflow .* got"):
+            BayesianSVIGPLVM(Y, 2, num_inducing=5, **{option: value})
+    counts = np.random.default_rng(0).poisson(3.0, (20, 4)).astype(float)
+    with pytest.raises(ValueError, match="parameters for 7 outputs but the data has D=4"):
+        BayesianSVIGPLVM(counts, 2, num_inducing=5, likelihood=NegativeBinomial(num_outputs=7))

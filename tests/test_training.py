@@ -558,3 +558,15 @@ def test_a_device_with_a_strategy_is_refused(small_Y):
         model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
     with pytest.raises(ValueError, match="the strategy places the step on its own devices"):
         sg.Trainer(model, small_Y, strategy=strategy, device="/CPU:0")
+
+
+def test_a_model_optimizer_or_strategy_that_is_not_one_is_refused_by_name():
+    Y = np.random.default_rng(0).standard_normal((20, 3))
+    model = sg.PointGPLVM(Y, 2, num_inducing=5)
+    with pytest.raises(ValueError, match="optimizer must be a tf_keras optimizer"):
+        sg.fit(model, Y, 2, optimizer="adam")
+    with pytest.raises(ValueError, match="strategy must be a tf.distribute strategy"):
+        sg.fit(model, Y, 2, strategy="mirrored")
+    gpr = gpflow.models.GPR((Y[:, :1], Y[:, 1:2]), gpflow.kernels.SquaredExponential())
+    with pytest.raises(ValueError, match="fit trains the GPLVMs of this package .* GPR"):
+        sg.fit(gpr, Y, 2)
