@@ -39,7 +39,7 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
-from .latents import LatentBatch, NewRowFit, RowLatentVariables, row_table
+from .latents import LatentBatch, NewRowFit, RowLatentVariables, checked_variance, row_table
 from .validation import check_integer, check_layer_sizes
 
 __all__ = [
@@ -354,7 +354,7 @@ class FlowLatent(RowLatentVariables):
                 f"events have {self.event_size}: build them with dim={self.event_size}."
             )
         self.layers = layers
-        variance = _checked_variance(initial_variance, initial_mean.shape)
+        variance = checked_variance(initial_variance, initial_mean.shape)
         self.mean = row_table(initial_mean, "base_mean")
         self.variance = row_table(variance, "base_variance", positive())
         self.moment_draws = check_integer(moment_draws, "moment_draws", hint="e.g. 256")
@@ -533,23 +533,6 @@ def check_flow_options(flow: str, num_layers: int, parameters: str) -> int:
             f"{parameters!r}."
         )
     return check_integer(num_layers, "num_layers", hint="at least one flow layer, e.g. 10")
-
-
-def _checked_variance(initial_variance: float | np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``initial_variance`` (a number, or one per latent) broadcast to ``shape`` [N, Q]; a
-    ``ValueError`` unless every one is a positive, finite number."""
-    advice = (
-        "initial_variance must be a positive, finite number (the base Gaussian's variance, "
-        f"0.1 by default), or an array of them broadcastable to the latents' shape {shape}"
-    )
-    try:
-        variance = np.broadcast_to(np.asarray(initial_variance, dtype=np.float64), shape).copy()
-    except (TypeError, ValueError):
-        raise ValueError(f"{advice}; got {initial_variance!r}.") from None
-    if not np.all(np.isfinite(variance) & (variance > 0)):
-        bad = variance[~(np.isfinite(variance) & (variance > 0))][0]
-        raise ValueError(f"{advice}; got {bad!r} among them.")
-    return variance
 
 
 def flow_latent(

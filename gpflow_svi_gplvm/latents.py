@@ -459,7 +459,7 @@ class GaussianLatent(RowLatentVariables):
         initial_mean = np.asarray(initial_mean)
         num_data, latent_dim = initial_mean.shape
         super().__init__(num_data, latent_dim, name=name)
-        variance = np.broadcast_to(initial_variance, initial_mean.shape).copy()
+        variance = checked_variance(initial_variance, initial_mean.shape)
         self.mean = row_table(initial_mean, "latent_mean")
         self.variance = row_table(variance, "latent_variance", positive())
 
@@ -739,3 +739,20 @@ def paper_encoder_options(data_dim: int, latent_dim: int) -> dict:
         missing_aware=False,
         hide_fraction=0.0,
     )
+
+
+def checked_variance(initial_variance: float | np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``initial_variance`` (a number, or one per latent) broadcast to ``shape`` [N, Q]; a
+    ``ValueError`` unless every one is a positive, finite number."""
+    advice = (
+        "initial_variance must be a positive, finite number (of each q(x_n) at the start, "
+        f"0.1 by default), or an array of them broadcastable to the latents' shape {shape}"
+    )
+    try:
+        variance = np.broadcast_to(np.asarray(initial_variance, dtype=np.float64), shape).copy()
+    except (TypeError, ValueError):
+        raise ValueError(f"{advice}; got {initial_variance!r}.") from None
+    if not np.all(np.isfinite(variance) & (variance > 0)):
+        bad = variance[~(np.isfinite(variance) & (variance > 0))][0]
+        raise ValueError(f"{advice}; got {bad!r} among them.")
+    return variance

@@ -107,3 +107,9 @@ def test_row_chunks_equal_one_pass_eagerly_and_in_a_graph():
     assert [o.shape.as_list() for o in outputs] == [[None, 3], [None]]
     for got, want in zip(served(values, index), whole):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("variance", [0.0, -1.0, float("nan"), "big"])
+def test_a_gaussian_latent_refuses_a_starting_variance_that_is_not_positive(variance):
+    with pytest.raises(ValueError, match="initial_variance must be a positive, finite number"):
+        GaussianLatent(np.zeros((4, 2)), variance)
