@@ -490,7 +490,8 @@ def _check_components(
                 f"{name} must be a GPflow {kind.__name__} object, e.g. {example}, or None for "
                 f"the default; got {value!r}."
             )
-    outputs = getattr(base_likelihood(likelihood), "num_outputs", None) if likelihood else None
+    base = base_likelihood(likelihood) if isinstance(likelihood, Likelihood) else None
+    outputs = getattr(base, "num_outputs", None)
     if outputs not in (None, 1, data_dim):
         raise ValueError(
             f"The likelihood has parameters for {outputs} outputs but the data has D={data_dim} "
