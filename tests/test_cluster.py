@@ -9,18 +9,9 @@ import threading
 import time
 
 import pytest
+from test_multiworker import free_ports
 
 from gpflow_svi_gplvm.cluster import checked_cluster, meet_workers
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def meet(indices: list[int], size: int, timeout: float = 3.0) -> dict[int, str]:
