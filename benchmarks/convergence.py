@@ -154,8 +154,8 @@ def make_trainer(
         model, Y, BATCH, seed=seed, q_u_optimizer=q_u, row_updates=row_updates, **options
     )
     if setting.endswith("row-k"):  # swapped in before the step is first traced
-        trainer.optimizer = RowSparseAdam(
-            trainer.optimizer_variables, LEARNING_RATE, bias_correction="row"
+        trainer.steps.optimizer = RowSparseAdam(
+            trainer.steps.optimizer_variables, LEARNING_RATE, bias_correction="row"
         )
     return trainer
 

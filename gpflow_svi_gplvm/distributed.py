@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,7 +28,7 @@ import tensorflow as tf
 from numpy.typing import ArrayLike
 
 from .sparse_rows import SparseRows
-from .validation import check_integer, check_observations
+from .validation import check_integer, check_observations, row_blocks
 
 T = TypeVar("T")
 
@@ -383,6 +383,23 @@ class RowShard:
                 "with num_data equal to the rows they hold."
             )
 
+    def check_against(self, num_data: int, data_dim: int, workers: Workers) -> None:
+        """:meth:`check`, then a ``ValueError`` on every worker unless the shards are rows of a
+        data set of N = ``num_data`` rows and D = ``data_dim`` columns (the model's)."""
+        self.check(workers)
+        with workers.agreeing():
+            if (self.num_data, self.data_dim) != (num_data, data_dim):
+                raise ValueError(
+                    f"the shard holds rows of a data set of N={self.num_data}, D={self.data_dim}, "
+                    f"but the model was built for N={num_data}, D={data_dim}: train on the rows "
+                    "the model was built from."
+                )
+
+    def has_gaps(self, workers: Workers) -> bool:
+        """Whether any worker's shard has a missing entry (read a block of rows at a time)."""
+        gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(self.Y))
+        return bool(workers.sum(gaps) > 0)
+
 
 def _rows_on_cpu(Y: np.ndarray) -> tf.Variable:
     """Y [n, D] in a non-trainable variable on this process's CPU, written in blocks of about a
@@ -421,3 +438,115 @@ def _check_rows(rows: ArrayLike, num_rows: int, num_data: int) -> np.ndarray:
     if len(np.unique(rows)) != num_rows:
         raise ValueError("rows repeats a row number: each row of the data set appears once.")
     return rows.astype(np.int64)
+
+
+def replica_batch_size(batch_size: int, num_rows: int, replicas: int, workers: Workers) -> int:
+    """The rows of each replica's batch: the global ``batch_size`` split evenly over the
+    ``replicas`` of all workers, each worker holding at least that many of its ``num_rows``;
+    else a ``ValueError`` (the same on every worker) that says what to choose."""
+    if batch_size % replicas:
+        raise ValueError(
+            f"{workers.name}: batch_size={batch_size} cannot be split evenly over the "
+            f"{replicas} replicas ({workers.count} worker(s) x {workers.local_replicas} "
+            f"device(s)): choose a multiple of {replicas}, e.g. "
+            f"{max(replicas, batch_size // replicas * replicas)}."
+        )
+    with workers.agreeing():
+        if num_rows < batch_size // replicas:
+            raise ValueError(
+                f"it holds {num_rows} rows, fewer than a replica's batch of "
+                f"{batch_size // replicas}: lower batch_size, or give it more rows."
+            )
+    return batch_size // replicas
+
+
+def check_strategy(
+    variables: Sequence[tf.Variable],
+    strategy: tf.distribute.Strategy,
+    jit_compile: bool,
+    device: str | None,
+    workers: Workers,
+) -> None:
+    """A ``ValueError`` (the same on every worker) for what a strategy cannot train: compiled
+    XLA, a device of the caller's choosing, or a model's shared ``variables`` made outside the
+    strategy's scope."""
+    where = f"{workers.name}: " if workers.count > 1 else ""
+    if jit_compile:
+        raise ValueError(f"{where}jit_compile=True is not supported with a strategy: leave it off.")
+    if device is not None:
+        raise ValueError(
+            f"{where}device={device!r} with a strategy: the strategy places the step on its own "
+            "devices (choose them when building it, e.g. MirroredStrategy(['/GPU:0'])); leave "
+            "device=None."
+        )
+    shared = [v for v in variables if not worker_owned(v)]
+    if not all(strategy.extended.variable_created_in_scope(v) for v in shared):
+        raise ValueError(
+            f"{where}The model's variables were not created under this strategy: build the model "
+            "inside `with strategy.scope():` and pass the same strategy to fit."
+        )
+
+
+def sum_over_replicas(loss: tf.Tensor, gradients: list, tables: frozenset[int]) -> tuple:
+    """In a replica: the ``loss`` and the gradients of the global parameters summed over all
+    replicas of all workers, the same on every replica, from one all-reduce; the gradients of
+    the ``tables`` (positions in ``gradients``) stay this replica's own, and only the count of
+    their non-finite entries joins the all-reduce, so that every worker takes the same decision
+    to apply the step. What crosses the network does not grow with N or the batch."""
+    faults = tf.add_n(
+        [tf.constant(0.0, loss.dtype)]
+        + [
+            tf.reduce_sum(tf.cast(~tf.math.is_finite(gradient_values(gradients[i])), loss.dtype))
+            for i in sorted(tables)
+            if gradients[i] is not None
+        ]
+    )
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return loss, faults, gradients
+    shared = [
+        i for i, g in enumerate(gradients) if g is not None and i not in tables
+    ]  # global parameters; an IndexedSlices of one is summed densely (they are small)
+    loss, faults, *sums = context.all_reduce(
+        tf.distribute.ReduceOp.SUM,
+        [loss, faults] + [tf.convert_to_tensor(gradients[i]) for i in shared],
+    )
+    summed = list(gradients)
+    for i, total in zip(shared, sums):
+        summed[i] = total
+    return loss, faults, summed
+
+
+def gradient_values(gradient: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
+    """The numbers of a gradient: a dense one, or a row-sliced one's rows."""
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
+def local_sum(gradients: tuple) -> tf.Tensor | tf.IndexedSlices | None:
+    """The sum of this worker's replicas' gradients of one table: their row slices concatenated
+    (the optimiser sums repeated rows), or dense ones added."""
+    first = gradients[0]
+    if first is None or len(gradients) == 1:
+        return first
+    if isinstance(first, tf.IndexedSlices):
+        return tf.IndexedSlices(
+            tf.concat([g.values for g in gradients], 0),
+            tf.concat([g.indices for g in gradients], 0),
+            first.dense_shape,
+        )
+    return tf.add_n(list(gradients))
+
+
+def lost_worker_message(
+    workers: Workers, error: tf.errors.OpError, step: int, last_checkpoint: str | None
+) -> str:
+    """What to do when another worker stopped answering (``error``) after this one's ``step``;
+    ``last_checkpoint`` says where the run can resume from (None: nowhere)."""
+    where = last_checkpoint or (
+        "no checkpoint was written (pass checkpoint_dir to fit to resume after a loss)"
+    )
+    return (
+        f"{workers.name}: another worker stopped or cannot be reached after step {step} "
+        f"({_first_line(error)}); {where}. Start every worker again with the same command and "
+        "resume=True."
+    )

@@ -149,7 +149,7 @@ def agree() -> dict:
     for name in MODELS:
         results.update(train(name, shard, SETTINGS.get("iterations", 200)))
     trainer = package.Trainer(build("bsvi", shard), shard, batch_size=BATCH, strategy=STRATEGY)
-    results["trainer_rows"] = np.array(trainer.shard.Y.shape)
+    results["trainer_rows"] = np.array(trainer.rows.shard.Y.shape)
     results["worker"] = workers.index
     return results
 

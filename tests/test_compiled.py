@@ -82,7 +82,7 @@ def test_a_likelihood_that_branches_in_python_trains_like_its_tf_cond_twin(small
         histories.append(trainer.train(20, progress=False).elbo)
         trainers.append(trainer)
     np.testing.assert_allclose(histories[0], histories[1], rtol=1e-10)
-    assert trainers[0].step.autograph and not trainers[1].step.autograph
+    assert trainers[0].steps.step.autograph and not trainers[1].steps.step.autograph
 
 
 def stepped_rate(t):
@@ -100,7 +100,7 @@ def test_a_schedule_that_branches_in_python_trains_like_its_tf_where_twin(small_
         histories.append(trainer.train(20, progress=False).elbo)
         trainers.append(trainer)
     np.testing.assert_allclose(histories[0], histories[1], rtol=1e-10)
-    assert trainers[0].step.autograph and not trainers[1].step.autograph
+    assert trainers[0].steps.step.autograph and not trainers[1].steps.step.autograph
 
 
 MODELS = {
@@ -124,5 +124,5 @@ def test_the_packages_models_train_and_infer_new_rows_without_autograph(name, sm
     inference = sg.LatentInference(model, iterations=5)
     inference.reconstruct(Y[:3])
     inference.log_density(Y[:3], Y[:3])
-    used = [trainer.step, inference.predict, inference.log_densities]
+    used = [trainer.steps.step, inference.predict, inference.log_densities]
     assert not any(function.autograph for function in used)

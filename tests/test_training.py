@@ -101,7 +101,7 @@ def test_compiled_step_traces_once_over_a_whole_fit(small_Y):
     assert history.elbo.shape == (23,)
     assert np.all(np.isfinite(history.elbo))
     assert history.tracing_count == 1
-    assert trainer.run.experimental_get_tracing_count() == 1
+    assert trainer.steps.run.experimental_get_tracing_count() == 1
 
     first = history.elbo.copy()
     history = trainer.train(9, steps_per_call=4, progress=False)  # a second run: 4, 4, 1
@@ -111,8 +111,8 @@ def test_compiled_step_traces_once_over_a_whole_fit(small_Y):
     np.testing.assert_array_equal(history.elbo[:23], first)
     assert np.all(np.isfinite(history.elbo))
     assert history.tracing_count == 1
-    assert trainer.step.experimental_get_tracing_count() == 1
-    assert trainer.run.experimental_get_tracing_count() == 1
+    assert trainer.steps.step.experimental_get_tracing_count() == 1
+    assert trainer.steps.run.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("model_class", PER_ROW_MODELS, ids=lambda c: c.__name__)
@@ -125,13 +125,13 @@ def test_eager_and_compiled_losses_agree(model_class, small_Y, monkeypatch):
     eager = model.training_loss(batch).numpy()
 
     trainer = sg.Trainer(model, small_Y, batch_size=BATCH)
-    before = values(trainer.variables)
+    before = values(trainer.steps.variables)
     idx, _ = batch
     # The step gathers these rows (one replica's positions); the loss is from before the update.
-    compiled = trainer.step(idx[None]).numpy()
+    compiled = trainer.steps.step(idx[None]).numpy()
 
     np.testing.assert_allclose(compiled, eager, rtol=1e-10)
-    changed = [not np.array_equal(a, v.numpy()) for a, v in zip(before, trainer.variables)]
+    changed = [not np.array_equal(a, v.numpy()) for a, v in zip(before, trainer.steps.variables)]
     assert any(changed), "the compiled step applied no update"
     if model_class is sg.BayesianSVIGPLVM:
         # The comparison is not vacuous: a different eps gives a different loss.
@@ -513,7 +513,7 @@ def test_held_rows_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y)
     model = stochastic_bsvi(small_Y)
     dataset = sg.training.make_dataset(model, small_Y, BATCH, seed=3)
     trainer = sg.Trainer(model, dataset, seed=3)
-    assert trainer.shard is None
+    assert trainer.rows.shard is None
     # The same steps; the dense update of this small table runs on TensorFlow's thread pool, whose
     # split of the work can round the last bit differently from run to run.
     np.testing.assert_allclose(trainer.train(25, progress=False).elbo, reference.elbo, rtol=1e-12)
@@ -524,9 +524,9 @@ def test_the_held_rows_are_the_data_and_stay_out_of_the_model_and_checkpoints(sm
     Y[3, 1] = np.nan
     model = sg.PointGPLVM(Y, Q, M_SMALL)
     trainer = sg.Trainer(model, Y, batch_size=BATCH, checkpoint_dir=tmp_path)
-    np.testing.assert_array_equal(trainer.shard.Y.numpy(), Y)  # NaN where missing, bit for bit
-    np.testing.assert_array_equal(trainer.shard.rows, np.arange(len(Y)))
-    assert "CPU" in trainer.shard.Y.device
+    np.testing.assert_array_equal(trainer.rows.shard.Y.numpy(), Y)  # NaN where missing, bit for bit
+    np.testing.assert_array_equal(trainer.rows.shard.rows, np.arange(len(Y)))
+    assert "CPU" in trainer.rows.shard.Y.device
     trainer.save()
     stored = tf.train.list_variables(str(tmp_path))
     assert all(tuple(shape) != Y.shape for _, shape in stored), stored

@@ -156,7 +156,7 @@ def test_the_trainer_steps_q_u_naturally_and_everything_else_with_adam(gaussian_
     mean, covariance, _ = whitened_collapsed_q_u(before, gaussian_Y)
     trainer = sg.Trainer(model, gaussian_Y, batch_size=N, q_u_optimizer="natgrad", natgrad_gamma=1)
     q_u = {model.q_mu.unconstrained_variable.ref(), model.q_sqrt.unconstrained_variable.ref()}
-    assert not q_u & {v.ref() for v in trainer.optimizer.variables_to_train}
+    assert not q_u & {v.ref() for v in trainer.steps.optimizer.variables_to_train}
 
     trainer.train(1, progress=False)
 
@@ -170,11 +170,11 @@ def test_natural_gradients_are_the_default_for_a_gaussian_likelihood_only(
     gaussian_Y, counts_with_gaps
 ):
     gaussian = sg.BayesianSVIGPLVM(gaussian_Y, Q, M)
-    assert sg.Trainer(gaussian, gaussian_Y).q_u_optimizer == "natgrad"
-    assert sg.Trainer(gaussian, gaussian_Y, q_u_optimizer="adam").natural_gradient is None
+    assert sg.Trainer(gaussian, gaussian_Y).steps.q_u_optimizer == "natgrad"
+    assert sg.Trainer(gaussian, gaussian_Y, q_u_optimizer="adam").steps.natural_gradient is None
     likelihood = MaskedLikelihood(gpflow.likelihoods.Poisson())
     counts = sg.BayesianSVIGPLVM(counts_with_gaps, Q, M, likelihood=likelihood)
-    assert sg.Trainer(counts, counts_with_gaps).q_u_optimizer == "adam"
+    assert sg.Trainer(counts, counts_with_gaps).steps.q_u_optimizer == "adam"
 
 
 def test_natural_gradients_train_a_poisson_model_with_gaps(counts_with_gaps):

@@ -1,0 +1,266 @@
+"""The rows a training step draws its batch from: held once on this worker's CPU (dense or CSR),
+streamed from disk, or a user's dataset. Batches of held or stored rows are a function of the
+seed and the step alone, so that a resumed run continues them without storing them."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import tensorflow as tf
+from gpflow.config import default_float
+from numpy.typing import ArrayLike
+
+from .checkpoints import TrainingData
+from .distributed import RowShard, Workers, replica_batch_size
+from .likelihoods import MaskedLikelihood, check_likelihood_support
+from .models import SVIGPLVM
+from .sparse_rows import RowStream, SparseRows
+from .validation import check_integer, check_observations
+
+__all__ = ["TrainingRows", "minibatch_indices", "make_dataset"]
+
+
+def minibatch_indices(
+    num_data: int,
+    batch_size: int,
+    seed: int = 0,
+    stream: int = 0,
+    num_streams: int = 1,
+    start: int = 0,
+) -> tf.data.Dataset:
+    r"""Endless shuffled minibatches of row indices ``idx`` [B] int64, B = min(batch_size, N).
+
+    Each epoch e is a fresh permutation of the N rows (stateless, from ``seed`` and
+    :math:`e S + s` for stream s of S, so that the workers of a cluster, one stream each, shuffle
+    their rows apart) cut into :math:`\lfloor N / B \rfloor` batches; the :math:`N \bmod B` rows at
+    its end sit that epoch out. The stream begins at its batch number ``start``, so that a
+    resumed run continues it without storing it. The pipeline costs a few operations per batch,
+    not per row, and batches have a fixed size, so a step taking them traces once.
+    """
+    batch_size = min(check_integer(batch_size, "batch_size"), num_data)
+    num_batches = num_data // batch_size
+    first_epoch, skipped = divmod(check_integer(start, "start", minimum=0), num_batches)
+
+    def epoch(number: tf.Tensor) -> tf.data.Dataset:
+        shuffle_seed = tf.stack([tf.constant(seed, tf.int64), number * num_streams + stream])
+        order = tf.random.experimental.stateless_shuffle(
+            tf.range(num_data, dtype=tf.int64), seed=shuffle_seed
+        )
+        batches = tf.reshape(order[: num_batches * batch_size], [num_batches, batch_size])
+        return tf.data.Dataset.from_tensor_slices(batches)
+
+    batches = tf.data.Dataset.counter(first_epoch).flat_map(epoch)
+    return (batches.skip(skipped) if skipped else batches).prefetch(tf.data.AUTOTUNE)
+
+
+def make_dataset(
+    model: SVIGPLVM, Y: ArrayLike, batch_size: int, seed: int = 0, mask: ArrayLike | None = None
+) -> tf.data.Dataset:
+    """Endless shuffled minibatches ``(idx [B] int64, Y [B, D])`` of the training rows, in the
+    order of :func:`minibatch_indices`; ``mask`` [N, D] (True = observed) turns hidden entries
+    into NaN.
+
+    The dataset holds Y as a constant (about twice its size resident, plus a copy while an
+    iterator is built); a :class:`~gpflow_svi_gplvm.training.Trainer` given Y itself holds it
+    once, in a variable.
+    """
+    Y = _training_data(model, Y, mask)
+    rows = tf.constant(Y)
+    return minibatch_indices(Y.shape[0], batch_size, seed).map(
+        lambda idx: (idx, tf.gather(rows, idx))
+    )
+
+
+class TrainingRows:
+    """Where a :class:`~gpflow_svi_gplvm.training.Trainer`'s batches come from.
+
+    ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), or a
+    :class:`~gpflow_svi_gplvm.distributed.RowShard` of this worker's rows: held once as
+    :attr:`shard`, on this worker's CPU, each step gathering its batch of shuffled rows
+    (:func:`minibatch_indices`, one stream per worker) where they are. Or rows on disk
+    (:attr:`on_disk`, a :class:`~gpflow_svi_gplvm.sparse_rows.RowStream`, one worker), read in
+    shuffled blocks; or a user's ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``
+    (:attr:`dataset`, one worker) taken as it is. :attr:`replica_batch` is the rows of one
+    replica's batch (the global ``batch_size`` split over the replicas of all workers).
+    """
+
+    def __init__(
+        self,
+        model: SVIGPLVM,
+        data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
+        mask: ArrayLike | None,
+        batch_size: int,
+        seed: int,
+        strategy: tf.distribute.Strategy,
+        workers: Workers,
+    ) -> None:
+        self.model, self.seed, self.strategy, self.workers = model, seed, strategy, workers
+        self.shard: RowShard | None = None
+        self.on_disk: RowStream | None = None
+        self.dataset: tf.data.Dataset | None = None
+        if isinstance(data, (tf.data.Dataset, RowStream)):
+            self._take_stream(data)
+            self.replica_batch = check_integer(batch_size, "batch_size")
+            return
+        self.shard = _training_shard(model, data, mask, workers)
+        batch_size = check_integer(batch_size, "batch_size")
+        if workers.count == 1:
+            batch_size = min(batch_size, self.shard.num_rows)
+        self.replica_batch = replica_batch_size(
+            batch_size, self.shard.num_rows, strategy.num_replicas_in_sync, workers
+        )
+        with tf.device("/cpu:0"):
+            self._row_numbers = tf.constant(self.shard.rows)
+
+    def _take_stream(self, data: RowStream | tf.data.Dataset) -> None:
+        """Keep a user's dataset or rows on disk, on one worker, of the model's shape."""
+        if self.workers.count > 1:
+            raise ValueError(
+                f"{self.workers.name}: a tf.data.Dataset or rows on disk cannot be split over "
+                f"{self.workers.count} workers here; give each worker its rows as a RowShard "
+                "(gpflow_svi_gplvm.RowShard; DiskRows.load reads a worker's rows) instead."
+            )
+        if isinstance(data, tf.data.Dataset):
+            self.dataset = data
+            return
+        model = self.model
+        if tuple(data.shape) != (model.num_data, model.data_dim):
+            raise ValueError(
+                f"The rows on disk are {data.shape[0]} x {data.shape[1]} but the model was "
+                f"built for N={model.num_data}, D={model.data_dim}: train on the rows the model "
+                "was built from."
+            )
+        self.on_disk = data
+
+    @property
+    def follow_from_step(self) -> bool:
+        """Whether the batches are a function of the seed and the step (rows held or on disk),
+        so that a checkpoint needs no iterator to continue them."""
+        return self.dataset is None
+
+    def batches(self, first_step: int = 0) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+        """The elements of the steps from ``first_step`` on. Held rows: their positions
+        [local replicas, replica_batch] in this worker's shard (with the dense rows of a sparse
+        shard), consecutive batches of one stream of the worker's own shuffled rows, a plain
+        dataset of this worker's (:meth:`for_replicas` hands its rows to the replicas; a
+        distributed dataset would agree across workers on every step's batch). Rows on disk:
+        their own stream of ``(idx, Y)``. A user's dataset: as it is (distributed over the
+        devices of a strategy)."""
+        if self.shard is not None:
+            return self._held_batches(first_step)
+        if self.on_disk is not None:  # read from where the rows are stored
+            dataset = self.on_disk.batches(self.replica_batch, self.seed, start=first_step)
+        else:
+            dataset = cast(tf.data.Dataset, self.dataset)
+        if self.workers.strategy is None:
+            return dataset
+        return self.strategy.experimental_distribute_dataset(dataset)
+
+    def _held_batches(self, first_step: int) -> tf.data.Dataset:
+        shard, workers = cast(RowShard, self.shard), self.workers
+        local = workers.local_replicas
+        positions = minibatch_indices(
+            shard.num_rows,
+            self.replica_batch,
+            self.seed,
+            workers.index,
+            workers.count,
+            start=first_step * local,
+        ).batch(local, drop_remainder=True)
+        if not shard.sparse:
+            return positions
+        rows = cast(SparseRows, shard.Y)
+        shape = [local, self.replica_batch, shard.data_dim]
+
+        def dense(element: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            # Densified off the step's thread, one batch at a time, while the step runs.
+            flat = tf.numpy_function(rows.take, [tf.reshape(element, [-1])], tf.float64)
+            return element, tf.reshape(tf.cast(flat, default_float()), shape)
+
+        return positions.map(dense).prefetch(2)
+
+    def for_replicas(self, element: tf.Tensor | tuple) -> tf.Tensor | tuple:
+        """A step's element as the strategy's replicas take it: held rows' positions
+        [local replicas, ...] become one per replica; other elements are already theirs."""
+        if self.shard is None:
+            return element
+        first = self.workers.index * self.workers.local_replicas
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda context: tf.nest.map_structure(
+                lambda part: part[context.replica_id_in_sync_group - first], element
+            )
+        )
+
+    def gather(self, element: tf.Tensor | tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, ...]:
+        """In a replica: the rows' indices into the latent tables ``idx`` [B] and their
+        observations ``Y`` [B, D], from its element (positions in the shard, with their dense
+        rows for a sparse shard, or a user's ``(idx, Y)``)."""
+        if self.shard is None:
+            return tuple(element)
+        positions, Y = element if self.shard.sparse else (element, None)
+        # Tables owned by this worker are indexed by position in its shard.
+        idx = positions
+        if self.model.table_rows is None:
+            idx = tf.gather(self._row_numbers, positions)
+        if Y is None:
+            held = cast(tf.Variable, self.shard.Y)
+            # Gathered where the rows are, so that only the batch moves to the device.
+            with tf.device(held.device):
+                Y = tf.gather(held, positions)
+        return idx, Y
+
+    def record(self, batch_size: int) -> TrainingData:
+        """What the run trains on, for its checkpoints (nothing to record of a user's dataset)."""
+        if self.on_disk is not None:
+            return TrainingData.of(cast(np.ndarray, self.on_disk), batch_size)
+        if self.shard is None:
+            return TrainingData({})
+        rows = self.shard.rows
+        whole = self.workers.count == 1 and np.array_equal(rows, np.arange(len(rows)))
+        return TrainingData.of(self.shard.Y, batch_size, None if whole else rows, self.workers)
+
+
+def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.ndarray:
+    """Y [N, D] checked against the model, with NaN where ``mask`` hides entries."""
+    Y = check_observations(Y, "data", model.data_dim, mask)
+    if Y.shape[0] != model.num_data:
+        raise ValueError(
+            f"data has {Y.shape[0]} rows but the model was built for N={model.num_data}: "
+            "train on the rows the model was constructed with."
+        )
+    _check_gaps(model, bool(np.isnan(Y).any()))
+    check_likelihood_support(model.likelihood, Y)
+    return Y
+
+
+def _check_gaps(model: SVIGPLVM, gaps: bool) -> None:
+    """A ``ValueError`` when data with gaps meets a model that counts every entry."""
+    if gaps and not isinstance(model.likelihood, MaskedLikelihood):
+        raise ValueError(
+            "data has missing entries but the model was built on complete data, so its "
+            "likelihood counts every entry. Build the model with the incomplete data (it then "
+            "wraps its likelihood in MaskedLikelihood), or pass likelihood=MaskedLikelihood(...)."
+        )
+
+
+def _training_shard(
+    model: SVIGPLVM,
+    data: ArrayLike | RowShard,
+    mask: ArrayLike | None,
+    workers: Workers,
+) -> RowShard:
+    """The rows this worker trains on: a given shard checked against the model and the other
+    workers' shards, or this worker's block of Y [N, D] (all of Y for one worker)."""
+    if not isinstance(data, RowShard):
+        Y = _training_data(model, data, mask)
+        if workers.count == 1:
+            return RowShard(Y, np.arange(len(Y)), len(Y))
+        return RowShard.for_worker(Y, workers.strategy)
+    if mask is not None:
+        raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
+    data.check_against(cast(int, model.num_data), model.data_dim, workers)
+    _check_gaps(model, data.has_gaps(workers))
+    with workers.agreeing():
+        check_likelihood_support(model.likelihood, cast(np.ndarray, data.Y))
+    return data
