@@ -62,7 +62,7 @@ from gpflow_svi_gplvm import (  # noqa: E402
     fit,
 )
 from gpflow_svi_gplvm.datasets import load_oilflow, train_test_split  # noqa: E402
-from gpflow_svi_gplvm.flows import flow_latent  # noqa: E402
+from gpflow_svi_gplvm.latents.flows import flow_latent  # noqa: E402
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
 from gpflow_svi_gplvm.posterior_check import (  # noqa: E402
     fit_to_posterior,

@@ -116,7 +116,7 @@ class LatentInference(tf.Module):
     :func:`exact_predictive_applies`: its bound is then taken in closed form, whatever the
     training used; ``tolerance="auto"``), or wherever a number is given as ``tolerance`` (a
     bound with draws then keeps one set of draws for the whole fit), each row then takes damped
-    Newton steps of its own (:mod:`~gpflow_svi_gplvm.newton_rows`) until the bound a step would
+    Newton steps of its own (:mod:`~gpflow_svi_gplvm.latents.new_rows`) until the bound a step would
     still add is below ``tolerance`` (relative), at most ``iterations`` steps; a step computes
     only the rows still moving, and most rows stop within a handful of steps. Otherwise (or
     with ``tolerance=None``) every row takes ``iterations`` Adam steps with ``learning_rate`` and

@@ -33,10 +33,9 @@ __all__ = [
 GAUSS_HERMITE_POINTS = 20
 """Points of the Gauss-Hermite rule of :class:`NegativeBinomial`'s predictive density."""
 TRAINING_GAUSS_HERMITE_POINTS = 4
-"""Points of :class:`NegativeBinomial`'s variational expectation by default: on the single-cell
-benchmark's counts the minibatch ELBO is 9e-6 (relative) from a 100-point rule's at
-initialisation, where q(f) is widest (variance 1), 3e-9 after 320 steps; 3 points: 3e-4 and 6e-9
-(``benchmarks/count_step.py``)."""
+"""Points of :class:`NegativeBinomial`'s variational expectation by default: the fewest whose
+minibatch ELBO stays close to a 100-point rule's on single-cell counts, from initialisation
+(where q(f) is widest) on (measured by ``benchmarks/count_step.py``)."""
 
 
 class MaskedLikelihood(Likelihood):

@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, FlowBayesianGPLVM, GaussianLatent, fit
 from gpflow_svi_gplvm.datasets import load_digits
-from gpflow_svi_gplvm.flows import flow_latent
+from gpflow_svi_gplvm.latents.flows import flow_latent
 from gpflow_svi_gplvm.plotting import keep_figures
 from gpflow_svi_gplvm.posterior_check import (
     fit_to_posterior,

@@ -16,7 +16,7 @@ from check_shapes import disable_check_shapes
 
 from gpflow_svi_gplvm import FlowBayesianGPLVM, export_saved_model, fit
 from gpflow_svi_gplvm.cli import main
-from gpflow_svi_gplvm.flows import (
+from gpflow_svi_gplvm.latents.flows import (
     PLANAR_MARGIN,
     AutoregressiveLayers,
     FlowLatent,

@@ -6,7 +6,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpflow_svi_gplvm.newton_rows import newton_rows
+from gpflow_svi_gplvm.latents.new_rows import newton_rows
 
 
 def _run(loss, start, tolerance=1e-10, iterations=100):

@@ -14,7 +14,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 import gpflow_svi_gplvm as sg
-from gpflow_svi_gplvm.networks import MLP
+from gpflow_svi_gplvm.latents.networks import MLP
 from gpflow_svi_gplvm.validation import (
     check_chunk_size,
     check_device,

@@ -1,4 +1,8 @@
-r"""Damped Newton steps, row by row, for the q(x*) of new rows whose bound is deterministic.
+r"""Fitting the q(x*) of new rows with the model frozen: every row's parameters maximise its own
+part of the bound (:func:`fit_rows`). A stochastic bound takes Adam steps whose iterates are
+averaged (Polyak-Ruppert, see
+:meth:`~gpflow_svi_gplvm.latents.RowLatentVariables.fitted_rows`); a deterministic one takes
+damped Newton steps, row by row (:func:`newton_rows`), as follows.
 
 Each new row's part of the bound depends on that row's parameters alone (P numbers: Q means and
 Q variances for a Gaussian q(x*)), so the Hessian of the summed loss is block diagonal, one
@@ -22,12 +26,16 @@ within a handful of steps, where first-order steps take tens.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 
-__all__ = ["MAX_DAMPING", "newton_rows"]
+from ..optimizers import adam_moments_and_step
+from .batch import LatentBatch, NewRowFit
+
+__all__ = ["fit_rows", "newton_rows", "MAX_DAMPING"]
 
 MAX_DAMPING = 1e6
 """Relative damping beyond which a row stops: its steps are then at most about a millionth of the
@@ -35,6 +43,75 @@ Newton step along the block's steepest curvature."""
 
 INITIAL_DAMPING = 1e-3
 """Relative damping a row starts with."""
+
+
+def fit_rows(
+    batch_of: Callable[[tuple[tf.Tensor, ...], int, tf.Tensor], LatentBatch],
+    transforms: Sequence[tfp.bijectors.Bijector | None],
+    start: Sequence[tf.Tensor],
+    Y: tf.Tensor,
+    fit: NewRowFit,
+) -> tuple[tf.Tensor, ...]:
+    """Parameter rows (one tensor [B, ...] per table, from ``start``) of new rows Y [B, D] that
+    maximise ``fit.objective`` of ``batch_of(rows, draws, noise)``, in the unconstrained space of
+    ``transforms`` (one GPflow transform or None per table), as
+    :meth:`RowLatentVariables.fitted_rows` describes."""
+    raw = [r if t is None else t.inverse(r) for t, r in zip(transforms, start)]
+
+    def constrain(raw: Sequence[tf.Tensor]) -> tuple[tf.Tensor, ...]:
+        return tuple(r if t is None else t.forward(r) for t, r in zip(transforms, raw))
+
+    def loss(step: tf.Tensor, raw: list[tf.Tensor], rows: tf.Tensor) -> tf.Tensor:
+        seed = tf.stack([tf.constant(fit.seed, tf.int64), step])
+        shape = [fit.num_samples, 1, start[0].shape[-1]]
+        noise = tf.random.stateless_normal(shape, seed=seed, dtype=Y.dtype)
+        batch = batch_of(constrain(raw), fit.num_samples, noise)
+        return -fit.objective(batch, tf.gather(Y, rows), rows)  # [A]
+
+    if fit.tolerance is None:
+        every_row = tf.range(tf.shape(Y, out_type=tf.int64)[0])
+        return constrain(_polyak_adam(lambda step, raw: loss(step, raw, every_row), raw, fit))
+    # One set of draws for the whole fit (those of step 0): the objective stays fixed.
+    step = tf.constant(0, tf.int64)
+    return constrain(
+        newton_rows(lambda raw, rows: loss(step, raw, rows), raw, fit.tolerance, fit.iterations)
+    )
+
+
+def _polyak_adam(
+    loss: Callable[[tf.Tensor, list[tf.Tensor]], tf.Tensor],
+    start: list[tf.Tensor],
+    fit: NewRowFit,
+) -> list[tf.Tensor]:
+    """``fit.iterations`` Adam steps on ``loss(step, parameters)`` (each row's part [B], rows
+    independent) from ``start`` [B, ...], inside one explicit ``tf.while_loop``, and the average
+    of the iterates from ``fit.averaging_start`` on (the last one when that is the last step)."""
+
+    def adam_step(step, raw, first, second, average):
+        with tf.GradientTape() as tape:
+            tape.watch(raw)
+            total = tf.reduce_sum(loss(step, raw))
+        gradients = tape.gradient(total, raw)
+        updates = [
+            adam_moments_and_step(m, v, g, step + 1, fit.learning_rate)
+            for m, v, g in zip(first, second, gradients)
+        ]
+        raw = [r - u[2] for r, u in zip(raw, updates)]
+        # The running mean of the iterates from averaging_start on (weight 1 at that step).
+        dtype = raw[0].dtype
+        weight = 1.0 / tf.cast(tf.maximum(step - fit.averaging_start + 1, 1), dtype)
+        weight *= tf.cast(step >= fit.averaging_start, dtype)
+        average = [a + weight * (r - a) for a, r in zip(average, raw)]
+        return step + 1, raw, [u[0] for u in updates], [u[1] for u in updates], average
+
+    def more(step: tf.Tensor, *_) -> tf.Tensor:
+        return step < fit.iterations
+
+    # An explicit while loop: the compiled graph does not depend on AutoGraph converting the
+    # caller (a notebook kernel once ran it unconverted).
+    zeros = [tf.zeros_like(r) for r in start]
+    state = (tf.constant(0, tf.int64), start, zeros, list(zeros), list(start))
+    return tf.while_loop(more, adam_step, state, parallel_iterations=1)[4]
 
 
 def newton_rows(

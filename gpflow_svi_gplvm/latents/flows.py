@@ -39,8 +39,9 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 from gpflow.utilities import positive
 
-from .latents import LatentBatch, NewRowFit, RowLatentVariables, checked_variance, row_table
-from .validation import check_integer, check_layer_sizes
+from ..validation import check_integer, check_layer_sizes
+from .base import RowLatentVariables, checked_variance, row_table
+from .batch import LatentBatch, NewRowFit
 
 __all__ = [
     "FLOWS",
