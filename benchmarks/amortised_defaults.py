@@ -68,7 +68,12 @@ def score(model_class, setting: dict, seed: int, iterations: int) -> dict[str, d
     shown, hidden = random_missing(Y_new, 0.3, seed=seed)
     model = model_class(Y_train, Q, M, seed=seed, latent_expectation=setting["latent_expectation"])
     trainer = Trainer(
-        model, Y_train, BATCH, LEARNING_RATE, seed=seed, q_u_optimizer=setting["q_u_optimizer"]
+        model,
+        Y_train,
+        batch_size=BATCH,
+        learning_rate=LEARNING_RATE,
+        seed=seed,
+        q_u_optimizer=setting["q_u_optimizer"],
     )
     trainer.train(iterations, progress=False)
     column_mean = np.broadcast_to(Y_train.mean(axis=0), Y_new.shape)

@@ -69,7 +69,7 @@ def package_trainer(Y: np.ndarray, data_term: Callable, short: int) -> Trainer:
     try:
         model = BayesianSVIGPLVM(Y, 10, 25, seed=0, shared_covariance=False)
         assert model.closed_form, "every contender must take the closed form"
-        built = Trainer(model, Y, 100)
+        built = Trainer(model, Y, batch_size=100)
         built.train(short, steps_per_call=short, progress=False)
     finally:
         models.closed_form_data_term = original

@@ -144,14 +144,16 @@ def make_trainer(
     q_u = "natgrad" if setting.startswith(("natgrad", "default")) else "adam"
     if setting == "dense":
         optimizer = tf_keras.optimizers.Adam(LEARNING_RATE)
-        return Trainer(model, Y, BATCH, optimizer=optimizer, seed=seed, q_u_optimizer=q_u)
+        return Trainer(
+            model, Y, batch_size=BATCH, optimizer=optimizer, seed=seed, q_u_optimizer=q_u
+        )
     options = dict(learning_rate=LEARNING_RATE, natgrad_gamma=gamma)
     options.update(SCHEDULES.get(setting, {}))
     # The settings from before row_updates existed keep moving only the batch's rows.
     defaults = setting.startswith("default") and setting != "default-sparse"
     row_updates = "auto" if defaults else "sparse"
     trainer = Trainer(
-        model, Y, BATCH, seed=seed, q_u_optimizer=q_u, row_updates=row_updates, **options
+        model, Y, batch_size=BATCH, seed=seed, q_u_optimizer=q_u, row_updates=row_updates, **options
     )
     if setting.endswith("row-k"):  # swapped in before the step is first traced
         trainer.steps.optimizer = RowSparseAdam(
@@ -219,9 +221,9 @@ def inference_spread(seeds: list[int], averagings: list[float]) -> str:
     for expectation, q_u in [("monte-carlo", "adam"), ("auto", None)]:
         tf.random.set_seed(0)
         model = BayesianSVIGPLVM(Y_train, 10, 25, seed=0, latent_expectation=expectation)
-        Trainer(model, Y_train, BATCH, LEARNING_RATE, seed=0, q_u_optimizer=q_u).train(
-            5000, progress=False
-        )
+        Trainer(
+            model, Y_train, batch_size=BATCH, learning_rate=LEARNING_RATE, seed=0, q_u_optimizer=q_u
+        ).train(5000, progress=False)
         # The spread of the training rows' latent means, averaged over dimensions.
         latent_spread = np.std(model.latent_mean().numpy(), axis=0).mean()
         label = "defaults" if q_u is None else "Monte Carlo, q(u) by Adam"

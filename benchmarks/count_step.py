@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     trainers = {}
     for name, likelihood in likelihoods.items():
         model = build(Y, size_factors, likelihood)
-        trainers[name] = Trainer(model, Y, min(BATCH, args.cells), q_u_optimizer="adam")
+        trainers[name] = Trainer(model, Y, batch_size=min(BATCH, args.cells), q_u_optimizer="adam")
         trainers[name].train(short, steps_per_call=short, progress=False)  # compiles
     rounds = [
         {name: seconds_per_step(trainer, short, long) for name, trainer in trainers.items()}

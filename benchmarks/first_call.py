@@ -42,7 +42,7 @@ from speed import load_data
 times = {"import": time.perf_counter() - started}
 Y = load_data()[0][: int(sys.argv[2])]
 model = sg.BayesianSVIGPLVM(Y, 10, 25, seed=0)
-trainer = sg.Trainer(model, Y, 100, seed=0)
+trainer = sg.Trainer(model, Y, batch_size=100, seed=0)
 for name, steps in (("first step", 1), ("next 100 steps", 100)):
     start = time.perf_counter()
     trainer.train(steps, steps_per_call=steps, progress=False)

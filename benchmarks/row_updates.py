@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         trainers = {}
         for updates in ("sparse", "dense"):
             model = BayesianSVIGPLVM(Y, 10, 25, seed=0)
-            trainers[updates] = Trainer(model, Y, 100, row_updates=updates)
+            trainers[updates] = Trainer(model, Y, batch_size=100, row_updates=updates)
             trainers[updates].train(short, steps_per_call=short, progress=False)  # compiles
         rounds = [
             {k: seconds_per_step(trainers[k], short, long) for k in trainers}

@@ -536,7 +536,14 @@ def paper_runtime(iterations: int, repeats: int, steps_per_call: int) -> None:
                 def factory(
                     Y=Y, cls=model_class, q=latent_dim, o=options, u=q_u_optimizer, b=batch_size
                 ):
-                    return Trainer(cls(Y, q, **o), Y, b, LEARNING_RATE, seed=SEED, q_u_optimizer=u)
+                    return Trainer(
+                        cls(Y, q, **o),
+                        Y,
+                        batch_size=b,
+                        learning_rate=LEARNING_RATE,
+                        seed=SEED,
+                        q_u_optimizer=u,
+                    )
 
                 entries[(f"{name}, {config}", model_name)] = factory
     columns = measure(entries, iterations, repeats, steps_per_call)

@@ -5,14 +5,16 @@ from . import _command_line  # noqa: F401  isort: skip
 from .cluster import multi_worker_strategy
 from .distributed import RowShard, WorkerLostError
 from .export import export_saved_model
-from .flows import FlowLatent, JointFlowLatent, Planar
 from .inference import LatentInference, log_predictive_density
 from .latents import (
     EncoderLatent,
+    FlowLatent,
     GaussianLatent,
+    JointFlowLatent,
     LatentBatch,
     LatentVariables,
     MAPLatent,
+    Planar,
     PointLatent,
     RowLatentVariables,
 )

@@ -94,7 +94,7 @@ def plot_latent_space(
     """Scatter of the latent means of the training rows on two dimensions, coloured by ``labels``.
 
     ``dims`` defaults to the two most relevant dimensions (largest spread of the latent means in
-    lengthscales, :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`); the title says
+    lengthscales, :meth:`~gpflow_svi_gplvm.models.base.SVIGPLVM.latent_relevance`); the title says
     which are shown and why. Up to 20 distinct labels [N] are classes (one colour each, with a
     legend titled ``legend_title``); more numeric labels (a covariate) are drawn on a continuous
     colour scale. For a Gaussian q(x), each point carries an ellipse of +/- 1 standard
@@ -233,7 +233,7 @@ def plot_ard(
     """Bars of each latent dimension's relevance, and beside them its ARD 1 / lengthscale.
 
     The left panel (or ``ax`` alone) shows
-    :meth:`~gpflow_svi_gplvm.models.SVIGPLVM.latent_relevance`, the spread of the latent means
+    :meth:`~gpflow_svi_gplvm.models.base.SVIGPLVM.latent_relevance`, the spread of the latent means
     in lengthscales, which decides the dimensions kept (a dashed line at ``kept`` times the
     largest; the command line keeps those above it); the right panel the inverse lengthscales,
     which alone can mislead (a point estimate may shrink a dimension's latents and lengthscale

@@ -16,14 +16,19 @@ or not (:math:`q(u_d) = \mathcal{N}(m_d, S)`).
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
-from check_shapes import check_shapes
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow.base import Parameter
+from gpflow.config import default_jitter
 from gpflow.covariances import Kuf, Kuu
 from gpflow.inducing_variables import InducingVariables
 from gpflow.kernels import Kernel
-from gpflow.utilities import to_default_float
+from gpflow.models import SVGP
+from gpflow.posteriors import PrecomputeCacheType, create_posterior
+from gpflow.utilities import to_default_float, triangular
 
-__all__ = ["shared_conditional", "shared_prior_kl"]
+__all__ = ["SharedCovarianceSVGP", "shared_conditional", "shared_prior_kl", "covariance_layout"]
 
 
 @check_shapes(
@@ -101,3 +106,84 @@ def shared_prior_kl(
         num_outputs * (trace - to_default_float(num_inducing) + log_det_K - log_det_S) + mahalanobis
     )
     return 0.5 * twice_kl
+
+
+class SharedCovarianceSVGP(SVGP):
+    """GPflow's SVGP whose q(u) covariance is one per output (``q_sqrt`` [D, M, M]) or, with
+    ``shared_covariance``, one factor for all D outputs (``q_sqrt`` [1, M, M]): its predictions,
+    KL and posterior then come from :func:`shared_conditional` and :func:`shared_prior_kl`."""
+
+    shared_covariance: bool = False
+    """Whether q(u) has one covariance for all outputs."""
+
+    def _share_q_sqrt(self, shared: bool, num_inducing: int) -> None:
+        """With ``shared``, one q(u) covariance factor [1, M, M] for all D outputs."""
+        self.shared_covariance = shared
+        if shared:
+            self.q_diag = False
+            self.q_sqrt = Parameter(np.eye(num_inducing)[None], transform=triangular())
+
+    @property
+    def covariance_layout(self) -> str:
+        """How q(u) stores its covariance, in words (used in error messages)."""
+        return covariance_layout(self.shared_covariance, self.num_latent_gps)
+
+    @inherit_check_shapes
+    def predict_f(
+        self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean [B, D] and variance of q(f(Xnew)), as GPflow's SVGP.
+
+        With a shared covariance the marginal variance is one [B] vector for all outputs,
+        broadcast to [B, D]; full covariances fall back to GPflow's conditional.
+        """
+        if not self.shared_covariance or full_cov or full_output_cov:
+            return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+        mean, variance = shared_conditional(
+            Xnew,
+            self.inducing_variable,
+            self.kernel,
+            self.q_mu,
+            self.q_sqrt,
+            default_jitter(),
+            self.whiten,
+        )
+        mean += self.mean_function(Xnew)
+        return mean, tf.broadcast_to(variance[:, None], tf.shape(mean))
+
+    @inherit_check_shapes
+    def prior_kl(self) -> tf.Tensor:
+        r""":math:`\sum_d \mathrm{KL}(q(u_d) \| p(u_d))`: a scalar."""
+        if not self.shared_covariance:
+            return super().prior_kl()
+        return shared_prior_kl(
+            self.inducing_variable,
+            self.kernel,
+            self.q_mu,
+            self.q_sqrt,
+            default_jitter(),
+            self.whiten,
+        )
+
+    def posterior(self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR):
+        """GPflow's posterior object; a shared covariance is given to it repeated per output
+        (D M^2 numbers), since GPflow's posteriors hold one factor per output."""
+        if not self.shared_covariance:
+            return super().posterior(precompute_cache)
+        M = self.inducing_variable.num_inducing
+        return create_posterior(
+            self.kernel,
+            self.inducing_variable,
+            self.q_mu,
+            tf.broadcast_to(self.q_sqrt, [self.num_latent_gps, M, M]),
+            whiten=self.whiten,
+            mean_function=self.mean_function,
+            precompute_cache=precompute_cache,
+        )
+
+
+def covariance_layout(shared: bool, num_outputs: int) -> str:
+    """The q(u) covariance layout in words, with its ``shared_covariance`` value."""
+    if shared:
+        return "one q(u) covariance shared by all outputs (shared_covariance=True)"
+    return f"one q(u) covariance per output, {num_outputs} in all (shared_covariance=False)"

@@ -43,7 +43,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     Parameters
     ----------
     model : {"point", "map", "bsvi", "aeb", "flow"}, default="bsvi"
-        The latent family (a name of :data:`gpflow_svi_gplvm.models.MODELS`): point estimates
+        The latent family (a name of :data:`gpflow_svi_gplvm.models.gplvms.MODELS`): point estimates
         (:class:`~gpflow_svi_gplvm.PointGPLVM`), MAP under N(0, I)
         (:class:`~gpflow_svi_gplvm.MAPGPLVM`), Gaussian q(x_n) per row
         (:class:`~gpflow_svi_gplvm.BayesianSVIGPLVM`), an amortised MLP encoder

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +27,7 @@ from .distributed import (
     lost_worker_message,
 )
 from .models import SVIGPLVM
+from .options import takes_options_of
 from .schedules import StepSize
 from .sparse_rows import RowStream
 from .training_rows import TrainingRows, make_dataset, minibatch_indices
@@ -116,6 +118,7 @@ class Trainer:
         self,
         model: SVIGPLVM,
         data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
+        *,
         batch_size: int = 100,
         learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
         optimizer: tf_keras.optimizers.Optimizer | None = None,
@@ -441,60 +444,31 @@ def _description(model: SVIGPLVM, q_u_optimizer: str) -> dict:
     }
 
 
+@takes_options_of(Trainer.__init__)
 def fit(
     model: SVIGPLVM,
     data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
     iterations: int = 1000,
-    batch_size: int = 100,
-    learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
-    optimizer: tf_keras.optimizers.Optimizer | None = None,
-    seed: int = 0,
+    *,
     progress: bool = True,
-    jit_compile: bool = False,
     steps_per_call: int = 100,
     callback: Callable[[int], None] | None = None,
     callback_every: int = 100,
-    mask: ArrayLike | None = None,
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int = 1000,
     resume: bool = False,
-    strategy: tf.distribute.Strategy | None = None,
-    allow_new_data: bool = False,
-    q_u_optimizer: str | None = None,
-    natgrad_gamma: float | Callable[[tf.Tensor], tf.Tensor] = 0.03,
-    overwrite: bool = False,
-    row_updates: str = "auto",
-    device: str | None = None,
+    **options: Any,
 ) -> History:
     """Maximise the minibatch ELBO of ``model`` on ``data`` with Adam; returns the ELBO history.
 
-    ``data``: as :class:`Trainer`'s. ``checkpoint_dir``: this run's own folder, saved every
-    ``checkpoint_every`` steps; ``resume=True`` continues its run up to ``iterations`` steps in
-    all, as if never interrupted, refusing one written on other data (values, gaps, row order) or
-    with another ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and
-    starts afresh; without either, a folder holding a run's checkpoints is a ``ValueError``. The
-    rest are :class:`Trainer`'s."""
+    ``data`` and the ``options`` after ``resume`` are :class:`Trainer`'s; ``progress``,
+    ``steps_per_call``, ``callback`` and ``callback_every`` those of :meth:`Trainer.train`.
+    ``checkpoint_dir``: this run's own folder, saved every ``checkpoint_every`` steps;
+    ``resume=True`` continues its run up to ``iterations`` steps in all, as if never
+    interrupted, refusing one written on other data (values, gaps, row order) or with another
+    ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh;
+    without either, a folder holding a run's checkpoints is a ``ValueError``."""
     iterations = check_integer(iterations, "iterations", minimum=0)
-    _check_resume(resume, overwrite, checkpoint_dir)
-    trainer = Trainer(
-        model,
-        data,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        optimizer=optimizer,
-        seed=seed,
-        jit_compile=jit_compile,
-        mask=mask,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every,
-        strategy=strategy,
-        allow_new_data=allow_new_data,
-        q_u_optimizer=q_u_optimizer,
-        natgrad_gamma=natgrad_gamma,
-        overwrite=overwrite,
-        row_updates=row_updates,
-        device=device,
-    )
+    _check_resume(resume, bool(options.get("overwrite")), options.get("checkpoint_dir"))
+    trainer = Trainer(model, data, **options)
     with trainer:  # agreed first: a worker restoring alone would wait for the others forever
         trainer.workers.agree("called fit with other settings", {"resume": resume})
         if resume:

@@ -78,7 +78,7 @@ def test_a_likelihood_that_branches_in_python_trains_like_its_tf_cond_twin(small
         model = sg.BayesianSVIGPLVM(
             small_Y, 2, 8, likelihood=likelihood, latent_expectation="monte-carlo", seed=0
         )
-        trainer = sg.Trainer(model, small_Y, 10, seed=0)
+        trainer = sg.Trainer(model, small_Y, batch_size=10, seed=0)
         histories.append(trainer.train(20, progress=False).elbo)
         trainers.append(trainer)
     np.testing.assert_allclose(histories[0], histories[1], rtol=1e-10)
@@ -96,7 +96,7 @@ def test_a_schedule_that_branches_in_python_trains_like_its_tf_where_twin(small_
     histories, trainers = [], []
     for rate in (stepped_rate, lambda t: tf.where(t < 10.0, 0.02, 0.005)):
         model = sg.BayesianSVIGPLVM(small_Y, 2, 8, latent_expectation="monte-carlo", seed=0)
-        trainer = sg.Trainer(model, small_Y, 10, learning_rate=rate, seed=0)
+        trainer = sg.Trainer(model, small_Y, batch_size=10, learning_rate=rate, seed=0)
         histories.append(trainer.train(20, progress=False).elbo)
         trainers.append(trainer)
     np.testing.assert_allclose(histories[0], histories[1], rtol=1e-10)
@@ -119,7 +119,7 @@ MODELS = {
 def test_the_packages_models_train_and_infer_new_rows_without_autograph(name, small_Y):
     Y = np.round(np.exp(small_Y)) if name == "negative binomial" else small_Y
     model = MODELS[name](Y)
-    trainer = sg.Trainer(model, Y, 10, seed=0)
+    trainer = sg.Trainer(model, Y, batch_size=10, seed=0)
     trainer.train(5, progress=False)
     inference = sg.LatentInference(model, iterations=5)
     inference.reconstruct(Y[:3])

@@ -161,7 +161,9 @@ def test_a_new_run_into_a_folder_of_another_run_is_refused_until_resumed_or_over
 
 def test_a_second_writer_is_refused_naming_the_first(small, tmp_path):
     folder = tmp_path / "run"
-    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    holder = Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    )
     with pytest.raises(ValueError, match="held by another Trainer of this process"):
         point_run(small, folder)
     child = subprocess.run(
@@ -178,16 +180,22 @@ def test_a_second_writer_is_refused_naming_the_first(small, tmp_path):
 
 def test_a_trainer_nothing_refers_to_any_more_gives_its_folder_up(small, tmp_path):
     folder = tmp_path / "run"
-    dropped = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    dropped = Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    )
     dropped.cycle = dropped  # only the garbage collector can finalise it
     dropped.save()
     del dropped
-    Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder).restore()
+    Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    ).restore()
 
 
 def test_a_lock_file_removed_by_hand_lets_no_second_writer_in_and_stops_the_holder(small, tmp_path):
     folder = tmp_path / "run"
-    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    holder = Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    )
     holder.save()
     (folder / LOCK_FILE).unlink()
     before = contents(folder)
@@ -206,7 +214,9 @@ def test_a_lock_file_replaced_by_another_process_stops_the_holder_before_it_writ
     # As on a file system that locks no folders, where only the lock file tells writers apart.
     monkeypatch.setattr(checkpoint_folder, "_lock_folder", lambda folder: None)
     folder = tmp_path / "run"
-    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    holder = Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    )
     (folder / LOCK_FILE).unlink()
     other = RunFolder(folder)
     other.lock()  # another writer in: nothing but the lock file could tell
@@ -220,15 +230,19 @@ def test_a_lock_file_replaced_by_another_process_stops_the_holder_before_it_writ
 
 def test_a_closed_trainer_neither_trains_nor_saves(small, tmp_path):
     folder = tmp_path / "run"
-    closed = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    closed = Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    )
     closed.close()
-    holder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    holder = Trainer(
+        PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+    )
     for action in (lambda: closed.train(2, progress=False), closed.save):
         with pytest.raises(ValueError, match="Trainer was closed .*build a new Trainer"):
             action()
     assert not list(folder.glob("ckpt-*"))  # the folder is the holder's alone
     holder.close()
-    without_folder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10)
+    without_folder = Trainer(PointGPLVM(small, 2, num_inducing=5), small, batch_size=10)
     without_folder.close()
     with pytest.raises(ValueError, match="Trainer was closed"):
         without_folder.train(1, progress=False)
@@ -403,7 +417,11 @@ def test_a_checkpoint_folder_that_is_a_file_is_refused_before_training(small, tm
         (tmp_path / "taken" / "sub", "cannot be written"),
     ]:
         with pytest.raises(ValueError, match=f"checkpoint_dir .* {match}"):
-            Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+            Trainer(
+                PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+            )
     for folder in ("", " ", 123):  # "" would be the working folder, unasked
         with pytest.raises(ValueError, match="checkpoint_dir must name a folder"):
-            Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+            Trainer(
+                PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
+            )

@@ -92,7 +92,9 @@ def _trained(Y, steps: list[int], folder=None, **options) -> np.ndarray:
     """B-SVI's parameters after ``steps`` steps, one Trainer (resumed from ``folder``) each."""
     model = sg.BayesianSVIGPLVM(Y, Q, M, seed=0)
     for i, count in enumerate(steps):
-        trainer = Trainer(model, Y, BATCH, checkpoint_dir=folder, overwrite=i == 0, **options)
+        trainer = Trainer(
+            model, Y, batch_size=BATCH, checkpoint_dir=folder, overwrite=i == 0, **options
+        )
         if i:
             assert trainer.restore()
         trainer.train(count, steps_per_call=count, progress=False)
@@ -115,13 +117,15 @@ def test_a_resumed_run_continues_its_schedules_exactly(Y, tmp_path):
 def test_bad_row_updates_and_schedules_reach_the_trainer_as_value_errors(Y):
     model = sg.BayesianSVIGPLVM(Y, Q, M)
     with pytest.raises(ValueError, match="row_updates must be 'auto'"):
-        Trainer(model, Y, BATCH, row_updates="lazy")
+        Trainer(model, Y, batch_size=BATCH, row_updates="lazy")
     with pytest.raises(ValueError, match="optimizer= given"):
-        Trainer(model, Y, BATCH, optimizer=tf_keras.optimizers.Adam(), row_updates="dense")
+        Trainer(
+            model, Y, batch_size=BATCH, optimizer=tf_keras.optimizers.Adam(), row_updates="dense"
+        )
     with pytest.raises(ValueError, match="learning_rate .* at step 0 it returned"):
-        Trainer(model, Y, BATCH, learning_rate=lambda t: -0.01 + 0.0 * t)
+        Trainer(model, Y, batch_size=BATCH, learning_rate=lambda t: -0.01 + 0.0 * t)
     with pytest.raises(ValueError, match="natgrad_gamma"):
-        Trainer(model, Y, BATCH, natgrad_gamma=lambda t: 1.5 + 0.0 * t)
+        Trainer(model, Y, batch_size=BATCH, natgrad_gamma=lambda t: 1.5 + 0.0 * t)
 
 
 def test_auto_row_updates_keep_moving_a_small_tables_rows_between_their_batches(Y):
@@ -130,7 +134,7 @@ def test_auto_row_updates_keep_moving_a_small_tables_rows_between_their_batches(
         model = sg.PointGPLVM(Y, Q, M, seed=0)
         model.q_mu.assign(np.random.default_rng(1).standard_normal(model.q_mu.shape))
         start = model.latent.mean.numpy().copy()
-        Trainer(model, Y, BATCH, row_updates=updates).train(2, progress=False)
+        Trainer(model, Y, batch_size=BATCH, row_updates=updates).train(2, progress=False)
         tables[updates] = model.latent.mean.numpy()
     for table in tables.values():  # two disjoint batches had gradients; no other row moved
         assert np.sum(np.any(table != start, axis=1)) == 2 * BATCH
@@ -151,7 +155,7 @@ def test_auto_row_updates_keep_moving_a_small_tables_rows_between_their_batches(
 )
 def test_a_rate_that_goes_bad_at_a_later_step_stops_training_before_that_step(Y, options, expected):
     model = sg.PointGPLVM(Y, Q, M, seed=0)
-    trainer = Trainer(model, Y, BATCH, seed=0, **options)
+    trainer = Trainer(model, Y, batch_size=BATCH, seed=0, **options)
     with pytest.raises(ValueError, match=f"{expected}it returned .*Training stopped before"):
         trainer.train(6, steps_per_call=6, progress=False)
     assert trainer.num_steps == 3 and sum(map(len, trainer.elbo)) == 3

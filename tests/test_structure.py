@@ -7,6 +7,7 @@ Both are read from the source (every ``import`` statement counts, also those und
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,19 @@ def test_functions_are_short(name):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+
+
+def test_the_readme_layout_names_every_module():
+    """README's Layout section names each module (those of a sub-package under its folder)."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    unnamed = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "__init__.py"
+        and not (
+            re.search(rf"(?<![\w/]){re.escape(path.name)}\b", layout)
+            and (path.parent == PACKAGE or f"{path.parent.name}/" in layout)
+        )
+    ]
+    assert not unnamed, f"README's Layout section does not name: {', '.join(unnamed)}"

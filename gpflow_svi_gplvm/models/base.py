@@ -1,0 +1,594 @@
+r"""GPLVMs trained by stochastic variational inference: SVGP with latent inputs.
+
+Every model is :class:`SVIGPLVM` with a different latent module (the named ones are in
+:mod:`~gpflow_svi_gplvm.models.gplvms`). On a minibatch B of rows
+(indices idx, data Y_B, observed entries :math:`O_n` of row n) the bound is
+
+.. math::
+
+    \mathcal{L} = \frac{N}{|B|} \sum_{n \in B} \Big[ E_{q(x_n)} \sum_{d \in O_n}
+    E_{q(f_d(x_n))} \log p(y_{nd} \mid f_d) + r_n \Big]
+    - \sum_d \mathrm{KL}\big(q(u_d) \,\|\, p(u_d)\big),
+
+with :math:`r_n` the latent module's row term (0, :math:`\log p(x_n)` or
+:math:`-\mathrm{KL}(q(x_n) \| p(x_n))`) and :math:`E_{q(x_n)}` estimated by S reparameterised
+draws, or taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`).
+:math:`q(u_d) = N(m_d, S_d)` has a covariance per output, or one :math:`S` shared by all outputs
+(``shared_covariance``, see :mod:`gpflow_svi_gplvm.shared_covariance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow.kernels import Kernel
+from gpflow.likelihoods import Likelihood
+from gpflow.mean_functions import MeanFunction
+from numpy.typing import ArrayLike
+
+from .. import inference
+from ..covariates import RowInputs, with_row_inputs, with_row_inputs_components
+from ..distributed import RowShard, Workers, owned_by_worker, worker_owned, worker_owned_variables
+from ..initialisation import (
+    SHARED_COVARIANCE_MIN_OUTPUTS,
+    check_sizes,
+    column_summary,
+    default_components,
+    default_shared_covariance,
+    inducing_inputs,
+    initial_latents,
+)
+from ..latent_expectations import LATENT_EXPECTATIONS, closed_form_applies, closed_form_data_term
+from ..latents import (
+    LatentBatch,
+    LatentVariables,
+)
+from ..likelihoods import MaskedLikelihood
+from ..shared_covariance import SharedCovarianceSVGP, covariance_layout
+from ..sparse_rows import RowReader
+from ..validation import check_observations, check_seed
+
+__all__ = [
+    "DEFAULT_NUM_INDUCING",
+    "SHARED_COVARIANCE_MIN_OUTPUTS",
+    "SVIGPLVM",
+    "covariance_layout",
+    "with_model_parameters",
+]
+
+LatentFactory = Callable[[np.ndarray], LatentVariables]
+
+DEFAULT_NUM_INDUCING = 25
+"""M, the inducing points of every model, ``GPLVMEmbedding`` and the command line unless given."""
+
+_PARAMETERS = """
+    :param data: Y [N, D], NaN where an entry is missing; or a
+        :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows under a
+        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
+        rows read a block at a time (a :class:`~gpflow_svi_gplvm.sparse_rows.RowReader`: a
+        sparse matrix in memory, or :class:`~gpflow_svi_gplvm.disk_rows.DiskRows` on disk;
+        train on it with a dataset of its rows, as :mod:`gpflow_svi_gplvm.singlecell` does).
+    :param latent_dim: Q, the latent dimensions.
+    :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
+    :param kernel: a GPflow kernel on the latents; default a squared exponential with one
+        lengthscale per latent dimension (ARD) and, under a Gaussian likelihood, the variance of
+        the data (:func:`~gpflow_svi_gplvm.initialisation.default_components`).
+    :param likelihood: any GPflow scalar likelihood; default Gaussian with a noise variance of 10%
+        of the data's. Wrapped in :class:`~gpflow_svi_gplvm.likelihoods.MaskedLikelihood` when the
+        data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
+    :param num_samples: S, the draws of q(x_n) per row when the expectation over q(x) is taken by
+        Monte Carlo (``latent_expectation``).
+    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA), ``"random"``
+        (draws from the prior N(0, I), as the paper does) or an array [N, Q] of starting values.
+    :param mean_function: default a per-output constant starting at the data's level.
+    :param whiten: whether q(u) is whitened (GPflow's ``whiten``).
+    :param seed: seeds the random initial latents, the choice of Z and the encoder's weights.
+    :param mask: [N, D] booleans, True where observed, instead of NaNs in ``data``.
+    :param shared_covariance: one q(u) covariance for all outputs (True), one per output
+        (False), or None: shared when D >= :data:`SHARED_COVARIANCE_MIN_OUTPUTS` (100).
+    :param latent_expectation: ``"auto"``, ``"closed-form"`` or ``"monte-carlo"``: how the data
+        term's expectation over q(x_n) is taken (see :class:`SVIGPLVM`).
+    :param covariates: C [N, P], observed covariates of each row (one-hot batch, technical
+        covariates) that join the latents in the GP input [x_n, c_n]; ``kernel`` is then a
+        :class:`~gpflow_svi_gplvm.covariates.CovariateKernel`, or a kernel on the latents that
+        is summed with a linear ARD kernel on C (see :mod:`gpflow_svi_gplvm.covariates`).
+    :param size_factors: s [N], a positive size factor (library size) per row for a count
+        likelihood with a log link: the rate of y_nd is s_n exp(f_d).
+"""
+
+
+def with_model_parameters(own: str = "") -> Callable[[type], type]:
+    """Append the parameters every model shares, after a class's ``own``, to its docstring (and
+    its ``__init__``'s, which ``help`` shows), in GPflow's ``:param name:`` style."""
+
+    def decorate(cls: type) -> type:
+        cls.__doc__ = f"{cls.__doc__}\n{_PARAMETERS}{own}"
+        cls.__init__.__doc__ = f"Build the model.\n{_PARAMETERS}{own}"  # type: ignore[misc]
+        return cls
+
+    return decorate
+
+
+@with_model_parameters(
+    """    :param latent: a function from the initial latents [N, Q] to the latent module (e.g.
+        :class:`~gpflow_svi_gplvm.latents.PointLatent`); the four named models fix it.
+"""
+)
+class SVIGPLVM(SharedCovarianceSVGP):
+    r"""An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
+
+    D GPs share one kernel and M inducing inputs Z [M, Q]; q(u) is GPflow's uncollapsed,
+    whitened :math:`q(u_d) = N(m_d, S_d)`, ``q_sqrt`` [D, M, M], or with
+    ``shared_covariance=True`` one :math:`S = L L^\top` for all outputs, ``q_sqrt`` [1, M, M]: a
+    step then costs O(B M D) instead of O(B M^2 D), at the price of a smaller variational family
+    (exact at the optimum for complete data with a Gaussian likelihood) in which
+    :math:`f_d(x)`'s variance is the same for every output.
+    The default (None) shares it when D >= 100 (:data:`SHARED_COVARIANCE_MIN_OUTPUTS`; the
+    step times of both layouts at the MNIST shape are measured by ``benchmarks/speed.py
+    --high-d``); below D=100 per-output covariances cost little. Choose ``False`` at large D
+    when each output's own uncertainty matters (e.g. outputs observed very unequally often).
+    ``latent`` builds the latent module from the initial latents [N, Q]; the named models
+    (:mod:`~gpflow_svi_gplvm.models.gplvms`) fix it, and a new latent family is used without a
+    class of its own as ``SVIGPLVM(Y, Q, latent=MyLatent)``. A subclass whose module is built
+    from the data (as ``AmortisedBayesianGPLVM``'s encoder) overrides :meth:`_build_latent`
+    instead; the checked ``seed`` the model was built with is :attr:`seed`.
+
+    ``latent_expectation``: how the data term's expectation over :math:`q(x_n)` is taken.
+    "closed-form" (psi statistics, :mod:`gpflow_svi_gplvm.latent_expectations`: no Monte Carlo
+    variance) needs a SquaredExponential kernel, a Gaussian likelihood, a constant mean function
+    and a Gaussian q(x); "monte-carlo" uses ``num_samples`` reparameterised draws; "auto"
+    (default) takes the closed form where it applies, except on data with gaps under a shared
+    q(u) covariance, where it costs O(B M^2 D) against Monte Carlo's O(B M D).
+
+    Data for ``elbo`` / ``training_loss`` is ``(idx, Y_batch)``: int64 row indices [B] and the
+    rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed). Defaults for the
+    kernel, likelihood and mean function come from
+    :func:`~gpflow_svi_gplvm.initialisation.default_components`.
+
+    ``data`` may be a :class:`~gpflow_svi_gplvm.distributed.RowShard` (this worker's rows of a data
+    set split over the workers of a ``tf.distribute.MultiWorkerMirroredStrategy``): built inside
+    ``strategy.scope()`` on every worker, the model is the one built from all the rows (the same
+    statistics, PCA and initial latents), while no worker reads another's rows.
+    """
+
+    def __init__(
+        self,
+        data: ArrayLike | RowShard | RowReader,
+        latent_dim: int,
+        num_inducing: int = DEFAULT_NUM_INDUCING,
+        kernel: Kernel | None = None,
+        likelihood: Likelihood | None = None,
+        num_samples: int = 1,
+        *,
+        latent: LatentFactory | None = None,
+        latent_init: str | np.ndarray = "pca",
+        mean_function: MeanFunction | None = None,
+        whiten: bool = True,
+        seed: int = 0,
+        mask: ArrayLike | None = None,
+        shared_covariance: bool | None = None,
+        latent_expectation: str = "auto",
+        covariates: ArrayLike | None = None,
+        size_factors: ArrayLike | None = None,
+    ):
+        seed = self.seed = check_seed(seed)
+        Y, rows, num_data, workers = _local_rows(data, mask)
+        owned = rows is not None and workers.count > 1  # each worker keeps its rows' tables
+        self.table_rows = rows if owned else None
+        # Read a block of rows at a time (row_blocks), whatever holds them, in one pass here.
+        blocks = cast(np.ndarray, Y)
+        summary = column_summary(blocks, workers)
+        inputs = _row_inputs(
+            covariates, size_factors, summary.totals, rows, num_data, workers, owned
+        )
+        data_dim = Y.shape[1]
+        shared = default_shared_covariance(shared_covariance, data_dim)
+        latent_dim, num_inducing, num_samples = check_sizes(
+            num_data, latent_dim, num_inducing, num_samples
+        )
+        # Before any variable exists: a worker's variables are the chief's, copied by shape.
+        workers.agree("built other models", _outline(type(self), locals(), inputs))
+        initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers, owned)
+        defaults = default_components(
+            blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
+        )
+        components = with_row_inputs_components(defaults, latent_dim, inputs)
+        table = _with_covariates(initial, inputs)
+        Z = inducing_inputs(table, num_inducing, seed, rows if owned else None, workers)
+        super().__init__(
+            components.kernel,
+            components.likelihood,
+            Z,
+            mean_function=components.mean_function,
+            num_latent_gps=data_dim,
+            whiten=whiten,
+            num_data=num_data,
+            # SVGP's shape checks admit one factor per output; a shared layout starts from its
+            # small diagonal placeholder [M, D] instead of D identity factors, then replaces it.
+            q_diag=shared,
+        )
+        self._share_q_sqrt(shared, num_inducing)
+        self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
+        self._build_row_tables(latent, initial, Y, workers, inputs, owned)
+        self.closed_form = _closed_form(self, latent_expectation)
+
+    def _build_row_tables(
+        self,
+        latent: LatentFactory | None,
+        initial: np.ndarray,
+        Y,
+        workers: Workers,
+        inputs: RowInputs,
+        owned: bool,
+    ) -> None:
+        """The latent module and the rows' observed inputs, from the initial latents [n, Q]: of
+        all N rows, or, when ``owned``, of this worker's rows alone (its own variables)."""
+        with worker_owned_variables(owned):
+            module = self._build_latent(latent, initial, Y, workers)
+            self.latent = _check_latent(module, len(initial), self.latent_dim)
+            _check_owned(self.latent, owned)
+            self._set_row_inputs(inputs)
+
+    def _set_row_inputs(self, inputs: RowInputs) -> None:
+        """Keep the training rows' observed inputs [N, R] (a non-trainable variable, so
+        checkpoints and exports carry it) and the size factors' reference library size."""
+        self.num_covariates = inputs.num_covariates
+        table = inputs.table
+        self.row_inputs = None
+        if table is not None:
+            self.row_inputs = owned_by_worker(lambda: tf.Variable(table, trainable=False))
+        self.size_factor_reference = None
+        if inputs.size_factors is not None:
+            self.size_factor_reference = tf.Variable(inputs.reference, dtype=tf.float64)
+
+    @property
+    def input_dim(self) -> int:
+        """The GP input's width: Q latents, then the observed inputs (covariates, log size
+        factor)."""
+        extra = 0 if self.row_inputs is None else int(self.row_inputs.shape[1])
+        return self.latent_dim + extra
+
+    def latent_batch(
+        self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise=None, training: bool = False
+    ) -> LatentBatch:
+        """The latent module's batch for training rows ``idx`` [B] (data Y [B, D]), with the
+        rows' observed inputs appended (:func:`~gpflow_svi_gplvm.covariates.with_row_inputs`)."""
+        batch = self.latent(idx, Y, num_samples, noise, training=training)
+        if self.row_inputs is None:
+            return batch
+        return with_row_inputs(batch, tf.gather(self.row_inputs, idx))
+
+    def _build_latent(
+        self,
+        latent: LatentFactory | None,
+        initial_latents: np.ndarray,
+        Y: np.ndarray | tf.Tensor,
+        workers: Workers,
+    ) -> LatentVariables:
+        """The latent module: ``latent(initial_latents)``, from the initial latents [N, Q].
+
+        A subclass whose module is built from the data overrides this; it receives the checked
+        data Y [N, D] (NaN where missing, ``mask`` applied) besides, or, when the model is built
+        from a :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows of it and the
+        ``workers`` to sum statistics over (see :mod:`gpflow_svi_gplvm.distributed`).
+        """
+        if latent is None:
+            raise ValueError(
+                "SVIGPLVM needs latent=, a function from the initial latents [N, Q] to a latent "
+                "module (e.g. latent=PointLatent); or use PointGPLVM, MAPGPLVM, BayesianSVIGPLVM "
+                "or AmortisedBayesianGPLVM."
+            )
+        return latent(initial_latents)
+
+    @check_shapes(
+        "samples: [S, batch, Q]",
+        "return[0]: [S, batch, D]",
+        "return[1]: [S, batch, D]",
+    )
+    def predict_f_at_draws(self, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        r"""Mean and marginal variance [S, B, D] of :math:`q(f(x_n^{(s)}))` at draws ``samples``
+        [S, B, Q] of the GP inputs: one :meth:`predict_f` on the draws flattened draw-major."""
+        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, tf.shape(samples)[-1]]))
+        shape = tf.concat([tf.shape(samples)[:2], tf.shape(f_mean)[-1:]], axis=0)
+        return tf.reshape(f_mean, shape), tf.reshape(f_var, shape)
+
+    @check_shapes(
+        "samples: [S, batch, Q]",
+        "Y: [batch, D]",
+        "return: [batch]",
+    )
+    def data_term(
+        self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
+    ) -> tf.Tensor:
+        r"""The data term per row [B], averaged over the draws ``samples`` [S, B, Q]:
+
+        .. math::
+
+            \frac1S \sum_s \sum_{d \in O_n} E_{q(f_d(x_n^{(s)}))} \log p(y_{nd} \mid f_d);
+
+        ``likelihood`` replaces the model's (e.g. a masked view).
+        """
+        likelihood = self.likelihood if likelihood is None else likelihood
+        f_mean, f_var = self.predict_f_at_draws(samples)
+        Y_draws = tf.broadcast_to(Y, tf.shape(f_mean))
+        expected_log_lik = likelihood.variational_expectations(samples, f_mean, f_var, Y_draws)
+        return tf.reduce_mean(expected_log_lik, axis=0)
+
+    @check_shapes(
+        "batch.samples: [S, batch, Q]",
+        "batch.mean: [batch, Q]",
+        "Y: [batch, D]",
+        "return: [batch]",
+    )
+    def expected_data_term(
+        self,
+        batch: LatentBatch,
+        Y: tf.Tensor,
+        likelihood: Likelihood | None = None,
+        closed_form: bool | None = None,
+    ) -> tf.Tensor:
+        """The data term per row [B] for a latent ``batch``: in closed form over q(x_n) when
+        ``closed_form`` (default :attr:`closed_form`, see ``latent_expectation``), else from the
+        batch's samples."""
+        likelihood = self.likelihood if likelihood is None else likelihood
+        if not (self.closed_form if closed_form is None else closed_form):
+            return self.data_term(batch.samples, Y, likelihood)
+        return closed_form_data_term(self, likelihood, batch.mean, batch.covariance, Y)
+
+    @check_shapes(
+        "idx: [batch]",
+        "Y: [batch, D]",
+        "return: [batch]",
+    )
+    def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """Each row's part of the bound [B], unscaled: the data term plus the row term
+        :math:`r_n`."""
+        batch = self.latent_batch(idx, Y, self.num_samples, training=training)
+        return self.expected_data_term(batch, Y) + batch.row_term
+
+    @check_shapes(
+        "data[0]: [batch]",
+        "data[1]: [batch, D]",
+        "return: []",
+    )
+    def elbo(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """The doubly stochastic bound on a minibatch ``(idx [B], Y [B, D])``: a scalar.
+
+        ``training=True`` (what ``fit`` uses) lets the latent module regularise itself, e.g. the
+        encoder hides random inputs; evaluation leaves it False.
+        """
+        idx, Y = data
+        rows = self.row_bounds(idx, Y, training=training)
+        scale = tf.cast(self.num_data, rows.dtype) / tf.cast(tf.shape(idx)[0], rows.dtype)
+        return scale * tf.reduce_sum(rows) - self.prior_kl()
+
+    @inherit_check_shapes
+    def maximum_log_likelihood_objective(
+        self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False
+    ) -> tf.Tensor:
+        return self.elbo(data, training)
+
+    @check_shapes(
+        "data[0]: [batch]",
+        "data[1]: [batch, D]",
+        "return: []",
+    )
+    def training_loss(self, data: tuple[tf.Tensor, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """-(ELBO + log prior of the hyperparameters) on ``(idx [B], Y [B, D])``.
+
+        Overridden because GPflow's version shape-checks data as (X [N, D], Y [N, P]).
+        """
+        return self._training_loss(data, training=training)
+
+    def _all_rows(self, Y) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """Indices of all training rows [N] and, for an amortised q(x), their data [N, D]."""
+        if self.latent.amortised:
+            if Y is None:
+                raise ValueError(
+                    "An amortised model computes q(x) from the data: pass the training rows, "
+                    "e.g. model.latent_mean(Y)."
+                )
+            Y = tf.convert_to_tensor(check_observations(Y, "Y", self.data_dim))
+            return tf.range(tf.shape(Y)[0], dtype=tf.int64), Y
+        return tf.range(self.num_table_rows, dtype=tf.int64), None
+
+    @property
+    def table_variables(self) -> list[tf.Variable]:
+        """The latent module's per-row tables (their unconstrained variables, [rows, ...]); none
+        for an amortised module."""
+        return [p.unconstrained_variable for p in getattr(self.latent, "row_parameters", ())]
+
+    @property
+    def num_table_rows(self) -> int:
+        """The rows of the latent tables: N, or, when the model was built from a shard on several
+        workers, this worker's rows (:attr:`table_rows` [n], their numbers among the N)."""
+        return int(self.num_data or 0) if self.table_rows is None else len(self.table_rows)
+
+    @check_shapes("return: [Q]")
+    def ard_relevance(self) -> np.ndarray:
+        """1 / lengthscale of each latent dimension [Q]: large = the dimension is used."""
+        lengthscales = getattr(self.kernel, "lengthscales", None)
+        if lengthscales is None:
+            raise ValueError(
+                f"ARD relevances need a kernel with lengthscales; {type(self.kernel).__name__} "
+                "has none."
+            )
+        return np.broadcast_to(1.0 / lengthscales.numpy(), (self.latent_dim,)).copy()
+
+    @check_shapes("return: [Q]")
+    def latent_relevance(self, Y=None) -> np.ndarray:
+        r"""How many lengthscales the latent means span along each dimension [Q]:
+        :math:`\mathrm{std}_n(E[x_{nq}]) / l_q`; near zero for a dimension the model does not use.
+
+        Unlike :meth:`ard_relevance` it does not depend on the scale of the latents (a point
+        estimate can shrink :math:`x_q` and :math:`l_q` together), and a dimension that q(x)
+        leaves at the prior, with means near zero, scores near zero however short its
+        lengthscale. ``Y`` (the training rows) is needed for amortised models only.
+        """
+        spread = np.std(self.latent_mean(Y).numpy(), axis=0)
+        return spread * self.ard_relevance()
+
+    @check_shapes("return: [N, Q]")
+    def latent_mean(self, Y=None) -> tf.Tensor:
+        """Mean of q(x_n) [N, Q] for the training rows (amortised models need those rows Y)."""
+        return self.latent.moments(*self._all_rows(Y))[0]
+
+    @check_shapes("return: [N, Q]")
+    def latent_variance(self, Y=None) -> tf.Tensor:
+        """Marginal variances of q(x_n) [N, Q] (zeros for point and MAP estimates)."""
+        return self.latent.moments(*self._all_rows(Y))[1]
+
+    @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
+    def infer_latents(self, Y_new, **options) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); options
+        (``iterations``, ``learning_rate``, ``seed``, ``mask``, ``chunk_size``, ``tolerance``) as in
+        :func:`gpflow_svi_gplvm.inference.infer_latents`. The model is not modified."""
+        return inference.infer_latents(self, Y_new, **options)
+
+    @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
+    def reconstruct(self, Y, rows=None, **options) -> tuple[tf.Tensor, tf.Tensor]:
+        """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
+        ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
+        :func:`gpflow_svi_gplvm.inference.reconstruct`."""
+        return inference.reconstruct(self, Y, rows, **options)
+
+
+def _local_rows(
+    data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None
+) -> tuple[np.ndarray | tf.Tensor | RowReader, np.ndarray | None, int, Workers]:
+    """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
+    :class:`RowShard`, or a :class:`RowReader` read a block at a time), their row numbers (None
+    for all rows in order), N and the workers holding them; a shard is checked against the other
+    workers' (under the strategy in scope)."""
+    if isinstance(data, RowReader):
+        if mask is not None:
+            raise ValueError("Sparse rows hold every entry: a mask cannot be given with them.")
+        return data, None, data.shape[0], Workers()
+    if not isinstance(data, RowShard):
+        Y = check_observations(data, "data", mask=mask)
+        return Y, None, Y.shape[0], Workers()
+    if mask is not None:
+        raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
+    workers = Workers.of()
+    data.check(workers)
+    return data.Y, data.rows, data.num_data, workers
+
+
+# The constructor's options (its local names) every worker must build alike, as named to users.
+_AGREED_OPTIONS = {
+    "latent_dim": "latent_dim",
+    "num_inducing": "num_inducing",
+    "num_samples": "num_samples",
+    "shared_covariance": "shared",
+    "whiten": "whiten",
+    "latent_expectation": "latent_expectation",
+    "latent_init": "latent_init",
+    "kernel": "kernel",
+    "likelihood": "likelihood",
+    "mean_function": "mean_function",
+}
+
+
+def _outline(model: type, options: dict[str, object], inputs: RowInputs) -> dict[str, object]:
+    """What every worker must build its model with alike (from the constructor's ``options``,
+    its locals): numbers, switches and names as they are, components and arrays by kind."""
+    outline: dict[str, object] = {"model": model.__name__}
+    for name, local in _AGREED_OPTIONS.items():
+        value = options[local]
+        plain = value is None or isinstance(value, (bool, int, float, str))
+        outline[name] = value if plain else type(value).__name__
+    outline["covariates"] = inputs.num_covariates
+    outline["size_factors"] = inputs.size_factors is not None
+    return outline
+
+
+def _row_inputs(
+    covariates: ArrayLike | None,
+    size_factors: ArrayLike | None,
+    library: np.ndarray,
+    rows: np.ndarray | None,
+    num_data: int,
+    workers: Workers,
+    owned: bool,
+) -> RowInputs:
+    """The checked covariates and size factors of the model's table rows (all N, or this
+    worker's own), with the size factors' reference set from the ``library`` sizes [n] of this
+    worker's rows and those of every other."""
+    inputs = RowInputs(
+        _shard_rows(covariates, rows, num_data, owned),
+        _shard_rows(size_factors, rows, num_data, owned),
+        num_data if rows is None or not owned else len(rows),
+    )
+    inputs.set_reference(library, None if owned else rows, workers)
+    return inputs
+
+
+def _shard_rows(
+    values: ArrayLike | None, rows: np.ndarray | None, num_data: int, owned: bool
+) -> np.ndarray | None:
+    """Per-row inputs (covariates [., P], size factors [.]) for the model's table rows: as given,
+    or, when a worker owns its rows and was given all N, those of its rows."""
+    if values is None or not owned or rows is None:
+        return None if values is None else np.asarray(values)
+    values = np.asarray(values)
+    return values[rows] if len(values) == num_data != len(rows) else values
+
+
+def _check_owned(latent: LatentVariables, owned: bool) -> None:
+    """A ``ValueError`` when a latent family keeps per-row tables that could not be made this
+    worker's own (a family building its tables without :func:`~.latents.row_table`)."""
+    tables = getattr(latent, "row_parameters", ())
+    if owned and not all(worker_owned(p.unconstrained_variable) for p in tables):
+        raise ValueError(
+            f"{type(latent).__name__} keeps per-row tables that are not split over the workers "
+            "(e.g. flow_parameters='per-row'): on several workers use a family whose tables "
+            "are built with gpflow_svi_gplvm.latents.row_table (e.g. flow_parameters='shared')."
+        )
+
+
+def _with_covariates(initial: np.ndarray, inputs: RowInputs) -> np.ndarray:
+    """The initial latents [N, Q] with the observed inputs [N, R] beside them: where inducing
+    inputs Z [M, Q + R] are chosen from (a log size factor's column of Z is not read by the
+    kernel; it keeps Z as wide as the GP inputs)."""
+    table = inputs.table
+    return initial if table is None else np.concatenate([initial, table], axis=1)
+
+
+def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:
+    """``latent`` when it holds ``num_data`` rows (if it has rows) of ``latent_dim`` dims."""
+    rows = getattr(latent, "num_data", num_data)  # amortised modules hold no rows
+    if rows != num_data:
+        raise ValueError(f"The latent module holds {rows} rows but data has {num_data}.")
+    if latent.latent_dim != latent_dim:
+        raise ValueError(
+            f"The latent module has {latent.latent_dim} dims but latent_dim={latent_dim}."
+        )
+    return latent
+
+
+def _closed_form(model: SVIGPLVM, choice: str) -> bool:
+    """Whether ``model`` takes the data term's expectation over q(x) in closed form."""
+    if choice not in LATENT_EXPECTATIONS:
+        raise ValueError(
+            f"latent_expectation must be one of {', '.join(map(repr, LATENT_EXPECTATIONS))}, "
+            f"got {choice!r}."
+        )
+    reason = closed_form_applies(model)
+    if not model.latent.gaussian:
+        reason = f"q(x) of {type(model.latent).__name__} is not a Gaussian"
+    if choice == "closed-form" and reason is not None:
+        raise ValueError(
+            f"latent_expectation='closed-form' needs a SquaredExponential kernel, a Gaussian "
+            f"likelihood, a constant mean function and a Gaussian q(x), but {reason}: use "
+            "'monte-carlo' or 'auto'."
+        )
+    if choice != "auto":
+        return choice == "closed-form"
+    # With gaps and a shared q(u) covariance the closed form costs O(B M^2 D), Monte Carlo
+    # O(B M D): leave that case to Monte Carlo.
+    gaps = isinstance(model.likelihood, MaskedLikelihood)
+    return reason is None and not (gaps and model.shared_covariance)
