@@ -182,7 +182,11 @@ def test_a_trainer_nothing_refers_to_any_more_gives_its_folder_up(small, tmp_pat
     dropped.cycle = dropped  # only the garbage collector can finalise it
     dropped.save()
     del dropped
-    Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder).restore()
+    # The new Trainer takes the lock (no refusal) and finds the dropped one's checkpoint.
+    successor = Trainer(PointGPLVM(small, 2, num_inducing=5), small, 10, checkpoint_dir=folder)
+    assert successor.restore()
+    successor.close()
+    assert not (folder / LOCK_FILE).exists()
 
 
 def test_a_lock_file_removed_by_hand_lets_no_second_writer_in_and_stops_the_holder(small, tmp_path):
