@@ -10,6 +10,7 @@ from functools import partial
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import smooth_data
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM, fit
 from gpflow_svi_gplvm.export import SIGNATURES, ServingModule, export_saved_model
@@ -43,8 +44,7 @@ SERVE = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
+    return smooth_data(N, D, Q)
 
 
 @pytest.fixture(

@@ -26,6 +26,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import smooth_data
 
 from gpflow_svi_gplvm import (
     BayesianSVIGPLVM,
@@ -109,8 +110,7 @@ def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_run(tmp_
 
 @pytest.fixture(scope="module")
 def small():
-    rng = np.random.default_rng(1)
-    return np.tanh(rng.standard_normal((30, 2)) @ rng.standard_normal((2, 4)))
+    return smooth_data(30, 4, seed=1)
 
 
 def point_run(data, folder, iterations=6, **options):
