@@ -55,7 +55,10 @@ ALL_MODELS = [PointGPLVM, MAPGPLVM, BayesianSVIGPLVM, AmortisedBayesianGPLVM]
 LIKELIHOODS = ["gaussian", "poisson"]
 model_classes = pytest.mark.parametrize("model_class", ALL_MODELS, ids=lambda c: c.__name__)
 likelihood_kinds = pytest.mark.parametrize("kind", LIKELIHOODS)
-NUM_PATTERNS = 200  # per (model, likelihood): 1600 patterns in all
+NUM_PATTERNS = 200  # per (model, likelihood): 1200 patterns in all
+# The property test's models: the MAP model is the point model plus a prior term that reads no
+# data, so the point model's patterns already cover its path through the gaps.
+PATTERN_MODELS = [PointGPLVM, BayesianSVIGPLVM, AmortisedBayesianGPLVM]
 
 # Values that MaskedLikelihood puts behind a gap before any arithmetic (``fill_value``); the
 # documented contract asks for values in the base likelihood's support.
@@ -121,7 +124,7 @@ def compiled_loss_and_gradients(model):
 
 
 @likelihood_kinds
-@model_classes
+@pytest.mark.parametrize("model_class", PATTERN_MODELS, ids=lambda c: c.__name__)
 def test_loss_and_gradients_are_finite_for_random_missing_patterns(model_class, kind):
     Y = complete_data(kind, seed=1)
     with warnings.catch_warnings():
