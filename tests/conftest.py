@@ -36,7 +36,7 @@ LONGEST_FILES = (
     "test_inference.py",
     "test_readme.py",
     "test_cli.py",
-    "test_missing.py",
+    "test_likelihoods.py",
 )
 
 

@@ -7,6 +7,7 @@ from functools import partial
 import gpflow
 import numpy as np
 import pytest
+from builders import smooth_data
 
 from gpflow_svi_gplvm import (
     AmortisedBayesianGPLVM,
@@ -24,8 +25,7 @@ SETTINGS = dict(batch_size=16, progress=False, steps_per_call=50, seed=3)
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
+    return smooth_data(N, D, Q)
 
 
 # Monte Carlo steps repeat bit for bit. Closed-form steps repeat only to round-off when TF runs

@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import smooth_data
 
 import gpflow_svi_gplvm
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, _command_line, cli
@@ -57,8 +58,7 @@ def test_main_job_on_a_csv_with_missing_entries(tmp_path, model):
 
 def small_csv(path, cells=None):
     """A 30 x 4 CSV of smooth data; ``cells`` {(row, column): text} overrides entries."""
-    rng = np.random.default_rng(1)
-    Y = np.tanh(rng.standard_normal((30, 2)) @ rng.standard_normal((2, 4)))
+    Y = smooth_data(30, 4, seed=1)
     rows = [[f"{v:.6f}" for v in row] for row in Y]
     for (i, j), text in (cells or {}).items():
         rows[i][j] = text

@@ -12,6 +12,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import smooth_data
 from check_shapes import disable_check_shapes
 
 from gpflow_svi_gplvm import FlowBayesianGPLVM, export_saved_model, fit
@@ -38,8 +39,7 @@ TINY = dict(num_layers=2, flow_parameters="per-row")
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(0)
-    return np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
+    return smooth_data(N, D, Q)
 
 
 def _log_abs_det(function, z):

@@ -4,6 +4,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import MISSING_NOTICE, complete_data, expect_user_warnings
 from scipy.special import gammaln, logsumexp
 
 from gpflow_svi_gplvm import (
@@ -151,6 +152,33 @@ def test_reconstruction_of_training_rows_uses_their_trained_latents(bsvi, data):
     at_means, _ = bsvi.predict_y(bsvi.latent_mean()[:10])
     # Averaging over q(x) moves the mean a little from the decoder at the latent mean, not far.
     assert rmse(at_means.numpy(), mean.numpy()) < 0.1
+
+
+def test_reconstructs_missing_entries_of_training_rows():
+    num_data, num_columns = 300, 12
+    Y = complete_data("gaussian", seed=3, num_data=num_data, num_columns=num_columns)
+    rng = np.random.default_rng(3)
+    missing = rng.random(Y.shape) < 0.6
+    missing[~(~missing).any(axis=1), 0] = False  # every row keeps at least one entry
+    assert 0.58 < missing.mean() < 0.62
+    Y_missing = np.where(missing, np.nan, Y)
+
+    with expect_user_warnings(r"(59|60)\.\d% " + MISSING_NOTICE):
+        model = BayesianSVIGPLVM(Y_missing, Q, num_inducing=15)
+    history = fit(
+        model, Y_missing, iterations=1000, batch_size=100, learning_rate=0.03, progress=False
+    )
+    assert np.all(np.isfinite(history.elbo))
+    assert history.elbo[-100:].mean() > history.elbo[:100].mean() + 100.0
+
+    mean, variance = model.reconstruct(Y_missing, rows=np.arange(num_data))
+    mean = mean.numpy()
+    assert mean.shape == Y.shape and np.all(np.isfinite(mean))
+    assert np.all(variance.numpy() > 0)
+    column_means = np.broadcast_to(np.nanmean(Y_missing, axis=0), Y.shape)
+    model_rmse = rmse(Y, mean, mask=missing)
+    baseline = rmse(Y, column_means, mask=missing)
+    assert model_rmse < 0.6 * baseline, (model_rmse, baseline)
 
 
 def test_amortised_inference_refines_the_encoders_q_x_by_the_row_bound(data):

@@ -26,6 +26,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import smooth_data
 
 from gpflow_svi_gplvm import (
     BayesianSVIGPLVM,
@@ -109,8 +110,7 @@ def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_run(tmp_
 
 @pytest.fixture(scope="module")
 def small():
-    rng = np.random.default_rng(1)
-    return np.tanh(rng.standard_normal((30, 2)) @ rng.standard_normal((2, 4)))
+    return smooth_data(30, 4, seed=1)
 
 
 def point_run(data, folder, iterations=6, **options):
@@ -186,9 +186,13 @@ def test_a_trainer_nothing_refers_to_any_more_gives_its_folder_up(small, tmp_pat
     dropped.cycle = dropped  # only the garbage collector can finalise it
     dropped.save()
     del dropped
-    Trainer(
+    # The new Trainer takes the lock (no refusal) and finds the dropped one's checkpoint.
+    successor = Trainer(
         PointGPLVM(small, 2, num_inducing=5), small, batch_size=10, checkpoint_dir=folder
-    ).restore()
+    )
+    assert successor.restore()
+    successor.close()
+    assert not (folder / LOCK_FILE).exists()
 
 
 def test_a_lock_file_removed_by_hand_lets_no_second_writer_in_and_stops_the_holder(small, tmp_path):

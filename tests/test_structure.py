@@ -1,6 +1,7 @@
-"""The package's shape: no import loops between its modules and no function over 60 lines.
+"""The package's shape: no import loops between its modules and no function over 60 lines; and
+the tests' own: every test checks something.
 
-Both are read from the source (every ``import`` statement counts, also those under
+All are read from the source (every ``import`` statement counts, also those under
 ``TYPE_CHECKING`` and inside functions), so a loop hidden from the interpreter still fails here.
 """
 
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpflow_svi_gplvm"
+TESTS = Path(__file__).resolve().parent
 MAX_FUNCTION_LINES = 60
 
 
@@ -67,12 +70,17 @@ def test_modules_are_found():
     )
 
 
+@cache
+def _import_graph() -> dict[str, set[str]]:
+    """Each module's imports of the package's modules, read once for all the tests below."""
+    return {module: _imported_modules(module, path) for module, path in MODULES.items()}
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_import_loop(name):
-    graph = {module: _imported_modules(module, path) for module, path in MODULES.items()}
     # A package's __init__ re-exports its modules; a module importing its own package's
     # __init__ would close a loop, which the graph keeps.
-    cycle = _cycle_from(name, graph)
+    cycle = _cycle_from(name, _import_graph())
     assert cycle is None, "import loop: " + " -> ".join(cycle or [])
 
 
@@ -108,3 +116,86 @@ def test_the_readme_layout_names_every_module():
         )
     ]
     assert not unnamed, f"README's Layout section does not name: {', '.join(unnamed)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Every test checks something
+
+# Calls that check: ``assert`` statements aside, any ``assert*`` (numpy.testing, mocks, helpers
+# named so) and pytest's raises, warns and fail.
+CHECKING_CALLS = ("raises", "warns", "fail", "deprecated_call")
+# Tests whose check is a call the reader cannot see into, and why it checks.
+CHECKS_ELSEWHERE = {
+    "test_scikit_learn_estimator_checks": "each scikit-learn estimator check asserts",
+}
+
+
+def _called_name(call: ast.Call) -> str | None:
+    function = call.func
+    if isinstance(function, ast.Name):
+        return function.id
+    return function.attr if isinstance(function, ast.Attribute) else None
+
+
+def _checks_and_calls(function: ast.AST) -> tuple[bool, set[str]]:
+    """Whether ``function`` checks by itself, and the names of the functions it calls."""
+    calls = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert):
+            return True, calls
+        if isinstance(node, ast.Call) and (name := _called_name(node)):
+            if name.startswith("assert") or name in CHECKING_CALLS:
+                return True, calls
+            calls.add(name)
+    return False, calls
+
+
+def _functions(path: Path) -> dict[str, ast.AST]:
+    tree = ast.parse(path.read_text())
+    return {
+        node.name: node
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
+def _tests_without_a_check(path: Path, shared: dict[str, ast.AST]) -> list[str]:
+    """The ``test_*`` functions of ``path`` that neither check nor call (through any chain of
+    the file's own functions and the helper modules' ``shared`` ones) a function that checks."""
+    functions = {**shared, **_functions(path)}
+    found = {name: _checks_and_calls(node) for name, node in functions.items()}
+    checking = {name for name, (checks, _) in found.items() if checks}
+    grown = True
+    while grown:
+        new = {name for name, (_, calls) in found.items() if calls & checking} - checking
+        checking |= new
+        grown = bool(new)
+    return [
+        name
+        for name in functions
+        if name.startswith("test_") and name not in checking and name not in CHECKS_ELSEWHERE
+    ]
+
+
+TEST_FILES = sorted(TESTS.rglob("test_*.py"))
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda path: str(path.relative_to(TESTS)))
+def test_every_test_checks_something(path):
+    helpers = [p for p in TESTS.rglob("*.py") if not p.name.startswith("test_")]
+    shared = {name: node for helper in helpers for name, node in _functions(helper).items()}
+    missing = _tests_without_a_check(path, shared)
+    assert not missing, f"tests with no assertion: {', '.join(missing)}"
+
+
+def test_the_check_finder_sees_a_test_without_a_check(tmp_path):
+    source = tmp_path / "test_example.py"
+    source.write_text(
+        "def helper(x):\n    assert x\n\n"
+        "def indirect():\n    helper(1)\n\n"
+        "def test_direct():\n    assert 1\n\n"
+        "def test_through_helpers():\n    indirect()\n\n"
+        "def test_raises():\n    with pytest.raises(ValueError):\n        int('a')\n\n"
+        "def test_nothing():\n    int('1')\n"
+    )
+    assert _tests_without_a_check(source, {}) == ["test_nothing"]

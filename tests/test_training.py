@@ -397,6 +397,12 @@ class NaNGradientLatent(PointLatent):
         return tf.sqrt(x[:, 0] - x[:, 0] + self.h) - tf.sqrt(self.h)
 
 
+def _guarded_fit(model, Y, callback, callback_every: int):
+    """40 steps, 4 a call, with ``callback`` (which breaks the model) every ``callback_every``."""
+    settings = dict(batch_size=BATCH, steps_per_call=4, progress=False)
+    return sg.fit(model, Y, 40, callback=callback, callback_every=callback_every, **settings)
+
+
 def test_non_finite_loss_stops_fit_and_keeps_the_last_finite_parameters(small_Y):
     model = sg.SVIGPLVM(small_Y, Q, M_SMALL, latent=PoisonableLatent)
     snapshots = []
@@ -406,16 +412,7 @@ def test_non_finite_loss_stops_fit_and_keeps_the_last_finite_parameters(small_Y)
         model.latent.poisoned.assign(True)
 
     with pytest.raises(sg.NonFiniteLossError, match="jitter") as error:
-        sg.fit(
-            model,
-            small_Y,
-            iterations=40,
-            batch_size=BATCH,
-            steps_per_call=4,
-            callback=poison,
-            callback_every=10,
-            progress=False,
-        )
+        _guarded_fit(model, small_Y, poison, callback_every=10)
 
     assert "step 11" in str(error.value)
     elbo = error.value.history.elbo
@@ -434,16 +431,7 @@ def test_finite_loss_with_nan_gradients_leaves_parameters_finite(small_Y):
         model.latent.h.assign(0.0)
 
     with pytest.raises(sg.NonFiniteLossError):
-        sg.fit(
-            model,
-            small_Y,
-            iterations=40,
-            batch_size=BATCH,
-            steps_per_call=4,
-            callback=break_gradients,
-            callback_every=8,
-            progress=False,
-        )
+        _guarded_fit(model, small_Y, break_gradients, callback_every=8)
     for variable in model.trainable_variables:
         assert np.all(np.isfinite(variable.numpy())), variable.name
 
@@ -570,3 +558,12 @@ def test_a_model_optimizer_or_strategy_that_is_not_one_is_refused_by_name():
     gpr = gpflow.models.GPR((Y[:, :1], Y[:, 1:2]), gpflow.kernels.SquaredExponential())
     with pytest.raises(ValueError, match="fit trains the GPLVMs of this package .* GPR"):
         sg.fit(gpr, Y, 2)
+
+
+def test_fitting_gaps_into_a_model_built_on_complete_data_is_a_clear_error():
+    Y = np.random.default_rng(0).standard_normal((12, 4))
+    model = sg.PointGPLVM(Y, 2, 3)
+    mask = np.ones(Y.shape, bool)
+    mask[1, 2] = False
+    with pytest.raises(ValueError, match="built on complete data"):
+        sg.fit(model, Y, mask=mask, iterations=5, batch_size=12, progress=False)

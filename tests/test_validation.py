@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
+from builders import complete_data
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.latents.networks import MLP
+from gpflow_svi_gplvm.training import make_dataset
 from gpflow_svi_gplvm.validation import (
     check_chunk_size,
     check_device,
@@ -424,3 +426,109 @@ def test_a_device_of_this_process_is_accepted_by_its_short_or_full_name():
     assert check_device("/CPU:0") == "/CPU:0"
     full = tf.config.list_logical_devices("CPU")[0].name
     assert check_device(full) == full
+
+
+# --------------------------------------------------------------------------------------------
+# Missing entries: infinities are not missing, a mask is boolean and of the data's shape, and
+# data with nothing observed is refused (the data here: builders.complete_data, [10, 4])
+# --------------------------------------------------------------------------------------------
+
+
+@model_classes
+@pytest.mark.parametrize("value", [np.inf, -np.inf], ids=["+inf", "-inf"])
+def test_infinities_are_not_missing(model_class, value):
+    Y = complete_data("gaussian", seed=5)
+    model = model_class(Y, Q, M)
+    Y_inf = Y.copy()
+    Y_inf[3, 1] = value
+    mask = np.ones(Y.shape, dtype=bool)
+    match = r"infinite entries.*infinity is not 'missing'"
+    # Infinity where an entry is observed (no mask, or the mask says True) is an error...
+    for use_mask in (False, True):
+        full = {"mask": mask} if use_mask else {}
+        rows = {"mask": mask[:4]} if use_mask else {}
+        with pytest.raises(ValueError, match=match):
+            model_class(Y_inf, Q, M, **full)
+        with pytest.raises(ValueError, match=match):
+            sg.fit(model, Y_inf, iterations=1, progress=False, **full)
+        with pytest.raises(ValueError, match=match):
+            model.infer_latents(Y_inf[:4], iterations=1, **rows)
+        with pytest.raises(ValueError, match=match):
+            model.reconstruct(Y_inf[:4], iterations=1, **rows)
+    # ... while behind a False in an explicit mask it is a hidden value like any other.
+    mask[3, 1] = False
+    checked = check_observations(Y_inf, mask=mask)
+    assert np.isnan(checked[3, 1]) and np.sum(np.isnan(checked)) == 1
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(10, 5), (11, 4), (4, 10), (1, 4), (10,), (40,), (10, 4, 1)],
+    ids=["more columns", "more rows", "transposed", "broadcastable", "1-D", "flat", "3-D"],
+)
+def test_a_mask_of_another_shape_is_rejected(shape):
+    Y = complete_data("gaussian", seed=5)
+    mask = np.ones(shape, dtype=bool)
+    match = r"mask must be a boolean array of .*shape \(10, 4\)"
+    with pytest.raises(ValueError, match=match):
+        check_observations(Y, mask=mask)
+    for model_class in (sg.PointGPLVM, sg.AmortisedBayesianGPLVM):
+        with pytest.raises(ValueError, match=match):
+            model_class(Y, Q, M, mask=mask)
+    model = sg.PointGPLVM(Y, Q, M)
+    with pytest.raises(ValueError, match=match):
+        sg.fit(model, Y, iterations=1, progress=False, mask=mask)
+    with pytest.raises(ValueError, match=match):
+        make_dataset(model, Y, batch_size=4, mask=mask)
+    with pytest.raises(ValueError, match=r"mask must be a boolean array of Y_new's shape"):
+        model.infer_latents(Y, iterations=1, mask=mask)
+    with pytest.raises(ValueError, match=r"mask must be a boolean array of Y_new's shape"):
+        model.reconstruct(Y, iterations=1, mask=mask)
+
+
+@pytest.mark.parametrize(
+    "make_mask",
+    [
+        lambda m: m.astype(int),
+        lambda m: m.astype(float),
+        lambda m: np.where(m, "yes", "no"),
+        lambda m: m.astype(object),
+    ],
+    ids=["int 0/1", "float 0/1", "strings", "object"],
+)
+def test_a_non_boolean_mask_is_rejected(make_mask):
+    Y = complete_data("gaussian", seed=5)
+    observed = np.random.default_rng(0).random(Y.shape) > 0.3
+    mask = make_mask(observed)
+    match = r"mask must be a boolean array"
+    with pytest.raises(ValueError, match=match):
+        check_observations(Y, mask=mask)
+    with pytest.raises(ValueError, match=match):
+        sg.PointGPLVM(Y, Q, M, mask=mask)
+    with pytest.raises(ValueError, match=match):
+        sg.AmortisedBayesianGPLVM(Y, Q, M, mask=mask)
+    model = sg.PointGPLVM(Y, Q, M)
+    with pytest.raises(ValueError, match=match):
+        sg.fit(model, Y, iterations=1, progress=False, mask=mask)
+    with pytest.raises(ValueError, match=match):
+        model.infer_latents(Y, iterations=1, mask=mask)
+    # The same pattern as booleans is fine (and a list of bools is a boolean array).
+    assert np.isnan(check_observations(Y, mask=observed.tolist())).sum() == (~observed).sum()
+
+
+@model_classes
+def test_data_with_nothing_observed_is_rejected(model_class):
+    Y = complete_data("gaussian", seed=5)
+    nothing = np.zeros(Y.shape, dtype=bool)
+    match = r"Every entry of .* is missing"
+    with pytest.raises(ValueError, match=match):
+        model_class(np.full(Y.shape, np.nan), Q, M)
+    with pytest.raises(ValueError, match=match):
+        model_class(Y, Q, M, mask=nothing)  # complete values, all masked out
+    model = model_class(Y, Q, M)
+    with pytest.raises(ValueError, match=match):
+        sg.fit(model, np.full(Y.shape, np.nan), iterations=1, progress=False)
+    with pytest.raises(ValueError, match=match):
+        sg.fit(model, Y, iterations=1, progress=False, mask=nothing)
+    with pytest.raises(ValueError, match=match):
+        model.infer_latents(Y[:3], iterations=1, mask=nothing[:3])

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
+from builders import dense, likelihood_of, observations
 from gpflow.config import default_float, default_jitter
 from gpflow.expectations import expectation
 from gpflow.likelihoods.base import DEFAULT_NUM_GAUSS_HERMITE_POINTS
@@ -49,21 +50,7 @@ def make_data(kind: str, seed: int = 0, num_data: int = N) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((num_data, Q))
     f = np.stack([np.sin(x[:, 0]), np.cos(x[:, 1]), x[:, 0] * x[:, 1]], axis=1)[:, :D]
-    if kind == "gaussian":
-        return f + 0.3 * rng.standard_normal(f.shape)
-    if kind == "poisson":
-        return rng.poisson(np.exp(f)).astype(float)
-    if kind == "bernoulli":
-        return (f + 0.3 * rng.standard_normal(f.shape) > 0).astype(float)
-    raise ValueError(kind)
-
-
-def make_likelihood(kind: str) -> gpflow.likelihoods.ScalarLikelihood:
-    if kind == "gaussian":
-        return gpflow.likelihoods.Gaussian(variance=0.3)
-    if kind == "poisson":
-        return gpflow.likelihoods.Poisson()
-    return gpflow.likelihoods.Bernoulli()
+    return observations(kind, f, rng, noise=0.3)
 
 
 def random_q_sqrt(rng: np.random.Generator, num_latent: int = D, size: int = M) -> np.ndarray:
@@ -132,10 +119,6 @@ def se_kernel_matrix(A, B, variance, lengthscales):
     return variance * np.exp(-0.5 * np.sum(d**2, axis=-1))
 
 
-def to_dense(gradient) -> np.ndarray:
-    return tf.convert_to_tensor(gradient).numpy()
-
-
 # ---------------------------------------------------------------------------------------------
 # 1. Fixed latents: the Point GPLVM bound is GPflow's SVGP bound at X
 # ---------------------------------------------------------------------------------------------
@@ -145,13 +128,13 @@ def to_dense(gradient) -> np.ndarray:
 @pytest.mark.parametrize("kind", ["gaussian", "poisson", "bernoulli"])
 def test_point_elbo_equals_gpflow_svgp(kind, whiten):
     Y = make_data(kind)
-    model = PointGPLVM(Y, Q, M, likelihood=make_likelihood(kind), whiten=whiten)
+    model = PointGPLVM(Y, Q, M, likelihood=likelihood_of(kind), whiten=whiten)
     v = randomise(model)
 
     kernel = gpflow.kernels.SquaredExponential(
         variance=v["variance"], lengthscales=v["lengthscales"]
     )
-    likelihood = make_likelihood(kind)
+    likelihood = likelihood_of(kind)
     if kind == "gaussian":
         likelihood.variance.assign(v["noise"])
     reference = gpflow.models.SVGP(
@@ -181,9 +164,9 @@ def test_point_elbo_equals_gpflow_svgp(kind, whiten):
 
 def _map_and_point(prior):
     Y = make_data("gaussian")
-    point = PointGPLVM(Y, Q, M, likelihood=make_likelihood("gaussian"))
+    point = PointGPLVM(Y, Q, M, likelihood=likelihood_of("gaussian"))
     randomise(point)
-    map_model = MAPGPLVM(Y, Q, M, likelihood=make_likelihood("gaussian"), prior=prior)
+    map_model = MAPGPLVM(Y, Q, M, likelihood=likelihood_of("gaussian"), prior=prior)
     gpflow.utilities.multiple_assign(map_model, gpflow.utilities.parameter_dict(point))
     return Y, point, map_model
 
@@ -238,17 +221,15 @@ def _partitions():
 @pytest.fixture(scope="module")
 def partition_models():
     Y = make_data("gaussian")
-    point = PointGPLVM(Y, Q, M, likelihood=make_likelihood("gaussian"))
+    point = PointGPLVM(Y, Q, M, likelihood=likelihood_of("gaussian"))
     randomise(point, seed=3)
-    map_model = MAPGPLVM(Y, Q, M, likelihood=make_likelihood("gaussian"))
+    map_model = MAPGPLVM(Y, Q, M, likelihood=likelihood_of("gaussian"))
     gpflow.utilities.multiple_assign(map_model, gpflow.utilities.parameter_dict(point))
-    bayes = BayesianSVIGPLVM(Y, Q, M, likelihood=make_likelihood("gaussian"), num_samples=3)
+    bayes = BayesianSVIGPLVM(Y, Q, M, likelihood=likelihood_of("gaussian"), num_samples=3)
     randomise(bayes, seed=4)
     # Default encoder (mask-aware, hides inputs only when training=True): the evaluated bound is
     # deterministic under common random numbers.
-    amortised = AmortisedBayesianGPLVM(
-        Y, Q, M, likelihood=make_likelihood("gaussian"), num_samples=3
-    )
+    amortised = AmortisedBayesianGPLVM(Y, Q, M, likelihood=likelihood_of("gaussian"), num_samples=3)
     randomise(amortised, seed=5)
     return Y, {"point": point, "map": map_model, "bayes": bayes, "amortised": amortised}
 
@@ -358,7 +339,7 @@ def gaussian_kl_rows(mu, s) -> float:
 def gaussian_psi_case(num_data: int, whiten: bool, latent_expectation: str):
     """Data, a B-SVI model with a Gaussian likelihood and its randomised parameters."""
     Y = make_data("gaussian", seed=2, num_data=num_data)
-    likelihood = make_likelihood("gaussian")
+    likelihood = likelihood_of("gaussian")
     model = BayesianSVIGPLVM(
         Y, Q, M, likelihood=likelihood, whiten=whiten, latent_expectation=latent_expectation
     )
@@ -548,7 +529,7 @@ def test_encoder_weights_are_trainable_and_receive_gradients(covariance):
     Y = make_data("gaussian", seed=5)
     hidden = (6, 4)
     model = AmortisedBayesianGPLVM(
-        Y, Q, M, likelihood=make_likelihood("gaussian"), hidden_sizes=hidden, covariance=covariance
+        Y, Q, M, likelihood=likelihood_of("gaussian"), hidden_sizes=hidden, covariance=covariance
     )
     # GP variables: kernel variance, lengthscales, likelihood variance, Z, q_mu, q_sqrt, mean c.
     # Encoder: two MLPs, each (len(hidden) + 1) weights and as many biases.
@@ -568,7 +549,7 @@ def test_encoder_weights_are_trainable_and_receive_gradients(covariance):
     gradients = tape.gradient(loss, encoder_variables)
     for variable, gradient in zip(encoder_variables, gradients):
         assert gradient is not None, variable.name
-        g = to_dense(gradient)
+        g = dense(gradient)
         assert np.all(np.isfinite(g)) and np.any(g != 0), variable.name
 
 
@@ -588,7 +569,7 @@ def test_masked_likelihood_equals_base_without_nans(kind):
     Fvar = tf.constant(rng.uniform(0.05, 1.5, size=(N, D)))
     F = tf.constant(rng.standard_normal((N, D)))
     Yt = tf.constant(Y)
-    base = make_likelihood(kind)
+    base = likelihood_of(kind)
     masked = MaskedLikelihood(base)
     pairs = [
         (
@@ -633,7 +614,7 @@ def nan_models():
         Y[5, 1] = 0.0  # a genuine zero observation next to gaps
         with warnings.catch_warnings():  # the fully missing row is deliberate
             warnings.simplefilter("ignore", UserWarning)
-            model = PointGPLVM(Y, Q, M, likelihood=MaskedLikelihood(make_likelihood(kind)))
+            model = PointGPLVM(Y, Q, M, likelihood=MaskedLikelihood(likelihood_of(kind)))
         values = randomise(model, seed=60 + seed)
         models[kind] = (Y, model, values)
     return models
@@ -666,7 +647,7 @@ def test_nan_gradients_are_finite(nan_models):
     with warnings.catch_warnings():  # the fully missing row is deliberate
         warnings.simplefilter("ignore", UserWarning)
         amortised = AmortisedBayesianGPLVM(
-            Y_amortised, Q, M, likelihood=MaskedLikelihood(make_likelihood("gaussian"))
+            Y_amortised, Q, M, likelihood=MaskedLikelihood(likelihood_of("gaussian"))
         )
     assert amortised.latent.missing_aware
     checks.append((Y_amortised, amortised))
@@ -678,4 +659,4 @@ def test_nan_gradients_are_finite(nan_models):
         gradients = tape.gradient(loss, variables)
         for variable, gradient in zip(variables, gradients):
             assert gradient is not None, variable.name
-            assert np.all(np.isfinite(to_dense(gradient))), variable.name
+            assert np.all(np.isfinite(dense(gradient))), variable.name

@@ -9,6 +9,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import move_q_u
 from gpflow.expectations import expectation
 from gpflow.probability_distributions import DiagonalGaussian
 
@@ -50,10 +51,7 @@ def build(case: str, complete: np.ndarray, with_gaps: np.ndarray) -> tuple[sg.SV
     model = model_class(
         Y, Q, M, shared_covariance=shared, whiten=whiten, latent_expectation="closed-form"
     )
-    rng = np.random.default_rng(2)
-    model.q_mu.assign(0.5 * rng.standard_normal(model.q_mu.shape))
-    factors = 0.2 * np.tril(rng.standard_normal(model.q_sqrt.shape), -1) + 0.7 * np.eye(M)
-    model.q_sqrt.assign(factors)
+    move_q_u(model, np.random.default_rng(2), mean=0.5, off_diagonal=0.2, diagonal=0.7)
     return model, tf.constant(Y)
 
 

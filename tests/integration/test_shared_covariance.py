@@ -14,6 +14,7 @@ import gpflow
 import numpy as np
 import pytest
 import tensorflow as tf
+from builders import likelihood_of, observations
 from gpflow.kullback_leiblers import gauss_kl
 
 from gpflow_svi_gplvm import (
@@ -33,23 +34,10 @@ MODELS = [PointGPLVM, MAPGPLVM, BayesianSVIGPLVM, AmortisedBayesianGPLVM]
 def make_data(kind: str = "gaussian", missing: float = 0.3, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     f = np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
-    if kind == "gaussian":
-        Y = f + 0.2 * rng.standard_normal(f.shape)
-    elif kind == "poisson":
-        Y = rng.poisson(np.exp(f)).astype(float)
-    else:
-        Y = (f + 0.3 * rng.standard_normal(f.shape) > 0).astype(float)
+    Y = observations(kind, f, rng, noise=0.2)
     Y[rng.random(Y.shape) < missing] = np.nan
     Y[np.arange(N), np.arange(N) % D] = np.nan_to_num(Y[np.arange(N), np.arange(N) % D])
     return Y
-
-
-def likelihood(kind: str) -> gpflow.likelihoods.Likelihood:
-    return {
-        "gaussian": gpflow.likelihoods.Gaussian(variance=0.2),
-        "poisson": gpflow.likelihoods.Poisson(),
-        "bernoulli": gpflow.likelihoods.Bernoulli(),
-    }[kind]
 
 
 def shared_factor(rng: np.random.Generator) -> np.ndarray:
@@ -75,7 +63,7 @@ def twin_models(
                 Y,
                 Q,
                 M,
-                likelihood=likelihood(kind),
+                likelihood=likelihood_of(kind, variance=0.2),
                 whiten=whiten,
                 shared_covariance=shared,
                 latent_expectation=latent_expectation,
