@@ -247,20 +247,15 @@ class FlowBayesianGPLVM(SVIGPLVM):
         **options: Any,
     ):
         check_flow_options(flow, num_layers, flow_parameters)
-        flow_options = (flow, num_layers, flow_parameters, initial_variance, hidden_sizes)
-        self._flow_options = flow_options + (context_size, moment_draws)
-        positional = (data, latent_dim, num_inducing, kernel, likelihood, num_samples)
-        super().__init__(*positional, **options)
+        flow_options = (flow, num_layers, flow_parameters, initial_variance)
+        sizes = (hidden_sizes, context_size, moment_draws)
 
-    def _build_latent(
-        self,
-        latent: LatentFactory | None,
-        initial_latents: np.ndarray,
-        Y: np.ndarray | tf.Tensor,
-        workers: Workers,
-    ) -> LatentVariables:
-        """The flow latents from the initial latents [N, Q] (the base Gaussians' means)."""
-        return flow_latent(initial_latents, *self._flow_options, self.seed)
+        def latent(initial: np.ndarray) -> LatentVariables:
+            # Called by SVIGPLVM.__init__ once it has checked the seed.
+            return flow_latent(initial, *flow_options, *sizes, self.seed)
+
+        positional = (data, latent_dim, num_inducing, kernel, likelihood, num_samples)
+        super().__init__(*positional, latent=latent, **options)
 
 
 MODELS: dict[str, type[SVIGPLVM]] = {
