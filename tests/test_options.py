@@ -78,3 +78,13 @@ def test_fit_shows_every_trainer_option_keyword_only_with_its_default():
         assert fit[name].default == option.default and fit[name].kind == KEYWORD, name
     for name in ("progress", "steps_per_call", "callback", "callback_every"):
         assert fit[name].default == inspect.signature(sg.Trainer.train).parameters[name].default
+
+
+@pytest.mark.parametrize("name", ["infer_latents", "reconstruct"])
+def test_the_new_row_methods_show_the_functions_options(name):
+    method = inspect.signature(getattr(sg.SVIGPLVM, name)).parameters
+    function = inspect.signature(getattr(sg.inference, name)).parameters
+    given = 2 if name == "infer_latents" else 3  # the model (self), the rows and their indices
+    assert list(method)[:given][1:] == list(function)[1:given]
+    for option, parameter in list(function.items())[given:]:
+        assert method[option].default == parameter.default and method[option].kind == KEYWORD

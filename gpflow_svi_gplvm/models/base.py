@@ -20,7 +20,7 @@ draws, or taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +48,7 @@ from ..latents import (
     LatentVariables,
 )
 from ..likelihoods import MaskedLikelihood
+from ..options import takes_options_of
 from ..shared_covariance import SharedCovarianceSVGP, covariance_layout
 from ..sparse_rows import RowReader
 from ..validation import check_observations, check_seed
@@ -443,14 +444,15 @@ class SVIGPLVM(SharedCovarianceSVGP):
         return self.latent.moments(*self._all_rows(Y))[1]
 
     @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
-    def infer_latents(self, Y_new, **options) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); options
-        (``iterations``, ``learning_rate``, ``seed``, ``mask``, ``chunk_size``, ``tolerance``) as in
-        :func:`gpflow_svi_gplvm.inference.infer_latents`. The model is not modified."""
+    @takes_options_of(inference.infer_latents, omit=("model",))
+    def infer_latents(self, Y_new, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
+        """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); the options
+        are :func:`gpflow_svi_gplvm.inference.infer_latents`'. The model is not modified."""
         return inference.infer_latents(self, Y_new, **options)
 
     @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
-    def reconstruct(self, Y, rows=None, **options) -> tuple[tf.Tensor, tf.Tensor]:
+    @takes_options_of(inference.reconstruct, omit=("model",))
+    def reconstruct(self, Y, rows=None, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
         ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
         :func:`gpflow_svi_gplvm.inference.reconstruct`."""
