@@ -57,6 +57,10 @@ class History:
     """How often the compiled step was traced (1 for a healthy run)."""
 
 
+_AGREED_SETTINGS = ("batch_size", "seed", "q_u_optimizer", "row_updates", "checkpoint_every")
+"""Trainer's options that every worker must be given alike (besides its step sizes)."""
+
+
 class Trainer:
     """Holds a model, its optimiser and a data iterator, and runs compiled training steps.
 
@@ -137,8 +141,7 @@ class Trainer:
         device: str | None = None,
     ) -> None:
         _check_kinds(model, optimizer, strategy)
-        seed = check_seed(seed)
-        self.device = check_device(device)
+        seed, self.device = check_seed(seed), check_device(device)
         learning_rate = StepSize.of(learning_rate)
         natgrad_gamma = StepSize.of(natgrad_gamma, gamma=True)
         dense_entries = check_row_updates(row_updates, optimizer)
@@ -146,19 +149,12 @@ class Trainer:
         self.workers = Workers.of(strategy) if strategy is not None else Workers()
         if strategy is not None:
             check_strategy(model.variables, strategy, jit_compile, device, self.workers)
-        settings = dict(
-            batch_size=batch_size,
-            seed=seed,
-            learning_rate=learning_rate.values,
-            natgrad_gamma=natgrad_gamma.values,
-            q_u_optimizer=q_u_optimizer,
-            row_updates=row_updates,
-            checkpoints=checkpoint_dir is not None,
-            checkpoint_every=checkpoint_every,
-        )
+        settings = {name: v for name, v in locals().items() if name in _AGREED_SETTINGS}
+        settings |= {"learning_rate": learning_rate.values, "natgrad_gamma": natgrad_gamma.values}
+        settings["checkpoints"] = checkpoint_dir is not None
         self.workers.agree("called fit with other settings", settings)
         model.latent.generator.reset_from_seed(seed)
-        self.model, self.seed = model, seed
+        self.model = model
         self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
         self.rows = TrainingRows(model, data, mask, batch_size, seed, self.strategy, self.workers)
         self.steps = TrainingStep(
