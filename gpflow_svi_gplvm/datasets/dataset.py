@@ -200,7 +200,9 @@ def load_array_file(path: str | Path) -> DataSet:
     numbers the columns (0..D-1 or 1..D), is a header: its names go to ``metadata["columns"]``.
     Columns with no number in them (text) are dropped and named in ``metadata["dropped"]`` and
     in the description, their values kept in ``metadata["text"]`` (name -> [N] strings); a
-    column mixing numbers and text, or a ragged row, is a ``ValueError``.
+    column mixing numbers and text, numbers written with a comma in a table not separated by
+    semicolons, or a ragged row, is a ``ValueError``. NumPy files holding Python objects
+    (pickles) are never loaded.
     """
     path = Path(path)
     if not path.exists():
