@@ -40,7 +40,7 @@ from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
 from .sparse_rows import RowReader, RowStream, SparseRows
 from .training import History, fit
-from .validation import check_integer, check_seed, row_blocks
+from .validation import check_integer, check_path, check_seed, check_writable_folder, row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -287,6 +287,8 @@ class SingleCellGPLVM:
                 f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
                 "by its path is never changed."
             )
+        if output is not None:  # found now, not after training
+            check_writable_folder(check_path(output, "output"), "output")
 
     def _build(
         self,

@@ -307,3 +307,15 @@ def test_a_truncated_h5ad_is_named_and_nothing_is_written(tmp_path):
     with pytest.raises(ValueError, match=r"cells.h5ad is not a readable AnnData \(HDF5\) file"):
         SingleCellGPLVM(Q, layer="counts").fit(path, iterations=1, output=tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_cannot_be_a_folder_is_refused_before_training(tmp_path):
+    path = tmp_path / "cells.h5ad"
+    _cells().write_h5ad(path)
+    (tmp_path / "mine").write_text("a user's file")
+    face = SingleCellGPLVM(Q, layer="counts")
+    with pytest.raises(ValueError, match=r"output .*mine is a file: name a folder"):
+        face.fit(path, iterations=1, output=tmp_path / "mine")
+    assert (tmp_path / "mine").read_text() == "a user's file" and face.model is None
+    with pytest.raises(ValueError, match=r"output must be a non-empty str or pathlib.Path"):
+        face.fit(path, iterations=1, output="")
