@@ -36,7 +36,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 
 from .sparse_rows import SparseRows
-from .validation import ROWS_PER_BLOCK, check_integer, check_seed
+from .validation import ROWS_PER_BLOCK, check_integer, check_path, check_seed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,7 +175,7 @@ class DiskRows:
         """The matrix ``X`` (``layer=None``) or ``layers/<layer>`` of the ``.h5ad`` file at
         ``path``, keeping the var columns ``columns`` (integer indices [D], default all). It must
         be CSR or dense: CSC is refused, since reading its rows scans it whole."""
-        source = _Source(os.fspath(path), layer)
+        source = _Source(os.fspath(check_path(path, "path")), layer)
         return cls(source, _checked_columns(columns, source.shape[1]))
 
     @property

@@ -143,10 +143,7 @@ def check_path(path, name: str) -> Path:
     for anything else, an empty or blank string (which would quietly mean the current folder)
     included."""
     if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
-        raise ValueError(
-            f"{name} must be a non-empty str or pathlib.Path naming a folder (e.g. 'runs/mine'), "
-            f"got {path!r}."
-        )
+        raise ValueError(f"{name} must be a non-empty str or pathlib.Path, got {path!r}.")
     return Path(path)
 
 

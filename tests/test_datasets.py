@@ -564,6 +564,8 @@ def test_numpy_files_that_cannot_be_read_as_data_are_clear_errors(tmp_path):
     for name, message in cases.items():
         with pytest.raises(ValueError, match=message):
             load_array_file(tmp_path / name)
+    with pytest.raises(ValueError, match="path must be a non-empty str or pathlib.Path, got None"):
+        load_array_file(None)
     labelled = tmp_path / "labelled.npz"
     np.savez(labelled, Y=np.ones((4, 2)), labels=np.arange(4))
     assert load_array_file(labelled).labels.tolist() == [0, 1, 2, 3]

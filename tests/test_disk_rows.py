@@ -135,6 +135,9 @@ def test_bad_input_is_refused(data, tmp_path):
         DiskRows.open(path, layer="csc")
     with pytest.raises(ValueError, match="no layer 'spliced'.*'counts'"):
         DiskRows.open(path, layer="spliced")
+    for nothing in (None, "", 7):
+        with pytest.raises(ValueError, match="path must be a non-empty str or pathlib.Path"):
+            DiskRows.open(nothing)
     with pytest.raises(ValueError, match="There is no file"):
         DiskRows.open(tmp_path / "missing.h5ad")
     (tmp_path / "notes.h5ad").write_text("not HDF5")

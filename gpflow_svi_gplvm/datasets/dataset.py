@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..validation import check_path
+
 
 @dataclass
 class DataSet:
@@ -204,7 +206,7 @@ def load_array_file(path: str | Path) -> DataSet:
     semicolons, or a ragged row, is a ``ValueError``. NumPy files holding Python objects
     (pickles) are never loaded.
     """
-    path = Path(path)
+    path = check_path(path, "path")
     if not path.exists():
         raise ValueError(f"Data file {path} does not exist.")
     if path.is_dir():
