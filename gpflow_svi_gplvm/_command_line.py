@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -124,12 +125,26 @@ def _add_cluster_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--startup-timeout",
-        type=float,
+        type=_seconds,
         default=90.0,
         metavar="SECONDS",
         help="with several workers, give up (naming the workers not reached) when some worker "
         "has not started within this time",
     )
+
+
+def _seconds(text: str) -> float:
+    """``--startup-timeout``'s value: a positive, finite number of seconds (else argparse says
+    so, naming the option)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive, finite number of seconds (e.g. 90)"
+        )
+    return seconds
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

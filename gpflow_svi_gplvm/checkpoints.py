@@ -363,7 +363,7 @@ class Checkpoints:
         except (tf.errors.OpError, OSError, IndexError, ValueError) as error:
             unreadable.append(f"{path} ({_first_line(error)})")
             return False
-        _check_covariance_layout(model, path, shapes)
+        _check_model_shapes(model, path, shapes)
         if not self.allow_new_data:
             self.data.check_against(stored, path)
         status = None
@@ -417,9 +417,16 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def _check_covariance_layout(model: SVIGPLVM, path: str, shapes: dict) -> None:
-    """A checkpoint (its variables' ``shapes``) of the other q(u) covariance layout is a
-    ValueError naming both."""
+def _check_model_shapes(model: SVIGPLVM, path: str, shapes: dict) -> None:
+    """A checkpoint (its variables' ``shapes``) of a model of another D (q_mu [M, D]) or of the
+    other q(u) covariance layout is a ValueError naming both."""
+    written_dim = shapes.get("model/q_mu/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
+    if written_dim is not None and written_dim[-1] != model.data_dim:
+        raise ValueError(
+            f"The checkpoint {path} was written by a model with D={written_dim[-1]} outputs "
+            f"(columns of Y), but this model has D={model.data_dim}. Resume on data of "
+            f"{written_dim[-1]} columns, or use another checkpoint_dir."
+        )
     stored = shapes.get("model/q_sqrt/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
     if stored is None or stored[0] == model.q_sqrt.shape[0]:
         return

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 
 from .sparse_rows import SparseRows
-from .validation import ROWS_PER_BLOCK, check_integer, check_seed
+from .validation import ROWS_PER_BLOCK, check_integer, check_path, check_seed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +69,7 @@ class _Source:
         try:
             self.file = h5py.File(self.path, "r")
         except OSError as error:
-            raise ValueError(f"{self.path!r} is not an HDF5 (.h5ad) file: {error}") from error
+            raise ValueError(unreadable_h5ad(self.path, error)) from error
         self.name = "X" if layer is None else f"layers/{layer}"
         self.element = self._element(layer)
         self.sparse = isinstance(self.element, h5py.Group)
@@ -112,7 +112,13 @@ class _Source:
         return N, D
 
     def check(self) -> None:
-        """Raise a ``ValueError`` if the file was removed or changed since it was opened."""
+        """Raise a ``ValueError`` if the file was closed, removed or changed since it was
+        opened."""
+        if not self.file:  # h5py's closed file is false
+            raise ValueError(
+                f"The DiskRows of {self.path!r} was closed (close(), or the end of its with "
+                "block): open the file again with DiskRows.open(path) to read it."
+            )
         try:
             stamp = self._stamp()
         except FileNotFoundError:
@@ -141,6 +147,7 @@ class _Source:
         """Entries stored for rows [start, stop) (CSR), ``None`` for a dense matrix."""
         if not self.sparse:
             return None
+        self.check()
         indptr = self.element["indptr"]
         return int(indptr[stop]) - int(indptr[start])
 
@@ -168,7 +175,7 @@ class DiskRows:
         """The matrix ``X`` (``layer=None``) or ``layers/<layer>`` of the ``.h5ad`` file at
         ``path``, keeping the var columns ``columns`` (integer indices [D], default all). It must
         be CSR or dense: CSC is refused, since reading its rows scans it whole."""
-        source = _Source(os.fspath(path), layer)
+        source = _Source(os.fspath(check_path(path, "path")), layer)
         return cls(source, _checked_columns(columns, source.shape[1]))
 
     @property
@@ -497,5 +504,23 @@ def read_frames(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
         from anndata.io import read_elem
     except ImportError:  # anndata < 0.11
         from anndata.experimental import read_elem
-    with h5py.File(os.fspath(path), "r") as file:
+    try:
+        file = h5py.File(os.fspath(path), "r")
+    except OSError as error:
+        raise ValueError(unreadable_h5ad(os.fspath(path), error)) from error
+    with file:
+        if not {"obs", "var"} <= set(file):
+            raise ValueError(
+                f"{os.fspath(path)} is an HDF5 file but not an AnnData (.h5ad): it has no obs "
+                "and var. Write the cells with adata.write_h5ad(path)."
+            )
         return read_elem(file["obs"]), read_elem(file["var"])
+
+
+def unreadable_h5ad(path: str, error: OSError) -> str:
+    """What to say of the file at ``path`` that h5py cannot open (``error``)."""
+    return (
+        f"{path} is not a readable AnnData (HDF5) file: it may be truncated, still being "
+        f"written, or not an .h5ad at all (h5py: {str(error).splitlines()[0]}). Wait until it "
+        "is written in full, or write it again with adata.write_h5ad(path)."
+    )

@@ -46,6 +46,7 @@ from gpflow.config import default_float
 from .compiled import GraphFunction
 from .export_folder import check_destination, make_staging, replace_folder, write_marker
 from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
+from .validation import check_path, check_writable_folder
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
@@ -237,8 +238,9 @@ def export_saved_model(
     (y - location) / scale, the export takes and returns the data's own units (see this module's
     "Units"); without them it serves the model's units, with nothing applied.
     """
-    path = Path(path)
+    path = check_path(path, "path (where the export goes)")
     check_destination(path, overwrite)
+    check_writable_folder(path.parent, "The export's parent folder")
     settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)
     module = ServingModule(model, *settings, location, scale)
     functions = {

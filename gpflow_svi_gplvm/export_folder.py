@@ -64,9 +64,7 @@ def check_destination(path: Path, overwrite: bool) -> None:
                     stacklevel=3,
                 )
         return
-    if not overwrite:
-        raise ValueError(f"{path} exists: pass overwrite=True to replace it, or choose a new path.")
-    if not is_export(path):
+    if not is_export(path):  # said first: overwrite=True would not replace it either
         what = (
             "a symbolic link"
             if path.is_symlink()
@@ -77,6 +75,11 @@ def check_destination(path: Path, overwrite: bool) -> None:
         raise ValueError(
             f"{path} is {what}. overwrite=True replaces only this package's own exports and never "
             "deletes anything else: choose another path, or move it away yourself."
+        )
+    if not overwrite:
+        raise ValueError(
+            f"{path} holds an export of gpflow_svi_gplvm: pass overwrite=True to replace it, or "
+            "choose a new path."
         )
     foreign = _foreign_files(path)
     if foreign:

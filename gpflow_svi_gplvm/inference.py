@@ -44,6 +44,7 @@ from .validation import (
 __all__ = [
     "LatentInference",
     "NewRowModel",
+    "check_new_row_model",
     "chunk_rows",
     "exact_predictive_applies",
     "in_row_chunks",
@@ -142,6 +143,7 @@ class LatentInference(tf.Module):
         tolerance: float | str | None = "auto",
     ):
         super().__init__()
+        check_new_row_model(model)
         self.model = model
         self.iterations = check_integer(iterations, "iterations", minimum=0)
         self.tolerance = _check_tolerance(tolerance, model)
@@ -558,6 +560,18 @@ starts at the one with the highest bound."""
 
 TOLERANCE = 1e-4
 """``tolerance="auto"``'s relative Newton decrement below which a new row's fit stops."""
+
+
+def check_new_row_model(model: object) -> None:
+    """A ``ValueError`` unless ``model`` is what new rows are inferred from (a trained GPLVM of
+    this package, see :class:`NewRowModel`), e.g. not None, a name or another GPflow model."""
+    if not isinstance(getattr(model, "latent", None), LatentVariables) or not all(
+        hasattr(model, name) for name in ("likelihood", "inducing_variable", "data_dim")
+    ):
+        raise ValueError(
+            f"model must be a GPLVM of this package (SVIGPLVM or a subclass, trained by fit), got "
+            f"{type(model).__name__}: build one, e.g. BayesianSVIGPLVM(Y, latent_dim=2)."
+        )
 
 
 def _check_tolerance(tolerance: float | str | None, model: NewRowModel) -> float | None:

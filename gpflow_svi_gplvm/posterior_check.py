@@ -35,7 +35,7 @@ from check_shapes import check_shapes
 from gpflow.config import default_float
 from scipy.spatial.distance import cdist, pdist
 
-from .inference import LatentInference
+from .inference import LatentInference, check_new_row_model
 from .latents import LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, base_likelihood
 from .models import SVIGPLVM
@@ -338,8 +338,9 @@ def fit_to_posterior(
     learning_rate = check_learning_rate(learning_rate)
     num_samples = check_integer(num_samples, "num_samples")
     seed = check_seed(seed)
+    check_new_row_model(model)
     rows = tf.constant(check_observations(Y, "Y", model.data_dim))
-    _check_family_rows(latent, rows.shape[0])
+    _check_family(latent, rows.shape[0], model.latent_dim)
     data_term = _data_term(model, rows, target)
     idx = tf.range(tf.shape(rows)[0], dtype=tf.int64)
     variables = list(latent.trainable_variables)
@@ -370,7 +371,18 @@ def fit_to_posterior(
     return run().numpy()
 
 
-def _check_family_rows(latent: LatentVariables, num_rows: int) -> None:
+def _check_family(latent: LatentVariables, num_rows: int, latent_dim: int) -> None:
+    """A ``ValueError`` unless ``latent`` is a family of q(X) [num_rows, latent_dim]."""
+    if not isinstance(latent, LatentVariables):
+        raise ValueError(
+            f"latent must be a family of q(X) (a LatentVariables, e.g. GaussianLatent(X0) from "
+            f"initial means X0 [len(Y), Q]), got a {type(latent).__name__}."
+        )
+    if latent.latent_dim != latent_dim:
+        raise ValueError(
+            f"The family has Q={latent.latent_dim} latent dimensions but the model has "
+            f"Q={latent_dim}: build it from initial means [len(Y), {latent_dim}]."
+        )
     family_rows = getattr(latent, "num_data", None)  # None: amortised, any rows
     if family_rows is not None and family_rows != num_rows:
         raise ValueError(

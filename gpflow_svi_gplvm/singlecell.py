@@ -40,7 +40,7 @@ from .likelihoods import NegativeBinomial
 from .models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
 from .sparse_rows import RowReader, RowStream, SparseRows
 from .training import History, fit
-from .validation import check_integer, check_seed, row_blocks
+from .validation import check_integer, check_path, check_seed, check_writable_folder, row_blocks
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
 
@@ -287,6 +287,8 @@ class SingleCellGPLVM:
                 f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
                 "by its path is never changed."
             )
+        if output is not None:  # found now, not after training
+            check_writable_folder(check_path(output, "output"), "output")
 
     def _build(
         self,
@@ -603,10 +605,7 @@ def _opened(adata):
     path = Path(adata)
     if not path.is_file():
         raise ValueError(f"{path} is not a file: give an AnnData or the path of an .h5ad file.")
-    try:
-        return _CellsFile(path)
-    except OSError as error:
-        raise ValueError(f"{path} cannot be read as an .h5ad file (HDF5): {error}") from error
+    return _CellsFile(path)  # a file h5py cannot read is a ValueError of read_frames
 
 
 def _check_anndata(adata, alternative: str = "") -> None:
@@ -709,8 +708,14 @@ def _gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
                 f"{list(adata.var.columns)}. Pass a list of gene names instead."
             )
         marks = adata.var[genes]
-        if str(marks.dtype) == "boolean" and not marks.isna().any():
-            marks = marks.astype(bool)  # pandas' nullable booleans, with no value missing
+        if str(marks.dtype) == "boolean":  # pandas' nullable booleans: no value may be missing
+            if marks.isna().any():
+                raise ValueError(
+                    f"var column {genes!r} has no value (NA) for {int(marks.isna().sum())} "
+                    f"gene(s), e.g. {list(marks.index[marks.isna()][:3])}: fill them, e.g. "
+                    f"adata.var[{genes!r}] = adata.var[{genes!r}].fillna(False)."
+                )
+            marks = marks.astype(bool)
         if marks.dtype != bool:
             raise ValueError(
                 f"var column {genes!r} holds {marks.dtype} values, not True/False: choose genes "

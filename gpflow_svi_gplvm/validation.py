@@ -17,6 +17,7 @@ __all__ = [
     "check_observations",
     "check_integer",
     "check_seed",
+    "check_path",
     "check_writable_folder",
     "check_learning_rate",
     "check_fraction",
@@ -137,12 +138,30 @@ def _sized(Y) -> bool:
     return hasattr(Y, "__len__") or hasattr(Y, "__array__")
 
 
+def check_path(path, name: str) -> Path:
+    """``path`` (a ``str`` or ``os.PathLike``) as a ``Path``, or a ``ValueError`` naming ``name``
+    for anything else, an empty or blank string (which would quietly mean the current folder)
+    included."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise ValueError(f"{name} must be a non-empty str or pathlib.Path, got {path!r}.")
+    return Path(path)
+
+
 def check_writable_folder(folder: Path, name: str) -> None:
     """A ``ValueError`` now when ``folder`` (named ``name`` in messages) could not be created or
-    written: a file in its place, no permission, a full disk. Tried by writing a file in it; the
-    folders made for the try are removed again, so a refused run leaves nothing behind."""
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{name} {folder} is a file: name a folder (it is created if missing).")
+    written: a file in its place or in the place of a folder above it, no permission, a full
+    disk. Tried by writing a file in it; the folders made for the try are removed again, so a
+    refused run leaves nothing behind."""
+    for place in (folder, *folder.parents):
+        if place.exists() and not place.is_dir():
+            if place == folder:
+                raise ValueError(
+                    f"{name} {folder} is a file: name a folder (it is created if missing)."
+                )
+            raise ValueError(
+                f"{name} {folder} cannot be made: {place} is a file, not a folder. Name a folder "
+                "whose path holds no file."
+            )
     made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)

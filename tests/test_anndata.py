@@ -152,7 +152,9 @@ def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path):
     with pytest.raises(ValueError, match="is not a file"):
         SingleCellGPLVM(Q, **options).fit(tmp_path / "no.h5ad", iterations=1, output=tmp_path)
     (tmp_path / "text.h5ad").write_text("a,b\n1,2\n")
-    with pytest.raises(ValueError, match="cannot be read as an .h5ad file"):
+    with pytest.raises(
+        ValueError, match=r"not a readable AnnData \(HDF5\) file: it may be truncated"
+    ):
         SingleCellGPLVM(Q, **options).fit(tmp_path / "text.h5ad", output=tmp_path / "o")
     with pytest.raises(ValueError, match="Pass output=, a folder"):
         SingleCellGPLVM(Q, **options).fit(path, iterations=1)
@@ -288,3 +290,32 @@ def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
     # model's column summary: four passes, and the PCA sample's seven (its rows alone).
     sample = len(_sample_rows(np.zeros((num_cells, 1)), num_cells, None, seed=0).index)
     assert sum(read) == 4 * num_cells + 7 * sample
+
+
+def test_a_genes_column_with_missing_values_names_them_and_the_fix():
+    cells = _cells()
+    cells.var["chosen"] = pd.array([True, None] + [False] * (D - 2), dtype="boolean")
+    missing = r"'chosen' has no value \(NA\) for 1 gene\(s\), e.g. \['gene1'\].*fillna\(False\)"
+    with pytest.raises(ValueError, match=missing):
+        SingleCellGPLVM(Q, layer="counts", genes="chosen").fit(cells, iterations=1)
+
+
+def test_a_truncated_h5ad_is_named_and_nothing_is_written(tmp_path):
+    path = tmp_path / "cells.h5ad"
+    _cells().write_h5ad(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"cells.h5ad is not a readable AnnData \(HDF5\) file"):
+        SingleCellGPLVM(Q, layer="counts").fit(path, iterations=1, output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_cannot_be_a_folder_is_refused_before_training(tmp_path):
+    path = tmp_path / "cells.h5ad"
+    _cells().write_h5ad(path)
+    (tmp_path / "mine").write_text("a user's file")
+    face = SingleCellGPLVM(Q, layer="counts")
+    with pytest.raises(ValueError, match=r"output .*mine is a file: name a folder"):
+        face.fit(path, iterations=1, output=tmp_path / "mine")
+    assert (tmp_path / "mine").read_text() == "a user's file" and face.model is None
+    with pytest.raises(ValueError, match=r"output must be a non-empty str or pathlib.Path"):
+        face.fit(path, iterations=1, output="")

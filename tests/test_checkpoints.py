@@ -159,6 +159,27 @@ def test_a_checkpoint_of_another_shape_is_rejected_and_left_intact(checkpointed,
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
 
 
+@pytest.mark.parametrize("shared_covariance", [False, True], ids=["per-output", "shared"])
+def test_a_checkpoint_of_another_d_names_both_ds(checkpointed, data, tmp_path, shared_covariance):
+    directory = copy_of(checkpointed, tmp_path)
+    files = {p.name: p.read_bytes() for p in directory.iterdir()}
+    narrower = data[:, : D - 1]
+    model = BayesianSVIGPLVM(narrower, Q, num_inducing=M, shared_covariance=shared_covariance)
+    written = rf"written by a model with D={D} outputs .*, but this model has D={D - 1}\."
+    for allow_new_data in (False, True):
+        with pytest.raises(ValueError, match=written):
+            fit(
+                model,
+                narrower,
+                iterations=40,
+                checkpoint_dir=directory,
+                resume=True,
+                allow_new_data=allow_new_data,
+                **SETTINGS,
+            )
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
+
+
 def test_resume_with_another_batch_size_names_both(checkpointed, data, tmp_path):
     directory = copy_of(checkpointed, tmp_path)
     with pytest.raises(ValueError, match=r"batch_size=16, this run has batch_size=10"):

@@ -73,7 +73,21 @@ def bad_input(tmp_path, case):
         return ["--data", str(tmp_path / "nope.csv")], "does not exist"
     if case == "a directory":
         (tmp_path / "folder.csv").mkdir()
-        return ["--data", str(tmp_path / "folder.csv")], "folder.csv"
+        return ["--data", str(tmp_path / "folder.csv")], "folder.csv is a folder: give the path"
+    if case == "a directory without suffix":
+        return ["--data", str(tmp_path)], f"{tmp_path} is a folder: give the path of a data file"
+    if case == "an object array":
+        np.save(tmp_path / "objects.npy", np.array([[1, "a"]] * 6, dtype=object))
+        return ["--data", str(tmp_path / "objects.npy")], "holds Python objects (an array of dtype"
+    if case == "a table named .npy":
+        (tmp_path / "table.npy").write_text(csv.read_text())
+        return ["--data", str(tmp_path / "table.npy")], "table.npy is not a NumPy .npy file"
+    if case == "labels of another length":
+        np.savez(tmp_path / "d.npz", Y=np.loadtxt(csv, delimiter=","), labels=np.arange(5))
+        return ["--data", str(tmp_path / "d.npz")], "'labels' has shape (5,) but 'Y' has (30, 4)"
+    if case == "quoted decimal commas":
+        (tmp_path / "eu.csv").write_text('a,b\n"-0,098","1,5"\n"0,25","2,0"\n"1,5","3,5"\n')
+        return ["--data", str(tmp_path / "eu.csv")], "column 'a' holds numbers written with a comma"
     if case == "unknown suffix":
         (tmp_path / "data.parquet").write_text("")
         return ["--data", str(tmp_path / "data.parquet")], "Unsupported data file type"
@@ -103,6 +117,11 @@ def bad_input(tmp_path, case):
 CASES = [
     "missing file",
     "a directory",
+    "a directory without suffix",
+    "an object array",
+    "a table named .npy",
+    "labels of another length",
+    "quoted decimal commas",
     "unknown suffix",
     "3-D array",
     "strings",
@@ -126,6 +145,29 @@ def test_a_user_mistake_is_one_line_on_stderr_and_exit_status_2(tmp_path, capsys
     assert not (tmp_path / "out").exists()  # nothing trained, nothing written
     if case == "output is a file":
         assert (tmp_path / "taken").read_text() == "a user's file"
+
+
+@pytest.mark.parametrize("value", ["nan", "-5", "0", "inf", "soon"])
+def test_a_startup_timeout_that_is_not_a_positive_number_of_seconds_is_refused(capsys, value):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--startup-timeout", value])
+    assert stopped.value.code == 2
+    expected = f"--startup-timeout: '{value}' is not a positive, finite number of seconds"
+    assert expected in capsys.readouterr().err
+
+
+def test_an_h5ad_genes_column_with_missing_values_is_refused_before_training(tmp_path, capsys):
+    anndata = pytest.importorskip("anndata")
+    pd = pytest.importorskip("pandas")
+    marks = pd.array([True, None, True, False], dtype="boolean")
+    var = pd.DataFrame({"hv": marks}, index=[f"g{j}" for j in range(4)])
+    counts = np.random.default_rng(0).poisson(3.0, (12, 4)).astype(np.float32)
+    anndata.AnnData(X=counts, var=var).write_h5ad(tmp_path / "cells.h5ad")
+    args = ["--data", str(tmp_path / "cells.h5ad"), "--genes", "hv", "--iterations", "5"]
+    assert main([*args, "--no-progress", "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "var column 'hv' has no value (NA) for 1 gene(s)" in err[0], err
+    assert not (tmp_path / "out").exists()
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -523,14 +523,52 @@ def test_text_columns_are_dropped_and_named(tmp_path):
         ("x\n-0,0980\n1,0500\n", r"a column of numbers with decimal commas, or two"),
         ("a\tb\n0,5\t1,25\n2,0\t3,5\n", r"separated by '\\t' and its numbers hold commas"),
         (",a,b\n0,1.5,2\n1,3,4\n", r"no name and numbers the rows 0..1: a row index"),
+        ('a,b\n"-0,098",1\n"0,5",2\n', r"column 'a' holds numbers written with a comma \('-0,098'"),
     ],
-    ids=["ragged", "all text", "header only", "empty", "decimal commas", "headed", "tabs", "index"],
+    ids=[
+        "ragged",
+        "all text",
+        "header only",
+        "empty",
+        "decimal commas",
+        "headed",
+        "tabs",
+        "index",
+        "quoted decimal commas",
+    ],
 )
 def test_tables_that_cannot_be_read_are_clear_errors(tmp_path, text, message):
     path = tmp_path / "table.csv"
     path.write_text(text)
     with pytest.raises(ValueError, match=message):
         load_array_file(path)
+
+
+def test_numpy_files_that_cannot_be_read_as_data_are_clear_errors(tmp_path):
+    np.save(tmp_path / "objects.npy", np.array([[1.0, "a"]] * 3, dtype=object))
+    np.savez(tmp_path / "objects.npz", Y=np.array([[1.0, "a"]] * 3, dtype=object))
+    np.savez(tmp_path / "short.npz", Y=np.ones((4, 2)), labels=np.arange(3))
+    np.savez(tmp_path / "grid.npz", Y=np.ones((4, 2)), labels=np.ones((4, 2)))
+    (tmp_path / "table.npy").write_text("1,2\n3,4\n")
+    np.save(tmp_path / "whole.npy", np.ones((50, 3)))
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "whole.npy").read_bytes()[:200])
+    cases = {
+        "objects.npy": r"holds Python objects \(an array of dtype object\), which are not loaded",
+        "objects.npz": r"holds Python objects",
+        "short.npz": r"'labels' has shape \(3,\) but 'Y' has \(4, 2\): give one label per row",
+        "grid.npz": r"'labels' has shape \(4, 2\)",
+        "table.npy": r"table.npy is not a NumPy .npy file .*name a text table .csv",
+        "cut.npy": r"cut.npy cannot be read as a NumPy .npy file .*truncated or damaged",
+        "": r"is a folder: give the path of a data file",
+    }
+    for name, message in cases.items():
+        with pytest.raises(ValueError, match=message):
+            load_array_file(tmp_path / name)
+    with pytest.raises(ValueError, match="path must be a non-empty str or pathlib.Path, got None"):
+        load_array_file(None)
+    labelled = tmp_path / "labelled.npz"
+    np.savez(labelled, Y=np.ones((4, 2)), labels=np.arange(4))
+    assert load_array_file(labelled).labels.tolist() == [0, 1, 2, 3]
 
 
 def test_a_column_of_a_table_becomes_the_labels(tmp_path):

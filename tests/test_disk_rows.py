@@ -8,6 +8,7 @@ import shutil
 import tempfile
 
 import anndata as ad
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -134,10 +135,15 @@ def test_bad_input_is_refused(data, tmp_path):
         DiskRows.open(path, layer="csc")
     with pytest.raises(ValueError, match="no layer 'spliced'.*'counts'"):
         DiskRows.open(path, layer="spliced")
+    for nothing in (None, "", 7):
+        with pytest.raises(ValueError, match="path must be a non-empty str or pathlib.Path"):
+            DiskRows.open(nothing)
     with pytest.raises(ValueError, match="There is no file"):
         DiskRows.open(tmp_path / "missing.h5ad")
     (tmp_path / "notes.h5ad").write_text("not HDF5")
-    with pytest.raises(ValueError, match="not an HDF5"):
+    with pytest.raises(
+        ValueError, match=r"not a readable AnnData \(HDF5\) file: it may be truncated"
+    ):
         DiskRows.open(tmp_path / "notes.h5ad")
     for columns in ([0, D], [0.5], [[1, 2]]):
         with pytest.raises(ValueError, match="columns must"):
@@ -149,6 +155,28 @@ def test_bad_input_is_refused(data, tmp_path):
         rows.load(0, N + 1)
     with pytest.raises(ValueError, match="block_rows must be a positive integer"):
         rows.batches(B, block_rows=0)
+
+
+def test_a_closed_file_is_named_when_read_again(data):
+    for layer in (None, "dense"):
+        with DiskRows.open(data[0], layer=layer) as rows:
+            first = rows[0:2]
+        for read in (lambda: rows[0:2], lambda: rows.take([1]), rows.row_sums):
+            with pytest.raises(ValueError, match="was closed .*DiskRows.open\\(path\\)"):
+                read()
+    np.testing.assert_allclose(first, data[2][0:2])
+
+
+def test_a_truncated_file_or_hdf5_without_cells_is_named(data, tmp_path):
+    truncated = tmp_path / "truncated.h5ad"
+    truncated.write_bytes(open(data[0], "rb").read()[:5000])
+    for read in (DiskRows.open, read_frames):
+        with pytest.raises(ValueError, match="not a readable AnnData .* may be truncated, still"):
+            read(truncated)
+    with h5py.File(tmp_path / "plain.h5", "w") as file:
+        file["X"] = np.ones((2, 2))
+    with pytest.raises(ValueError, match="an HDF5 file but not an AnnData .*no obs and var"):
+        read_frames(tmp_path / "plain.h5")
 
 
 def test_a_changed_or_removed_file_stops_reading(data, copy, tmp_path):

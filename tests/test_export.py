@@ -222,3 +222,28 @@ def test_the_data_s_units_are_checked_before_anything_is_written(
 
 def test_an_export_in_the_model_s_units_says_so(point_export):
     assert json.loads((point_export[1] / MARKER).read_text())["units"].startswith("the model's")
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        (None, r"path \(where the export goes\) must be a non-empty str or pathlib.Path"),
+        ("", r"path \(where the export goes\) must be a non-empty str or pathlib.Path"),
+        ("notes.txt/m", r"notes.txt is a file: name a folder"),
+        ("notes.txt/a/m", r"cannot be made: .*notes.txt is a file, not a folder"),
+    ],
+    ids=["None", "empty", "under a file", "two below a file"],
+)
+def test_an_export_path_that_is_no_folder_is_named(point_export, tmp_path, where, message):
+    (tmp_path / "notes.txt").write_text("mine")
+    path = where if where is None or not where else str(tmp_path / where)
+    with pytest.raises(ValueError, match=message):
+        export_saved_model(point_export[0], path, encode_iterations=5, num_samples=2)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("model", [None, "bsvi", np.zeros((3, 2))], ids=["None", "name", "array"])
+def test_exporting_what_is_not_a_model_is_named(model, tmp_path):
+    with pytest.raises(ValueError, match=r"model must be a GPLVM of this package .* got"):
+        export_saved_model(model, tmp_path / "m")
+    assert not (tmp_path / "m").exists()

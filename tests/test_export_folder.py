@@ -56,8 +56,11 @@ def model():
     return PointGPLVM(np.random.default_rng(0).standard_normal((20, 3)), 1, num_inducing=3)
 
 
+@pytest.mark.parametrize("overwrite", [True, False])
 @pytest.mark.parametrize("kind", ["file", "folder", "link", "unmarked export"])
-def test_overwrite_never_deletes_what_is_not_an_export_of_this_package(model, tmp_path, kind):
+def test_overwrite_never_deletes_what_is_not_an_export_of_this_package(
+    model, tmp_path, kind, overwrite
+):
     path = tmp_path / "target"
     if kind == "file":
         path.write_text("a user's file")
@@ -70,8 +73,9 @@ def test_overwrite_never_deletes_what_is_not_an_export_of_this_package(model, tm
         fake_export(path, "old")
         (path / MARKER).unlink()
     before = sorted((p.relative_to(tmp_path), p.read_bytes()) for p in tmp_path.rglob("*.*"))
+    # Without overwrite, too, the error says what is there: overwrite=True would not help.
     with pytest.raises(ValueError, match="never deletes anything else"):
-        export_saved_model(model, path, overwrite=True)
+        export_saved_model(model, path, overwrite=overwrite)
     after = sorted((p.relative_to(tmp_path), p.read_bytes()) for p in tmp_path.rglob("*.*"))
     assert after == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(

@@ -417,3 +417,11 @@ def test_a_tolerance_given_where_the_bound_has_draws_fits_one_set_of_draws(data)
 def test_a_bad_tolerance_is_refused(bsvi, tolerance):
     with pytest.raises(ValueError, match="tolerance"):
         LatentInference(bsvi, tolerance=tolerance)
+
+
+@pytest.mark.parametrize(
+    "model", [None, "bsvi", gpflow.models.GPR((np.zeros((3, 1)), np.zeros((3, 1))), None)]
+)
+def test_inference_of_what_is_not_a_gplvm_is_refused_naming_it(model):
+    with pytest.raises(ValueError, match=f"model must be a GPLVM .* got {type(model).__name__}"):
+        LatentInference(model)

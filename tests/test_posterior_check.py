@@ -232,6 +232,16 @@ def test_a_family_over_other_rows_than_y_is_a_value_error_naming_both(linear):
             fit_to_posterior(GaussianLatent(np.zeros((rows, Q))), model, Y, iterations=2)
 
 
+def test_a_family_of_another_q_or_no_family_is_a_value_error_naming_it(linear):
+    model, Y = linear
+    with pytest.raises(ValueError, match=f"family has Q={Q + 1} .* the model has Q={Q}"):
+        fit_to_posterior(GaussianLatent(np.zeros((B, Q + 1))), model, Y, iterations=2)
+    with pytest.raises(ValueError, match="latent must be a family of q\\(X\\).* got a ndarray"):
+        fit_to_posterior(np.zeros((B, Q)), model, Y, iterations=2)
+    with pytest.raises(ValueError, match="model must be a GPLVM of this package"):
+        fit_to_posterior(GaussianLatent(np.zeros((B, Q))), "bsvi", Y, iterations=2)
+
+
 def test_a_seed_that_is_not_an_integer_is_a_value_error(linear):
     model, Y = linear
     with pytest.raises(ValueError, match="seed must be an integer .* got 1.5"):

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import csv
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..validation import check_path
 
 
 @dataclass
@@ -138,20 +141,7 @@ def _read_table(path: Path) -> DataSet:
             "index (pandas writes one unless DataFrame.to_csv(path, index=False)), not data. "
             "Remove that column, or give it a name to train on it."
         )
-    keep, dropped = [], []
-    for j, name in enumerate(names):
-        column = [row[j] for row in body]
-        if all(value is None or np.isnan(value) for value in column):
-            if any(value is None for value in column):
-                dropped.append(name)
-                continue
-        elif None in column:
-            line = column.index(None) + 1 + header
-            raise ValueError(
-                f"{path}: column {name!r} mixes numbers and text (row {line}: "
-                f"{rows[line - 1][j]!r}). Fix the cell, or leave it empty for a missing value."
-            )
-        keep.append(j)
+    keep, dropped = _numeric_columns(path, names, rows, header, decimal_comma)
     if not keep:
         raise ValueError(f"{path} has no numeric column (columns: {', '.join(names)}).")
     Y = np.array([[row[j] for j in keep] for row in body], dtype=float)
@@ -169,6 +159,41 @@ def _read_table(path: Path) -> DataSet:
     return DataSet(Y, description=description, metadata=metadata)
 
 
+_COMMA_NUMBER = re.compile(r"^[-+]?[\d.]*\d,\d+([eE][-+]?\d+)?$")
+
+
+def _numeric_columns(
+    path: Path, names: list[str], rows: list[list[str]], header: bool, decimal_comma: bool
+) -> tuple[list[int], list[str]]:
+    """The indices of the numeric columns (empty cells and NA allowed) and the names of the text
+    ones; a ``ValueError`` for a column mixing numbers and text, or holding numbers written with
+    a comma in a table whose commas are not decimal ones (quoted "0,5": a decimal comma or a
+    thousands separator?)."""
+    keep, dropped = [], []
+    for j, name in enumerate(names):
+        cells = [row[j].strip() for row in rows[header:]]
+        column = [_number(cell, decimal_comma) for cell in cells]
+        comma = next((c for c in cells if _COMMA_NUMBER.match(c)), None)
+        if None in column and comma is not None and not decimal_comma:
+            raise ValueError(
+                f"{path}: column {name!r} holds numbers written with a comma ({comma!r}), which "
+                "could be decimal commas or thousands separators. Write decimal points (or "
+                "separate the fields with semicolons, as spreadsheets do for decimal commas)."
+            )
+        if all(value is None or np.isnan(value) for value in column):
+            if any(value is None for value in column):
+                dropped.append(name)
+                continue
+        elif None in column:
+            line = column.index(None) + 1 + header
+            raise ValueError(
+                f"{path}: column {name!r} mixes numbers and text (row {line}: "
+                f"{rows[line - 1][j]!r}). Fix the cell, or leave it empty for a missing value."
+            )
+        keep.append(j)
+    return keep, dropped
+
+
 def load_array_file(path: str | Path) -> DataSet:
     """``Y`` [N, D] from a .npy, .npz (key ``Y``, optional ``labels`` [N]) or .csv / .txt table.
 
@@ -177,26 +202,63 @@ def load_array_file(path: str | Path) -> DataSet:
     numbers the columns (0..D-1 or 1..D), is a header: its names go to ``metadata["columns"]``.
     Columns with no number in them (text) are dropped and named in ``metadata["dropped"]`` and
     in the description, their values kept in ``metadata["text"]`` (name -> [N] strings); a
-    column mixing numbers and text, or a ragged row, is a ``ValueError``.
+    column mixing numbers and text, numbers written with a comma in a table not separated by
+    semicolons, or a ragged row, is a ``ValueError``. NumPy files holding Python objects
+    (pickles) are never loaded.
     """
-    path = Path(path)
+    path = check_path(path, "path")
     if not path.exists():
         raise ValueError(f"Data file {path} does not exist.")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder: give the path of a data file (.csv, .npy, .npz).")
     suffix = path.suffix.lower()
-    if suffix == ".npy":
-        return DataSet(np.load(path), description=path.name)
-    if suffix == ".npz":
-        with np.load(path) as arrays:
-            if "Y" not in arrays:
-                raise ValueError(
-                    f"{path} has arrays {sorted(arrays)} but no 'Y': save the data as "
-                    "np.savez(path, Y=Y, labels=labels)."
-                )
-            labels = arrays["labels"] if "labels" in arrays else None
-            return DataSet(arrays["Y"], labels, description=path.name)
+    if suffix in _NUMPY_FILES:
+        return _read_numpy(path, suffix)
     if suffix in (".csv", ".txt"):
         return _read_table(path)
     raise ValueError(f"Unsupported data file type {suffix!r}: use .npy, .npz or .csv.")
+
+
+_NUMPY_FILES = {".npy": b"\x93NUMPY", ".npz": b"PK"}
+"""NumPy's file types and how their files begin (an .npz is a zip archive)."""
+
+
+def _read_numpy(path: Path, suffix: str) -> DataSet:
+    """The DataSet of an .npy (its array is ``Y``) or .npz file (arrays ``Y`` [N, D] and optional
+    ``labels`` [N]); a ``ValueError`` for another file under that name, for pickled Python
+    objects (never loaded: loading a pickle can run code) and for labels of another length."""
+    with open(path, "rb") as file:
+        if not file.read(6).startswith(_NUMPY_FILES[suffix]):
+            raise ValueError(
+                f"{path} is not a NumPy {suffix} file (it does not begin as one): save arrays "
+                "with np.save / np.savez, and name a text table .csv."
+            )
+    try:
+        if suffix == ".npy":
+            arrays = {"Y": np.load(path)}
+        else:
+            with np.load(path) as loaded:
+                arrays = {key: loaded[key] for key in loaded.files}
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(
+            f"{path} holds Python objects (an array of dtype object), which are not loaded: save "
+            "the numbers as a numeric array, e.g. np.save(path, np.asarray(Y, dtype=float))."
+            if "allow_pickle" in str(error)  # NumPy stores object arrays as pickles
+            else f"{path} cannot be read as a NumPy {suffix} file ({error}): it may be truncated "
+            "or damaged. Save it again."
+        ) from error
+    if "Y" not in arrays:
+        raise ValueError(
+            f"{path} has arrays {sorted(arrays)} but no 'Y': save the data as "
+            "np.savez(path, Y=Y, labels=labels)."
+        )
+    Y, labels = arrays["Y"], arrays.get("labels")
+    if labels is not None and (labels.ndim != 1 or Y.ndim < 1 or len(labels) != len(Y)):
+        raise ValueError(
+            f"{path}: 'labels' has shape {labels.shape} but 'Y' has {Y.shape}: give one label "
+            "per row of Y (labels [N]), or save the file without labels."
+        )
+    return DataSet(Y, labels, description=path.name)
 
 
 def split_labels(data: DataSet, column: str) -> DataSet:
