@@ -257,9 +257,9 @@ def test_a_batch_key_of_integer_codes_is_read_as_categories():
 
 
 def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
-    from gpflow_svi_gplvm import singlecell
     from gpflow_svi_gplvm.disk_rows import DiskRows
     from gpflow_svi_gplvm.initialisation import PCA_SAMPLE_ROWS, _sample_rows
+    from gpflow_svi_gplvm.singlecell import model as singlecell
 
     rng = np.random.default_rng(2)
     num_cells = PCA_SAMPLE_ROWS + 3000  # the PCA's directions come from a sample

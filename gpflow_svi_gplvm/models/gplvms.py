@@ -3,7 +3,7 @@ the paper's four (Point, MAP, B-SVI, AEB-SVI) and a normalising-flow one, and th
 
 Each is a thin class: its own options (those of its latent family) and, for every option the
 models share, :class:`SVIGPLVM`'s own parameter, so that the shared options have one source
-(:class:`SVIGPLVM`'s signature and the parameters' descriptions in :mod:`.base`), and
+(:class:`SVIGPLVM`'s signature and the parameters' descriptions in :mod:`gpflow_svi_gplvm.models.base`), and
 ``help()``, the documentation and ``inspect.signature`` still list each with its default.
 """
 

@@ -1,0 +1,313 @@
+"""The cells of an AnnData (or of an ``.h5ad`` file, read from disk): the chosen genes' values
+read a block of rows at a time and checked, their size factors, and the assembled embedding of
+every worker's cells."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from ..distributed import Workers
+from ..sparse_rows import RowReader, SparseRows
+from ..validation import row_blocks
+from .encoding import obs_column
+
+__all__ = ["read_cells", "size_factors_of", "opened", "CellsFile"]
+
+
+def read_cells(
+    adata,
+    layer: str | None,
+    gene_names: list[str],
+    counts: bool,
+    columns: np.ndarray | None = None,
+    cells: slice = slice(None),
+) -> tuple[RowReader, np.ndarray]:
+    """The values of genes ``gene_names`` (at ``columns`` of ``layer``, found by name when not
+    given) of the ``cells`` (a range; default every cell), read in row blocks and checked
+    (non-negative integers for ``counts``), and each cell's sum of them [n] (its library
+    size), from that pass."""
+    if columns is None:
+        position = {g: i for i, g in enumerate(map(str, genes_of(adata, layer).var_names))}
+        columns = np.array([position[g] for g in gene_names])
+    names = list(adata.obs_names[cells])
+
+    def check(block: np.ndarray, first: int) -> None:
+        _check_values(block, first, names, gene_names, counts, layer)
+
+    if not isinstance(adata, CellsFile):
+        matrix = _layer(adata, layer)
+        whole = cells.indices(adata.n_obs)[:2] == (0, adata.n_obs)
+        # All cells of a CSR matrix: read in place (SparseRows never writes), not copied.
+        source = matrix if whole else _RowRange(matrix, cells)
+        rows = SparseRows.from_matrix(source, columns, check)
+        return rows, rows.row_sums()
+    from ..disk_rows import DiskRows
+
+    disk = DiskRows.open(adata.path, layer, columns)
+    start, stop, _ = cells.indices(adata.n_obs)
+    # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
+    held: RowReader = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
+    library, first = np.empty(held.shape[0]), 0
+    for block in row_blocks(cast(np.ndarray, held)):
+        check(block, first)
+        library[first : first + len(block)] = block.sum(axis=1)
+        first += len(block)
+    return held, library
+
+
+def size_factors_of(
+    choice: str | None, obs, library: np.ndarray, workers: Workers | None = None
+) -> np.ndarray | None:
+    """Each cell's size factor [N] (of ``obs``'s cells) as ``choice`` says: "library", its
+    ``library`` size [N] over their mean over all ``workers``' cells; an ``obs`` column's name;
+    None, none."""
+    if choice is None:
+        return None
+    workers = workers or Workers()
+    if choice == "library":
+        with workers.agreeing():
+            empty = np.flatnonzero(library <= 0)
+            if len(empty):
+                raise ValueError(
+                    f"cell {obs.index[empty[0]]!r} has no counts in the chosen genes "
+                    f"({len(empty)} cells in all): its size factor would be 0. Filter such "
+                    "cells first, e.g. scanpy.pp.filter_cells(adata, min_counts=1)."
+                )
+        total, count = workers.sum([np.sum(library), len(library)])
+        return library / (total / count)
+    column = obs_column(obs, choice, "size_factors (or 'library', or None)")
+    try:
+        values = column.to_numpy(dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"obs column {choice!r} is not numbers ({error}): size factors must "
+            "be positive numbers, one a cell."
+        ) from error
+    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+    if len(bad):
+        raise ValueError(
+            f"obs column {choice!r} gives cell {obs.index[bad[0]]!r} the "
+            f"size factor {values[bad[0]]} ({len(bad)} cells in all): size factors must be "
+            "positive."
+        )
+    return values
+
+
+class _RowRange:
+    """The rows ``cells`` (a range) of a row-sliceable matrix, sliced as a matrix of their own."""
+
+    def __init__(self, source, cells: slice):
+        self.source = source
+        self.start, self.stop, _ = cells.indices(source.shape[0])
+        self.shape = (max(self.stop - self.start, 0), source.shape[1])
+
+    def __getitem__(self, rows: slice):
+        first, last, _ = rows.indices(self.shape[0])
+        return self.source[self.start + first : self.start + last]
+
+
+class CellsFile:
+    """The cells of an ``.h5ad`` file as :meth:`SingleCellGPLVM.fit` reads them: ``obs`` and
+    ``var`` in memory, the matrix (X or a layer) left on disk for each worker to read its own
+    cells (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`)."""
+
+    raw = None  # of a file, X and the layers are read from disk (not raw/X)
+    layers: tuple[str, ...] = ()
+
+    def __init__(self, path: Path):
+        from ..disk_rows import read_frames
+
+        self.path = path
+        self.obs, self.var = read_frames(path)
+
+    @property
+    def obs_names(self):
+        return self.obs.index
+
+    @property
+    def var_names(self):
+        return self.var.index
+
+    @property
+    def n_obs(self) -> int:
+        return len(self.obs)
+
+
+def opened(adata):
+    """``adata``, or the cells of an ``.h5ad`` path (:class:`CellsFile`); a ``ValueError`` for
+    anything else, or an AnnData without cells."""
+    if not isinstance(adata, (str, Path)):
+        check_anndata(adata, "or the path of an .h5ad file")
+        if adata.n_obs == 0:
+            raise ValueError("adata holds no cells: give at least one cell to fit.")
+        return adata
+    path = Path(adata)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file: give an AnnData or the path of an .h5ad file.")
+    return CellsFile(path)  # a file h5py cannot read is a ValueError of read_frames
+
+
+def check_anndata(adata, alternative: str = "") -> None:
+    """A ``ValueError`` unless ``adata`` is an AnnData (or reads as one)."""
+    if not all(hasattr(adata, name) for name in ("obs", "var_names", "n_obs")):
+        raise ValueError(
+            f"adata is a {type(adata).__name__}: give an AnnData (anndata.AnnData(X=counts, "
+            f"obs=..., var=...)){' ' + alternative if alternative else ''}."
+        )
+
+
+def assembled(
+    folder: Path,
+    key: str,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    cells: np.ndarray,
+    workers: Workers,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Write this worker's rows of q(x) (``mean``, ``variance`` [n, Q] of ``cells`` [n]) to
+    ``folder``; the chief then assembles ``X_<key>.npy`` and ``X_<key>_var.npy`` [N, Q] of every
+    cell from the workers' files (one worker's rows at a time) and returns them, memory-mapped;
+    the other workers return their own rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = (f"X_{key}", f"X_{key}_var")
+    for name, values in zip(names, (mean, variance)):
+        np.save(folder / f".{name}-worker{workers.index}.npy", values)
+    # Every worker's rows are on disk once these sums return.
+    starts = workers.stack(int(cells[0]) if len(cells) else 0)
+    sizes = workers.stack(len(cells))
+    if workers.chief:
+        for name in names:
+            staging = folder / f".{name}.partial.npy"
+            shape = (int(sizes.sum()), mean.shape[1])
+            table = np.lib.format.open_memmap(staging, "w+", np.float64, shape)
+            for w in range(workers.count):
+                part = folder / f".{name}-worker{w}.npy"
+                table[starts[w] : starts[w] + sizes[w]] = np.load(part, mmap_mode="r")
+                part.unlink()
+            table.flush()
+            del table
+            staging.replace(folder / f"{name}.npy")
+        mean, variance = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in names)
+    workers.sum(0)  # the chief has assembled them
+    return mean, variance
+
+
+def _layer(adata, layer: str | None):
+    """The matrix ``layer`` names: None is ``X``; "raw" is ``adata.raw.X`` (where scanpy keeps
+    the unprocessed values) unless ``adata.layers`` has a layer of that name."""
+    if layer is None:
+        return adata.X
+    if _reads_raw(adata, layer):
+        if adata.raw is None:
+            raise ValueError(
+                f"adata has no layer 'raw' and no adata.raw; its layers are {list(adata.layers)}. "
+                "Pass one of them, or layer=None to read adata.X."
+            )
+        return adata.raw.X
+    if layer not in adata.layers:
+        raise ValueError(
+            f"adata has no layer {layer!r}; its layers are {list(adata.layers)}. Pass "
+            "layer=None to read adata.X."
+        )
+    return adata.layers[layer]
+
+
+def _reads_raw(adata, layer: str | None) -> bool:
+    return layer == "raw" and "raw" not in adata.layers
+
+
+def genes_of(adata, layer: str | None):
+    """What holds the genes (``var_names``, ``var``) of ``layer``: ``adata.raw``, whose genes
+    are its own, for the raw matrix; else ``adata``."""
+    return adata.raw if _reads_raw(adata, layer) and adata.raw is not None else adata
+
+
+def unique_genes(var_names) -> list[str]:
+    """The var names as text; a ``ValueError`` when one repeats (which column would it be?)."""
+    names = list(map(str, var_names))
+    if len(set(names)) < len(names):
+        values, counts = np.unique(names, return_counts=True)
+        repeated = list(values[counts > 1])
+        raise ValueError(
+            f"var_names repeat {repeated[:5]} ({len(repeated)} names in all), so a gene cannot "
+            "be found by its name: make them unique first, e.g. adata.var_names_make_unique()."
+        )
+    return names
+
+
+def gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
+    """The var names to fit: all, those listed, or those a boolean ``var`` column marks."""
+    names = unique_genes(adata.var_names)
+    if genes is None:
+        return names
+    if isinstance(genes, str):
+        if genes not in adata.var.columns:
+            raise ValueError(
+                f"var has no column {genes!r} to choose genes by; its columns are "
+                f"{list(adata.var.columns)}. Pass a list of gene names instead."
+            )
+        marks = adata.var[genes]
+        if str(marks.dtype) == "boolean":  # pandas' nullable booleans: no value may be missing
+            if marks.isna().any():
+                raise ValueError(
+                    f"var column {genes!r} has no value (NA) for {int(marks.isna().sum())} "
+                    f"gene(s), e.g. {list(marks.index[marks.isna()][:3])}: fill them, e.g. "
+                    f"adata.var[{genes!r}] = adata.var[{genes!r}].fillna(False)."
+                )
+            marks = marks.astype(bool)
+        if marks.dtype != bool:
+            raise ValueError(
+                f"var column {genes!r} holds {marks.dtype} values, not True/False: choose genes "
+                "by a boolean column (e.g. 'highly_variable') or pass a list of gene names."
+            )
+        chosen = [n for n, keep in zip(names, marks.to_numpy()) if keep]
+        if not chosen:
+            raise ValueError(f"var column {genes!r} marks no gene: nothing would be fitted.")
+        return chosen
+    if len(genes) == 0:
+        raise ValueError("genes= is empty: name at least one gene, or pass None for all.")
+    repeated = sorted({str(g) for g in genes if list(genes).count(g) > 1})
+    if repeated:
+        raise ValueError(
+            f"genes= names {repeated[:5]} more than once: each gene is one output of the model "
+            "(and counts once in a cell's library size). Name each gene once."
+        )
+    unknown = [g for g in genes if g not in set(names)]
+    if unknown:
+        raise ValueError(f"genes not in adata.var_names: {unknown[:5]} ({len(unknown)} in all).")
+    return list(map(str, genes))
+
+
+def _check_values(
+    block: np.ndarray,
+    first: int,
+    cells: list,
+    genes: list[str],
+    counts: bool,
+    layer: str | None,
+) -> None:
+    """A ``ValueError`` naming the cell and gene of the first entry of ``block`` (rows from
+    ``first`` on) that is not finite or, for a count likelihood, not a non-negative integer."""
+    bad = ~np.isfinite(block)
+    if counts:
+        bad |= (block < 0) | (block != np.round(block))
+    if not bad.any():
+        return
+    row, column = np.argwhere(bad)[0]
+    where = f"layer {layer!r}" if layer else "adata.X"
+    advice = (
+        "Give the raw counts (e.g. layer='counts'), or likelihood='gaussian' for normalised values."
+        if counts
+        else "Replace infinite or missing values."
+    )
+    raise ValueError(
+        f"{where} holds {block[row, column]!r} for cell {cells[first + row]!r}, gene "
+        f"{genes[column]!r}: a count likelihood needs non-negative integers. {advice}"
+        if counts
+        else f"{where} holds {block[row, column]!r} for cell {cells[first + row]!r}, gene "
+        f"{genes[column]!r}. {advice}"
+    )

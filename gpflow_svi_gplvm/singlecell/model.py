@@ -1,0 +1,371 @@
+"""SingleCellGPLVM: a GPLVM fitted to an AnnData, embeddings written back to it."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, cast
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from ..covariates import new_row_inputs
+from ..distributed import RowShard, Workers, worker_rows
+from ..inference import LatentInference
+from ..initialisation import pca_latents
+from ..likelihoods import NegativeBinomial
+from ..models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
+from ..sparse_rows import RowReader, RowStream
+from ..training import History, fit
+from ..validation import check_integer, check_path, check_seed, check_writable_folder, row_blocks
+from .cells import (
+    CellsFile,
+    assembled,
+    check_anndata,
+    gene_names,
+    genes_of,
+    opened,
+    read_cells,
+    size_factors_of,
+    unique_genes,
+)
+from .encoding import CovariateEncoding
+
+__all__ = ["SingleCellGPLVM", "LIKELIHOODS"]
+
+LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
+"""The values of ``likelihood``: counts (with or without overdispersion) or continuous values."""
+
+
+class SingleCellGPLVM:
+    """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
+
+    ``layer``: the layer holding the values (None: ``X``; "raw": ``adata.raw.X``, with the genes
+    of ``adata.raw``); ``genes``: var names to keep, or the
+    name of a boolean ``var`` column (e.g. "highly_variable"), or None for all;
+    ``batch_key`` and ``covariate_keys``: ``obs`` columns that join the latents in the GP input
+    (categories one-hot, numbers standardised), summed with a linear ARD kernel on them;
+    ``likelihood``: "negative_binomial" (a dispersion per gene), "poisson" or "gaussian";
+    ``size_factors``: "library" (each cell's total count over the mean), an ``obs`` column, or
+    None (counts only); ``model``: "bsvi" (B-SVI), "aeb" (AEB-SVI), "map" or "point";
+    further keyword options go to the model class. Latents start at a PCA of
+    :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
+
+    **Atlas scale.** :meth:`fit` takes the path of an ``.h5ad`` file as well as an AnnData. On
+    one worker a path is read from disk in shuffled blocks (out of core:
+    :meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), only the latent table in memory.
+    With ``strategy=`` a ``MultiWorkerMirroredStrategy``, every worker calling :meth:`fit` alike,
+    each reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.worker_rows`) as
+    CSR and keeps their latent rows alone; size factors, covariate categories (the union of what
+    the workers see, in one order), numeric scales and the initial PCA are sums over the workers,
+    so the model starts as from all cells on one machine. ``output=`` (needed for a path or on
+    several workers) is a folder where each worker writes its cells' q(x) and the chief
+    assembles ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] of every cell, one
+    worker's rows at a time; a file given by its path is never written.
+    """
+
+    def __init__(
+        self,
+        latent_dim: int = 10,
+        *,
+        layer: str | None = None,
+        genes: Sequence[str] | str | None = None,
+        batch_key: str | None = None,
+        covariate_keys: Sequence[str] = (),
+        likelihood: str = "negative_binomial",
+        size_factors: str | None = "library",
+        model: str = "bsvi",
+        num_inducing: int = DEFAULT_NUM_INDUCING,
+        key_added: str = "gplvm",
+        seed: int = 0,
+        **model_options: Any,
+    ):
+        if likelihood not in LIKELIHOODS:
+            raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
+        if size_factors is not None and likelihood == "gaussian":
+            raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
+        self.latent_dim, self.layer, self.genes = latent_dim, layer, genes
+        self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
+        self.likelihood, self.size_factors = likelihood, size_factors
+        self.seed = check_seed(seed)
+        if isinstance(covariate_keys, str):  # one column's name, not its letters
+            covariate_keys = [covariate_keys]
+        columns = ([batch_key] if batch_key else []) + list(covariate_keys)
+        self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
+        self.model_options = model_options
+        self.model: SVIGPLVM | None = None
+        self.gene_names: list[str] = []
+        self.history: History | None = None
+        self._inference: LatentInference | None = None
+
+    def fit(
+        self,
+        adata,
+        iterations: int = 2000,
+        batch_size: int = 256,
+        learning_rate: float = 0.01,
+        progress: bool = True,
+        *,
+        strategy: tf.distribute.Strategy | None = None,
+        output: str | Path | None = None,
+        callback: Callable[[int], None] | None = None,
+        callback_every: int = 100,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int = 1000,
+        resume: bool = False,
+    ) -> SingleCellGPLVM:
+        """Fit to ``adata`` (an AnnData, or the path of an ``.h5ad`` file, read a block at a
+        time) and write ``obsm`` and ``uns`` there (an AnnData), or to ``output``.
+
+        ``batch_size`` is the global batch; ``strategy`` (several workers), ``output`` and reading
+        a path out of core are described in the class's docstring. ``callback``,
+        ``checkpoint_dir``, ``checkpoint_every`` and ``resume`` act as in
+        :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells' latent rows itself)."""
+        workers = Workers.of(strategy) if strategy is not None else Workers()
+        self._check_output(adata, output, workers)
+        adata = opened(adata)
+        self.gene_names = gene_names(genes_of(adata, self.layer), self.genes)
+        self._check_same_inputs(adata, workers)
+        cells = worker_rows(adata.n_obs, workers.index, workers.count)
+        self.model, rows, data = self._build(adata, cells, workers, strategy)
+        batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
+        self.history = fit(
+            cast(SVIGPLVM, self.model),
+            data,
+            iterations,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            seed=self.seed,
+            progress=progress and workers.count == 1,
+            strategy=strategy,
+            callback=callback,
+            callback_every=callback_every,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            resume=resume,
+        )
+        self._inference = None
+        mean, variance = self._training_moments(rows)
+        summary = self._summary(iterations, batch_size, learning_rate)
+        if output is not None:
+            mean, variance = assembled(Path(output), self.key_added, mean, variance, cells, workers)
+        if workers.chief and not isinstance(adata, CellsFile):
+            adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = (
+                mean,
+                variance,
+            )
+            adata.uns[self.key_added] = summary
+        return self
+
+    def _check_output(self, adata, output: str | Path | None, workers: Workers) -> None:
+        if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
+            raise ValueError(
+                "Pass output=, a folder (one every worker writes, on several workers): the "
+                f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
+                "by its path is never changed."
+            )
+        if output is not None:  # found now, not after training
+            check_writable_folder(check_path(output, "output"), "output")
+
+    def _build(
+        self,
+        adata,
+        cells: np.ndarray,
+        workers: Workers,
+        strategy: tf.distribute.Strategy | None,
+    ) -> tuple[SVIGPLVM, RowReader, RowShard | RowStream]:
+        """The model of this worker's ``cells`` [n] (a block), from sums over every worker's
+        cells; their rows, and what to train on: rows on disk stream in shuffled blocks, rows in
+        memory are a shard of CSR rows, each minibatch densified on its own."""
+        block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
+        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, cells=block)
+        obs = adata.obs.iloc[block]
+        covariates = self.encoding.fit(obs, workers).transform(obs)
+        sizes = size_factors_of(self.size_factors, obs, library, workers)
+        initial = self._initial_latents(rows, sizes, covariates, workers, cells)
+        data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
+        with strategy.scope() if strategy is not None else nullcontext():
+            model = lookup_model(self.model_name)(
+                data,
+                self.latent_dim,
+                min(self.num_inducing, adata.n_obs),
+                likelihood=self._likelihood(rows.shape[1]),
+                latent_init=initial,
+                seed=self.seed,
+                covariates=covariates,
+                size_factors=sizes,
+                **self.model_options,
+            )
+        return model, rows, data
+
+    def _check_same_inputs(self, adata, workers: Workers) -> None:
+        """A ``ValueError`` on every worker, naming what differs and where, when the workers read
+        other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns) or were
+        built with other settings: every worker must make the same call."""
+        inputs = {
+            "cells (N)": adata.n_obs,
+            "genes": self.gene_names,
+            "layer": self.layer,
+            "obs columns": list(self.encoding.columns),
+            "size_factors": self.size_factors,
+            "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
+            "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
+        }
+        digests = [
+            int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=6).digest(), "little")
+            for v in inputs.values()
+        ]
+        table = workers.stack(np.array(digests, np.int64))
+        differ = [
+            f"{name} (worker {', '.join(str(w) for w in np.flatnonzero(column != column[0]))})"
+            for name, column in zip(inputs, table.T)
+            if np.any(column != column[0])
+        ]
+        if differ:
+            raise ValueError(
+                f"The workers were given other inputs than the chief: {'; '.join(differ)}. Give "
+                "every worker the same file, genes=, layer=, obs columns and settings."
+            )
+
+    def transform(self, adata, iterations: int = 300, chunk_size: int = 4096) -> np.ndarray:
+        """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name, and
+        the fitted ``obs`` columns) with the model frozen, written to ``obsm`` as in
+        :meth:`fit`; returns the means [N*, Q]."""
+        if self.model is None:
+            raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
+        chunk_size = check_integer(chunk_size, "chunk_size", hint="e.g. 4096 cells at a time")
+        check_anndata(adata)
+        if adata.n_obs == 0:
+            raise ValueError("adata holds no cells to embed: give transform at least one cell.")
+        names = unique_genes(genes_of(adata, self.layer).var_names)
+        missing = [g for g in self.gene_names if g not in set(names)]
+        if missing:
+            raise ValueError(
+                f"The new cells lack {len(missing)} of the fitted genes (e.g. {missing[:5]}): "
+                "give them every gene the model was fitted with (zeros where not measured)."
+            )
+        position = {g: i for i, g in enumerate(names)}
+        columns = np.array([position[g] for g in self.gene_names])
+        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, columns)
+        covariates = self.encoding.transform(adata.obs)
+        sizes = (
+            size_factors_of(self.size_factors, adata.obs, library)
+            if self.size_factors != "library"
+            else None
+        )
+        if self._inference is None or self._inference.iterations != iterations:
+            # Kept: its compiled graphs serve later calls with as many steps.
+            self._inference = LatentInference(self.model, iterations, seed=self.seed)
+        inference = self._inference
+        means, variances = [], []
+        for start in range(0, rows.shape[0], chunk_size):
+            block = rows[start : start + chunk_size]
+            part = slice(start, start + len(block))
+            inputs = new_row_inputs(
+                self.model,
+                block,
+                None if covariates is None else covariates[part],
+                None if sizes is None else sizes[part],
+            )
+            mean, variance = inference.infer(block, inputs)
+            means.append(mean.numpy())
+            variances.append(variance.numpy())
+        adata.obsm[f"X_{self.key_added}"] = np.concatenate(means)
+        adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
+        return adata.obsm[f"X_{self.key_added}"]
+
+    def _initial_latents(
+        self,
+        rows: RowReader,
+        sizes: np.ndarray | None,
+        covariates: np.ndarray | None,
+        workers: Workers | None = None,
+        cells: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """PCA scores [N, Q] of log(1 + y / s) (of y itself for a Gaussian likelihood) with each
+        gene's least-squares fit on the covariates C [N, R] (and a constant) taken out, so that
+        the latent starts from what the covariates do not explain, as it should end. With
+        ``workers``, of this worker's ``cells`` [n], from sums over every worker's cells."""
+        workers = workers or Workers()
+        factors = np.ones(rows.shape[0]) if sizes is None else sizes
+
+        def normalised(block: np.ndarray, index: np.ndarray) -> np.ndarray:
+            if self.likelihood == "gaussian":
+                return block
+            return np.log1p(block / factors[index, None])
+
+        transform = normalised
+        if covariates is not None:
+            design = np.column_stack([np.ones(rows.shape[0]), covariates])  # [N, R + 1]
+            moments = np.zeros((design.shape[1], rows.shape[1]))  # C^T L, a block at a time
+            for design_block, block in zip(row_blocks(design), row_blocks(rows.view(normalised))):
+                moments += design_block.T @ block
+            # pinv: a one-hot batch beside the constant is collinear with it.
+            gram, moments = workers.sum(design.T @ design), workers.sum(moments)
+            effects = np.linalg.pinv(gram) @ moments  # [R + 1, D]
+
+            def transform(block: np.ndarray, index: np.ndarray) -> np.ndarray:
+                return normalised(block, index) - design[index] @ effects
+
+        # pca_latents reads a block of rows at a time (row_blocks), which SparseRows serves.
+        view = cast(np.ndarray, rows.view(transform))
+        if workers.count == 1:
+            return pca_latents(view, self.latent_dim, seed=self.seed)
+        return pca_latents(view, self.latent_dim, seed=self.seed, rows=cells, workers=workers)
+
+    @property
+    def _counts(self) -> bool:
+        return self.likelihood != "gaussian"
+
+    def _likelihood(self, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
+        if self.likelihood == "negative_binomial":
+            return NegativeBinomial(num_outputs=num_genes)
+        if self.likelihood == "poisson":
+            return gpflow.likelihoods.Poisson()
+        return None
+
+    def _training_moments(self, rows: RowReader) -> tuple[np.ndarray, np.ndarray]:
+        """Means and variances [N, Q] of q(x_n) of the training cells (an encoder reads them a
+        block at a time)."""
+        model = self.model
+        assert model is not None
+        if not model.latent.amortised:
+            return model.latent_mean().numpy(), model.latent_variance().numpy()
+        parts = []
+        for start in range(0, rows.shape[0], 4096):
+            block = rows[start : start + 4096]
+            idx = tf.range(start, start + len(block), dtype=tf.int64)
+            parts.append([m.numpy() for m in model.latent.moments(idx, tf.constant(block))])
+        means, variances = zip(*parts)
+        return np.concatenate(means), np.concatenate(variances)
+
+    def _summary(self, iterations: int, batch_size: int, learning_rate: float) -> dict:
+        """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
+        model = self.model
+        assert model is not None and self.history is not None
+        kernel = getattr(model.kernel, "covariate_kernel", None)
+        variance = getattr(kernel, "variance", None)
+        return {
+            "settings": {
+                "model": self.model_name,
+                "likelihood": self.likelihood,
+                "latent_dim": self.latent_dim,
+                "num_inducing": int(model.inducing_variable.num_inducing),
+                "layer": self.layer or "X",
+                "size_factors": self.size_factors or "none",
+                "iterations": iterations,
+                "batch_size": batch_size,
+                "learning_rate": learning_rate,
+                "seed": self.seed,
+            },
+            "genes": np.array(self.gene_names, dtype=object),
+            "elbo": np.asarray(self.history.elbo),
+            "ard_lengthscales": 1.0 / model.ard_relevance(),
+            "covariates": np.array(self.encoding.names, dtype=object),
+            "covariate_variances": (
+                np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
+            ),
+        }
