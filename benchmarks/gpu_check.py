@@ -31,9 +31,8 @@ import time
 from dataclasses import replace
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import high_dim  # noqa: E402  (a sibling script: its shapes and synthetic data)
-from high_dim import Shape  # noqa: E402
+import common  # noqa: E402  (the shapes and synthetic data of high_dim.py)
+from common import Shape  # noqa: E402
 
 FLOATS = ("float64", "float32")
 
@@ -41,7 +40,7 @@ FLOATS = ("float64", "float32")
 def shapes(smoke: bool) -> dict[str, Shape]:
     """Oil flow's size and ``benchmarks/high_dim.py``'s MNIST and single-cell shapes (tiny ones
     for ``smoke``)."""
-    found = high_dim.shapes()
+    found = common.shapes()
     chosen = {
         "oil flow": Shape(800, 12, 10, 25, 100, 0.0, "gaussian", os.cpu_count() or 1),
         "MNIST": found["mnist"],
@@ -58,7 +57,7 @@ def shapes(smoke: bool) -> dict[str, Shape]:
 
 
 def build(shape: Shape, float_name: str):
-    """B-SVI (defaults) on ``high_dim.synthetic`` data of ``shape`` in ``float_name``, and its
+    """B-SVI (defaults) on ``common.synthetic`` data of ``shape`` in ``float_name``, and its
     Trainer."""
     import gpflow
     import numpy as np
@@ -67,7 +66,7 @@ def build(shape: Shape, float_name: str):
 
     gpflow.config.set_default_float(np.dtype(float_name))
     gpflow.config.set_default_jitter(1e-4 if float_name == "float32" else 1e-6)
-    Y = high_dim.synthetic(shape)
+    Y = common.synthetic(shape)
     poisson = shape.likelihood == "poisson"
     options = {"likelihood": gpflow.likelihoods.Poisson()} if poisson else {}
     model = svi.BayesianSVIGPLVM(Y, shape.latent_dim, num_inducing=shape.num_inducing, **options)
@@ -117,7 +116,7 @@ def full_run(smoke: bool) -> dict:
 
     import gpflow_svi_gplvm as svi
 
-    truth = high_dim.synthetic(shapes(smoke)["oil flow"])
+    truth = common.synthetic(shapes(smoke)["oil flow"])
     hidden = np.random.default_rng(1).random(truth.shape) < 0.2
     Y = np.where(hidden, np.nan, truth)
     iterations = 100 if smoke else 2000

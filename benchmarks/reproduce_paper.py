@@ -51,7 +51,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import mean_and_error  # noqa: E402
 from gpflow.quadrature import NDiagGHQuadrature  # noqa: E402
+from missing_data import (  # noqa: E402
+    MOCAP_PARTS,
+    MODELS,
+    brendan_table,
+    mnist_table,
+    mocap_table,
+    movielens_table,
+)
+from paper_config import PAPER_CONFIGURATION  # noqa: E402
 
 import gpflow_svi_gplvm  # noqa: E402
 from gpflow_svi_gplvm import LatentInference, fit  # noqa: E402
@@ -63,17 +73,6 @@ from gpflow_svi_gplvm.datasets import (  # noqa: E402
 )
 from gpflow_svi_gplvm.latents import paper_encoder_options  # noqa: E402
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from missing_data import (  # noqa: E402
-    MOCAP_PARTS,
-    MODELS,
-    brendan_table,
-    mnist_table,
-    mocap_table,
-    movielens_table,
-)
-from paper_config import PAPER_CONFIGURATION  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # retracing notices: one model per run, expected
 
@@ -200,14 +199,6 @@ PROTOCOL_NOTES = """## Protocol
 """
 
 
-def _fmt(values) -> str:
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return f"{values.mean():.4g}"
-    se = values.std(ddof=1) / np.sqrt(len(values))
-    return f"{values.mean():.4g} ± {se:.2g}"
-
-
 def table(name: str, results: dict, config: str = "ours") -> str:
     paper_rmse = PAPER_RMSE[name]
     paper_nlpd = PAPER_NLPD.get(name, (None,) * 4)
@@ -231,8 +222,8 @@ def table(name: str, results: dict, config: str = "ours") -> str:
         i = list(MODELS).index(model_name)
         pn = "not given" if paper_nlpd[i] is None else f"{paper_nlpd[i]:g}"
         lines.append(
-            f"| {model_name} | {_fmt([r['rmse'] for r in runs])} | {paper_rmse[i]:g} "
-            f"| {_fmt([r['nlpd'] for r in runs])} | {pn} "
+            f"| {model_name} | {mean_and_error([r['rmse'] for r in runs])} | {paper_rmse[i]:g} "
+            f"| {mean_and_error([r['nlpd'] for r in runs])} | {pn} "
             f"| {np.mean([r['seconds'] for r in runs]):.0f} |"
         )
     return "\n".join(lines)
