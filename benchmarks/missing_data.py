@@ -21,11 +21,11 @@ Brendan faces: B-SVI (Q=5) on the 1965 frames with 39% of the pixels hidden; RMS
 pixels from the trained q(x) beside the column mean and the nearest other frame
 (reproduce_paper.py: the paper's M=120, lr 0.01, batch 450).
 Motion capture (CMU subject 35 walk / jog, standing in for the paper's unnamed subject): each of the
-four models (Q=9; M=100 by default here, while RESULTS.md's table, made by reproduce_paper.py,
-uses M=50: pass --num-inducing 50 to match it) is trained on the poses with one body part
-blanked in a random 20% of them, and then reconstructs that part, in degrees, for those
-training poses (from their trained q(x)) and for the two held-out trials (latents inferred from
-the other channels), beside the training mean and the nearest complete training pose on the
+four models (Q=9; M=100 by default here, while results/paper.md's table, made by
+reproduce_paper.py, uses M=50: pass --num-inducing 50 to match it) is trained on the poses with
+one body part blanked in a random 20% of them, and then reconstructs that part, in degrees, for
+those training poses (from their trained q(x)) and for the two held-out trials (latents inferred
+from the other channels), beside the training mean and the nearest complete training pose on the
 observed channels.
 Covariance: B-SVI with one q(u) covariance per output against one shared by all outputs, on
 MNIST (60% missing; scored on the hidden training pixels, from the trained q(x)) and MovieLens

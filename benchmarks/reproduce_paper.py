@@ -371,7 +371,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--models", nargs="+", choices=list(MODELS), default=list(MODELS), help="default: all four"
     )
-    parser.add_argument("--output", default=None, help="default benchmarks/RESULTS.md")
+    parser.add_argument("--output", default=None, help="default benchmarks/results/paper.md")
     args = parser.parse_args(argv)
     if args.config == "paper":
         if args.learning_rate is not None:
@@ -390,7 +390,7 @@ def main(argv=None) -> int:
     args.inference_iterations = args.inference_iterations or OURS["inference_iterations"]
     output = args.output
     if output is None and not args.quick:
-        output = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+        output = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "paper.md")
 
     every = ["table1", "table3", "table4", "brendan", "movielens", "mocap"]
     commands = every if "all" in args.command else args.command
@@ -427,8 +427,8 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         text = mnist_table(settings)
         budget += f", {time.perf_counter() - started:.0f} s for the whole grid"
-        if settings.elbo_plot:  # RESULTS.md sits beside figures/
-            text += "\n\n![MNIST: minibatch ELBO traces](figures/table4_elbo.png)"
+        if settings.elbo_plot:  # results/paper.md sits beside figures/
+            text += "\n\n![MNIST: minibatch ELBO traces](../figures/table4_elbo.png)"
         record("mnist", "**mnist** (the paper's Table 5)\n\n" + text, budget)
     captions = {
         "brendan": "**brendan** (Brendan faces, 39% of the pixels missing; the paper's M=120, "

@@ -3,7 +3,7 @@
 AutoGraph rewrites the source of every Python function a trace calls (the model, GPflow,
 check_shapes' wrappers) before running it: at oil flow's size that was most of the default
 training step's first call in a fresh process (4.6 s with it, 0.7 s without, on two cores:
-``benchmarks/first_call.py``, benchmarks/RESULTS.md). The package's own code states its loops
+``benchmarks/first_call.py``, benchmarks/results/speed.md). The package's own code states its loops
 and branches on tensors as ``tf.while_loop`` and ``tf.cond``, so it traces without AutoGraph. A
 component that branches on a tensor in Python (a user's likelihood, say) raises
 ``OperatorNotAllowedInGraphError`` when traced so; :class:`GraphFunction` then traces again with

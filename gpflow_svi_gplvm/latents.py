@@ -711,7 +711,7 @@ def default_encoder_sizes(data_dim: int, latent_dim: int) -> tuple[int, int]:
     """Hidden widths (H, H) of each encoder network, H = D + Q (Q + 1) / 2 (the input width plus
     the factor's outputs) clipped to [32, 128].
 
-    Chosen by held-out RMSE (``benchmarks/encoder_width.py``, RESULTS.md "Encoder width"):
+    Chosen by held-out RMSE (``benchmarks/encoder_width.py``, results/paper.md "Encoder width"):
     wider than (10, 5) was better on oil flow, qPCR and MNIST, but (404, 404) was worse than
     (128, 128) on MNIST, so the width stops growing at 128.
     """

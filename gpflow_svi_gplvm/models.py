@@ -761,8 +761,8 @@ class FlowBayesianGPLVM(SVIGPLVM):
     "shared" by all rows (default), "per-row" (each row's own, updated row-sparsely), or "joint"
     (one flow over vec(X) of all rows: a few rows only, and no new rows). The data term and the
     row term are Monte Carlo estimates over ``num_samples`` draws of each row's x_n, 4 by default
-    (the other models' default is 1; benchmarks/RESULTS.md, "Flow latents against HMC", compares
-    one and four draws on oil flow). Mean and variance of q(x_n) (:meth:`latent_mean`,
+    (the other models' default is 1; benchmarks/results/flows.md, "Flow latents against HMC",
+    compares one and four draws on oil flow). Mean and variance of q(x_n) (:meth:`latent_mean`,
     :meth:`latent_variance`) are estimated from ``moment_draws`` fixed draws.
     """
 

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,28 @@ def test_single_cell_benchmark_quick():
     contenders = ["PCA", "B-SVI NB + batch"]
     out = _run(str(BENCHMARKS / "single_cell.py"), "atlas", "--quick", "--contenders", *contenders)
     assert "| B-SVI NB + batch |" in out and "| PCA |" in out and "failed" not in out
+
+
+def _anchor(heading: str) -> str:
+    """A heading's anchor as MyST (``myst_heading_anchors``) and GitHub make it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_index_links_every_results_page_and_each_headline_figure_to_its_section():
+    index = (BENCHMARKS / "README.md").read_text()
+    links = re.findall(r"\]\((results/[^)#\s]+)(?:#([^)\s]+))?\)", index)
+    pages = {f"results/{page.name}" for page in (BENCHMARKS / "results").glob("*.md")}
+    assert {page for page, _ in links} == pages
+    for page, anchor in links:
+        text = re.sub(r"^```.*?^```", "", (BENCHMARKS / page).read_text(), flags=re.M | re.S)
+        headings = {_anchor(h) for h in re.findall(r"^#{1,3} (.+)$", text, flags=re.M)}
+        assert not anchor or anchor in headings, (page, anchor)
+    headline = index.split("\n## Headline figures\n")[1].split("\n## ")[0]
+    rows = [line for line in headline.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) >= 6
+    for row in rows:  # each figure links to its section, or says that no run holds it
+        where = row.rstrip(" |").rsplit("| ", 1)[1]
+        assert where == "none" or re.fullmatch(r"\[[^\]]+\]\(results/\w+\.md#[\w-]+\)", where), row
 
 
 def benchmark_module(name: str, monkeypatch):
