@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common import free_ports
 
 GENES, LATENT_DIM, BATCH = 2000, 10, 256
 BANDWIDTH, LATENCY = 10e9 / 8, 50e-6
@@ -218,16 +218,6 @@ def _csr_mib(path: str, workers) -> float:
 
 
 # ------------------------------------------------------------------------------ the parent
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def launch(request: dict, num_workers: int) -> list[dict]:

@@ -5,7 +5,7 @@ Usage::
     python benchmarks/closed_form_step.py [--repeats 5] [--baseline PATH] [--xla] [--gaps]
                                           [--quick]
 
-B-SVI under the package's defaults at oil flow's shapes (synthetic data of ``speed.py``: N=800,
+B-SVI under the package's defaults at oil flow's shapes (synthetic data of ``common.py``: N=800,
 D=12, Q=10, M=25, batch 100): the closed-form expectation over q(x) and natural gradients on
 q(u). Trainers side by side in one process, whose models' ``closed_form_data_term`` is, at the
 one trace:
@@ -31,16 +31,14 @@ import argparse
 import importlib.util
 import os
 import statistics
-import sys
 from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from row_updates import LONG, SHORT, seconds_per_step  # noqa: E402
-from speed import synthetic  # noqa: E402
+from common import seconds_per_step, synthetic_rows  # noqa: E402
+from row_updates import LONG, SHORT  # noqa: E402
 from svgp_floor import PlainTrainer, floor_dataset, floor_model  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, models  # noqa: E402
@@ -95,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     short, long = (5, 10) if args.quick else (SHORT, LONG)
     repeats = 1 if args.quick else args.repeats
-    Y = synthetic(200 if args.quick else 800)
+    Y = synthetic_rows(200 if args.quick else 800)
     if args.gaps:
         Y = random_missing(Y, 0.3, seed=0)[0]
     data_terms = {AS_BUILT: models.closed_form_data_term}

@@ -27,15 +27,13 @@ import argparse
 import importlib.util
 import os
 import statistics
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from row_updates import seconds_per_step  # noqa: E402
+from common import seconds_per_step  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, NegativeBinomial, Trainer  # noqa: E402
 from gpflow_svi_gplvm.datasets import simulate_atlas  # noqa: E402

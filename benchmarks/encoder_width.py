@@ -24,6 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import mean_and_error  # noqa: E402
+from reproduce_paper import OURS, run_one  # noqa: E402
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, LatentInference, fit  # noqa: E402
 from gpflow_svi_gplvm.datasets import (
@@ -32,9 +34,6 @@ from gpflow_svi_gplvm.datasets import (
 )
 from gpflow_svi_gplvm.latents import default_encoder_sizes, paper_encoder_options  # noqa: E402
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reproduce_paper import OURS, _fmt, run_one  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
@@ -113,7 +112,7 @@ def main(argv=None) -> int:
         mean_sizes, covariance_sizes = RULES[rule](*SHAPES[name])
         print(
             f"| {name} {SHAPES[name]} | {rule} | {mean_sizes} / {covariance_sizes} "
-            f"| {_fmt([r['rmse'] for r in runs])} "
+            f"| {mean_and_error([r['rmse'] for r in runs])} "
             f"| {np.mean([r['train_seconds'] for r in runs]):.0f} |"
         )
     return 0

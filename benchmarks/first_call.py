@@ -37,10 +37,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 started = time.perf_counter()
 import numpy as np
 import gpflow_svi_gplvm as sg
-sys.path.insert(0, sys.argv[1])
-from speed import load_data
+from common import oil_flow_rows
 times = {"import": time.perf_counter() - started}
-Y = load_data()[0][: int(sys.argv[2])]
+Y = oil_flow_rows()[0][: int(sys.argv[1])]
 model = sg.BayesianSVIGPLVM(Y, 10, 25, seed=0)
 trainer = sg.Trainer(model, Y, batch_size=100, seed=0)
 for name, steps in (("first step", 1), ("next 100 steps", 100)):
@@ -59,10 +58,11 @@ print(json.dumps(times))
 
 
 def measure(package_root: str, rows: int) -> dict[str, float]:
-    """One fresh process's times, with ``package_root``'s package imported."""
+    """One fresh process's times, with ``package_root``'s package imported (its folder, the
+    process's working folder, comes first on its path; this folder, for ``common``, next)."""
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, HERE]))
     result = subprocess.run(
-        [sys.executable, "-c", MEASURE, HERE, str(rows)],
+        [sys.executable, "-c", MEASURE, str(rows)],
         capture_output=True,
         text=True,
         env=environment,

@@ -53,6 +53,8 @@ import gpflow  # noqa: E402
 import matplotlib  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import mean_and_error  # noqa: E402
+from speed import measure  # noqa: E402
 
 from gpflow_svi_gplvm import (  # noqa: E402
     BayesianSVIGPLVM,
@@ -72,10 +74,6 @@ from gpflow_svi_gplvm.posterior_check import (  # noqa: E402
     sliced_wasserstein,
 )
 from gpflow_svi_gplvm.training import Trainer  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reproduce_paper import _fmt  # noqa: E402
-from speed import measure  # noqa: E402
 
 matplotlib.use("Agg")
 tf.get_logger().setLevel("ERROR")
@@ -230,7 +228,8 @@ def oilflow(args) -> str:
         distances = np.concatenate([r["mmd"] for r in runs])
         se = distances.std(ddof=1) / np.sqrt(len(distances))
         lines.append(
-            f"| {name} | {_fmt([r['rmse'] for r in runs])} | {_fmt([r['nlpd'] for r in runs])} "
+            f"| {name} | {mean_and_error([r['rmse'] for r in runs])} "
+            f"| {mean_and_error([r['nlpd'] for r in runs])} "
             f"| {distances.mean():.4f} ± {se:.4f} | {max(r['r_hat'] for r in runs):.4f} "
             f"| {min(r['ess'] for r in runs):.0f} | {np.mean([r['seconds'] for r in runs]):.0f} |"
         )

@@ -35,9 +35,9 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
+from common import SEED, Shape, shapes, synthetic
 
 SHAPES = ("mnist", "movielens", "single-cell", "single-cell-10k")
 CONTENDERS = (
@@ -50,52 +50,9 @@ CONTENDERS = (
 LEVERS = ("B-SVI shared, XLA", "B-SVI shared, float32")
 """``--levers``: the shared B-SVI step compiled with XLA (``jit_compile=True``), and computed in
 float32 (``gpflow.config.set_default_float(np.float32)``, jitter 1e-4)."""
-SEED = 0
 TARGET_SECONDS = 1.5  # length of the shorter timed run
 # A smoke run (--quick) only checks that each contender trains and reports: short timed runs.
 QUICK_TARGET_SECONDS = 0.1
-
-
-@dataclass(frozen=True)
-class Shape:
-    num_data: int
-    data_dim: int
-    latent_dim: int
-    num_inducing: int
-    batch_size: int
-    missing: float
-    likelihood: str
-    threads: int
-
-
-def shapes() -> dict[str, Shape]:
-    cores = os.cpu_count() or 1
-    return {
-        "mnist": Shape(2000, 784, 5, 100, 100, 0.6, "gaussian", 1),
-        "movielens": Shape(943, 1682, 15, 34, 100, 0.937, "ratings", 1),
-        "single-cell": Shape(100_000, 2000, 10, 100, 256, 0.0, "poisson", cores),
-        "single-cell-10k": Shape(10_000, 2000, 10, 100, 256, 0.0, "poisson", cores),
-    }
-
-
-def synthetic(shape: Shape):
-    """Y [N, D] (float64, NaN = missing) from a smooth map of a 3-D latent, generated in row
-    blocks so that no temporary is as large as Y."""
-    rng = np.random.default_rng(SEED)
-    W = rng.standard_normal((3, shape.data_dim))
-    Y = np.empty((shape.num_data, shape.data_dim))
-    for start in range(0, shape.num_data, 10_000):
-        rows = slice(start, min(start + 10_000, shape.num_data))
-        f = np.sin(rng.standard_normal((rows.stop - rows.start, 3)) @ W)  # [rows, D] in [-1, 1]
-        if shape.likelihood == "poisson":
-            Y[rows] = rng.poisson(0.105 * np.exp(0.3 * f))  # about 90% zeros
-        elif shape.likelihood == "ratings":
-            Y[rows] = np.clip(np.round(3.0 + 1.5 * f + 0.5 * rng.standard_normal(f.shape)), 1, 5)
-        else:
-            Y[rows] = 1.0 / (1.0 + np.exp(-3.0 * f))  # pixel-like, in (0, 1)
-        if shape.missing:
-            Y[rows][rng.random(f.shape) < shape.missing] = np.nan
-    return Y
 
 
 # ----------------------------------------------------------------------- one contender, in-process
@@ -116,11 +73,10 @@ def measure_one(
         gpflow.config.set_default_float(np.float32)
         gpflow.config.set_default_jitter(1e-4)
 
+    from svgp_floor import PlainTrainer, floor_dataset, floor_model
+
     import gpflow_svi_gplvm as svi
     from gpflow_svi_gplvm.training import Trainer
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from svgp_floor import PlainTrainer, floor_dataset, floor_model
 
     Y = synthetic(shape)
     likelihood = (

@@ -21,11 +21,11 @@ Brendan faces: B-SVI (Q=5) on the 1965 frames with 39% of the pixels hidden; RMS
 pixels from the trained q(x) beside the column mean and the nearest other frame
 (reproduce_paper.py: the paper's M=120, lr 0.01, batch 450).
 Motion capture (CMU subject 35 walk / jog, standing in for the paper's unnamed subject): each of the
-four models (Q=9; M=100 by default here, while RESULTS.md's table, made by reproduce_paper.py,
-uses M=50: pass --num-inducing 50 to match it) is trained on the poses with one body part
-blanked in a random 20% of them, and then reconstructs that part, in degrees, for those
-training poses (from their trained q(x)) and for the two held-out trials (latents inferred from
-the other channels), beside the training mean and the nearest complete training pose on the
+four models (Q=9; M=100 by default here, while results/paper.md's table, made by
+reproduce_paper.py, uses M=50: pass --num-inducing 50 to match it) is trained on the poses with
+one body part blanked in a random 20% of them, and then reconstructs that part, in degrees, for
+those training poses (from their trained q(x)) and for the two held-out trials (latents inferred
+from the other channels), beside the training mean and the nearest complete training pose on the
 observed channels.
 Covariance: B-SVI with one q(u) covariance per output against one shared by all outputs, on
 MNIST (60% missing; scored on the hidden training pixels, from the trained q(x)) and MovieLens
@@ -83,19 +83,19 @@ def _train(model, Y, args):
 
 def mnist_table(args) -> str:
     """The paper's Table 5 (MNIST) as markdown: RMSE on hidden test pixels per train/test
-    missingness, beside two baselines trained on the same pixels; with ``args.elbo_plot`` (a path)
-    the three models' ELBO traces are saved there."""
+    missingness (``args.fractions``, each of FRACTIONS in a full run), beside two baselines trained
+    on the same pixels; with ``args.elbo_plot`` (a path) the models' ELBO traces are saved there."""
     data = load_mnist(num_train=args.num_train, num_test=args.num_test)
     print(f"MNIST: {args.num_train} training and {args.num_test} test images, D=784", flush=True)
     predictors = ["B-SVI", "column mean", "nearest training image"]
     table, traces = {}, {}
-    for train_fraction in FRACTIONS:
+    for train_fraction in args.fractions:
         Y_train, _ = random_missing(data.Y, train_fraction, seed=1)
         model = BayesianSVIGPLVM(Y_train, 5, num_inducing=args.num_inducing)
         seconds, traces[train_fraction] = _train(model, Y_train, args)
         column_means = np.nanmean(Y_train, axis=0)
         filled = np.where(np.isnan(Y_train), column_means, Y_train)
-        for test_fraction in FRACTIONS:
+        for test_fraction in args.fractions:
             Y_test, hidden = random_missing(data.Y_test, test_fraction, seed=2)
             mean, _ = model.reconstruct(
                 Y_test, iterations=args.inference_iterations, num_samples=32
@@ -112,14 +112,14 @@ def mnist_table(args) -> str:
         print(f"  trained on {train_fraction:.0%} missing in {seconds:.0f} s", flush=True)
     if getattr(args, "elbo_plot", None):
         _plot_traces(traces, args.elbo_plot)
-    header = " | ".join(f"test {f:.0%} missing" for f in FRACTIONS)
+    header = " | ".join(f"test {f:.0%} missing" for f in args.fractions)
     lines = [
         f"| RMSE on hidden test pixels (B-SVI: Q=5, M={args.num_inducing}) | {header} |",
-        "|---|" + "---|" * len(FRACTIONS),
+        "|---|" + "---|" * len(args.fractions),
     ]
     for name in predictors:
-        for train_fraction in FRACTIONS:
-            cells = " | ".join(f"{table[name, train_fraction, f]:.3f}" for f in FRACTIONS)
+        for train_fraction in args.fractions:
+            cells = " | ".join(f"{table[name, train_fraction, f]:.3f}" for f in args.fractions)
             lines.append(f"| {name}, trained on {train_fraction:.0%} missing | {cells} |")
     return "\n".join(lines) + (
         "\n\n(paper, B-SVI: 0.27-0.28 in every cell. Column mean: the training pixels' mean; "
@@ -435,7 +435,8 @@ def nearest_pose(Y_train: np.ndarray, Y: np.ndarray, exclude_self: bool = False)
 
 
 def mocap_table(args) -> str:
-    """RMSE (degrees) on blanked body parts of training and held-out poses, as markdown."""
+    """RMSE (degrees) on blanked body parts of training and held-out poses, as markdown, for the
+    baselines and the models named in ``args.models``."""
     data = load_mocap(zero_root_position=True)
     rng = np.random.default_rng(args.seed)
     train_rows = np.sort(rng.choice(len(data.Y), size=len(data.Y) // 5, replace=False))
@@ -472,8 +473,8 @@ def mocap_table(args) -> str:
                 f"| {part} | {name} | {degrees(Y, predict(Y_train), hidden_train):.2f} "
                 f"| {degrees(Y_test, predict(Y_held), hidden_test):.2f} | - |"
             )
-        for name, model_class in MODELS.items():
-            model = model_class(Y_train, 9, num_inducing=args.num_inducing, seed=args.seed)
+        for name in args.models:
+            model = MODELS[name](Y_train, 9, num_inducing=args.num_inducing, seed=args.seed)
             seconds, _ = _train(model, Y_train, args)
             train_pred, _ = model.reconstruct(
                 Y_train[train_rows], rows=train_rows, num_samples=32, seed=args.seed
@@ -516,6 +517,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke run")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
+    args.fractions, args.models = FRACTIONS, list(MODELS)
     if args.quick:
         args.num_train, args.num_test, args.num_inducing = 200, 50, 10
         args.iterations, args.inference_iterations, args.no_progress = 20, 5, True

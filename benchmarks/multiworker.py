@@ -33,7 +33,6 @@ import gc
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,9 +41,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from high_dim import Shape, shapes, synthetic  # noqa: E402
+from common import Shape, free_ports, shapes, synthetic
 
 BANDWIDTH = 10e9 / 8  # bytes per second: 10 Gbit/s
 LATENCY = 50e-6  # seconds per message
@@ -135,16 +132,6 @@ def _agreed(workers, value: float) -> float:
 
 
 # ------------------------------------------------------------------------------ the parent
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def launch(request: dict, num_workers: int) -> list[dict]:

@@ -122,24 +122,27 @@ def in_process(
 def baseline(path: str, sizes: list[int], iterations: int, held_out: bool) -> dict:
     """The defaults of the package checked out at ``path``, in a subprocess."""
     code = (
-        "import json, os, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
-        "import gpflow_svi_gplvm, new_rows;"
+        "import json, sys; import gpflow_svi_gplvm, new_rows;"
         "assert gpflow_svi_gplvm.__file__.startswith(sys.argv[1]);"
         "print(json.dumps(new_rows.in_process("
-        "json.loads(sys.argv[3]), int(sys.argv[4]), True, sys.argv[5] == 'held-out')))"
+        "json.loads(sys.argv[2]), int(sys.argv[3]), True, sys.argv[4] == 'held-out')))"
     )
-    here = os.path.dirname(os.path.abspath(__file__))
+    # The checkout is the process's working folder (first on a `-c` process's path), this folder
+    # (for new_rows itself) is next.
+    root, here = os.path.abspath(path), os.path.dirname(os.path.abspath(__file__))
     command = [
         sys.executable,
         "-c",
         code,
-        os.path.abspath(path),
-        here,
+        root,
         json.dumps(sizes),
         str(iterations),
         "held-out" if held_out else "all",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, here]))
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=True, cwd=root, env=environment
+    )
     measured = json.loads(result.stdout.strip().splitlines()[-1])["baseline"]
     return {"version at --baseline, its defaults": {int(k): v for k, v in measured.items()}}
 

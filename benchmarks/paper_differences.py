@@ -29,9 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reproduce_paper import OURS, _fmt, run_one  # noqa: E402
+from common import mean_and_error  # noqa: E402
+from reproduce_paper import OURS, run_one  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 
@@ -74,8 +73,8 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|")
     for (name, variant), runs in results.items():
         print(
-            f"| {name} | {variant} | {_fmt([r['rmse'] for r in runs])} "
-            f"| {_fmt([r['nlpd'] for r in runs])} "
+            f"| {name} | {variant} | {mean_and_error([r['rmse'] for r in runs])} "
+            f"| {mean_and_error([r['nlpd'] for r in runs])} "
             f"| {np.mean([r['train_seconds'] for r in runs]):.0f} |"
         )
     return 0

@@ -5,7 +5,7 @@ Usage::
     python benchmarks/row_updates.py [--rows 800 3000 10000 30000 100000] [--repeats 3] [--quick]
 
 B-SVI under the package's defaults at oil flow's other shapes (D=12, Q=10, M=25, batch 100,
-synthetic data of ``speed.py``) with N rows, trained by one Trainer with
+synthetic data of ``common.py``) with N rows, trained by one Trainer with
 ``row_updates="sparse"`` (only the batch's rows of q(x)'s tables move) and one with
 ``row_updates="dense"`` (every row every step, as tf_keras' Adam). A step's time is the
 difference of two run lengths of one compiled trainer (100 and 600 steps), the median over
@@ -19,28 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from speed import synthetic  # noqa: E402
+from common import seconds_per_step, synthetic_rows  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
 from gpflow_svi_gplvm.training import Trainer  # noqa: E402
 
 SHORT, LONG = 100, 600
-
-
-def seconds_per_step(trainer: Trainer, short: int, long: int) -> float:
-    """The time of one step: the difference of a long and a short run, over their difference."""
-    times = []
-    for steps in (short, long):
-        start = time.perf_counter()
-        trainer.train(steps, steps_per_call=steps, progress=False)
-        times.append(time.perf_counter() - start)
-    return (times[1] - times[0]) / (long - short)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| N | sparse ms/step | dense ms/step | dense / sparse (median of rounds) |")
     print("|---:|---:|---:|---:|")
     for num_rows in args.rows:
-        Y = synthetic(num_rows)
+        Y = synthetic_rows(num_rows)
         trainers = {}
         for updates in ("sparse", "dense"):
             model = BayesianSVIGPLVM(Y, 10, 25, seed=0)

@@ -64,6 +64,7 @@ import gpflow  # noqa: E402
 import high_dim  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from common import oil_flow_rows, synthetic_rows  # noqa: E402
 from gpflow.config import default_float  # noqa: E402
 from gpflow.keras import tf_keras  # noqa: E402
 from missing_data import MODELS  # noqa: E402
@@ -87,35 +88,6 @@ FLOOR = "SVGP floor (known X)"
 MAX_BSVI_SLOWDOWN = 1.15  # svgp_steps_per_s / bsvi_steps_per_s
 MIN_AEB_VS_BSVI = 0.8  # aeb_steps_per_s / bsvi_steps_per_s
 MIN_BSVI_STEPS_PER_S = 500.0  # on 2 CPU cores
-
-
-# ----------------------------------------------------------------------------------------- data
-
-
-def load_data() -> tuple[np.ndarray, str]:
-    """Y [800, 12]: oil flow when GPFLOW_SVI_GPLVM_DATA points at it, else seeded synthetic data."""
-    folder = os.environ.get("GPFLOW_SVI_GPLVM_DATA")
-    if folder:
-        path = os.path.join(folder, "oilflow", "oilflow.npz")
-        if os.path.exists(path):
-            with np.load(path) as archive:
-                Y = np.asarray(archive["Y"][:NUM_DATA], dtype=np.float64)
-            if Y.shape != (NUM_DATA, DATA_DIM):
-                raise ValueError(f"{path}: expected Y of shape [>=800, 12], got {Y.shape}.")
-            return Y, f"oil flow ({path}, first {NUM_DATA} rows)"
-        note = f"synthetic (GPFLOW_SVI_GPLVM_DATA={folder!r} has no oilflow/oilflow.npz)"
-    else:
-        note = "synthetic (seeded; set GPFLOW_SVI_GPLVM_DATA for oil flow)"
-    return synthetic(NUM_DATA), note
-
-
-def synthetic(num_rows: int) -> np.ndarray:
-    """Y [num_rows, 12], seeded: a smooth map of a 2-D latent plus noise, well conditioned."""
-    rng = np.random.default_rng(SEED)
-    X = rng.standard_normal((num_rows, 2))
-    W = rng.standard_normal((2, DATA_DIM))
-    b = rng.uniform(0.0, 2.0 * np.pi, DATA_DIM)
-    return np.sin(X @ W + b) + 0.1 * rng.standard_normal((num_rows, DATA_DIM))
 
 
 # ----------------------------------------------------------------------------------- contenders
@@ -194,7 +166,7 @@ def contenders(Y: np.ndarray, jit: bool, breakdown: bool) -> dict[str, Callable[
     if not breakdown:
         return entries
     noise = max(0.1 * float(np.nanmean(np.nanvar(Y, axis=0))), 1e-3)
-    big = synthetic(10 * NUM_DATA)
+    big = synthetic_rows(10 * NUM_DATA)
     entries.update(
         {
             # The package's model in the floor's plain loop: the gap to B-SVI is the Trainer's own
@@ -409,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         "--breakdown", action="store_true", help="add diagnostic contenders that split the gap"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="smoke run (<~60 s): 100 steps x 2 repeats"
+        "--quick", action="store_true", help="smoke run: 20 steps per call x 2 repeats"
     )
     parser.add_argument(
         "--high-d",
@@ -446,15 +418,16 @@ def main(argv: list[str] | None = None) -> int:
             args.contenders,
         )
         return 0
-    if args.quick:
-        args.iterations, args.repeats = min(args.iterations, 100), min(args.repeats, 2)
+    if args.quick:  # every contender and every table, each step's cost measured once
+        args.iterations, args.repeats = min(args.iterations, 20), min(args.repeats, 2)
+        args.steps_per_call = min(args.steps_per_call, 20)
     if args.paper_runtime:
         paper_runtime(args.iterations, args.repeats, args.steps_per_call)
         return 0
     if args.iterations < 1 or args.repeats < 1 or args.steps_per_call < 1:
         parser.error("--iterations, --repeats and --steps-per-call must be >= 1")
 
-    Y, data_note = load_data()
+    Y, data_note = oil_flow_rows()
     print(
         f"gpflow_svi_gplvm {svi.__version__} ({_package_revision()}), GPflow {gpflow.__version__}, "
         f"TensorFlow {tf.__version__}, Python {platform.python_version()}, "
@@ -474,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jit:
         entries |= {("xla", k): v for k, v in contenders(Y, True, args.breakdown).items()}
     report(measure(entries, args.iterations, args.repeats, args.steps_per_call))
-    report_inference(Y, 100 if args.quick else 1000)
+    report_inference(Y, 100 if args.quick else 1000, 20 if args.quick else 200)
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at end: {_load()}")
     return 0
 
@@ -559,9 +532,10 @@ def paper_runtime(iterations: int, repeats: int, steps_per_call: int) -> None:
             print(f"| {name} | {model_name} | {shown} | {cells[0]} | {cells[1]} |")
 
 
-def report_inference(Y: np.ndarray, num_new: int) -> None:
-    """Seconds to infer q(x*) for ``num_new`` new rows, after compilation (target B-SVI < 5 s)."""
-    new_rows = synthetic(num_new)
+def report_inference(Y: np.ndarray, num_new: int, training_steps: int = 200) -> None:
+    """Seconds to infer q(x*) for ``num_new`` new rows, after compilation (target B-SVI < 5 s), by
+    models trained ``training_steps`` steps."""
+    new_rows = synthetic_rows(num_new)
     print(
         f"\ninfer_latents for {num_new} new rows (D={DATA_DIM}, Q={LATENT_DIM}), "
         "LatentInference(model, iterations=300)'s other defaults"
@@ -574,7 +548,7 @@ def report_inference(Y: np.ndarray, num_new: int) -> None:
         ("AEB-SVI", svi.AmortisedBayesianGPLVM),
     ]:
         model = model_class(Y, LATENT_DIM, **common)
-        Trainer(model, Y, batch_size=BATCH_SIZE, seed=SEED).train(200, progress=False)
+        Trainer(model, Y, batch_size=BATCH_SIZE, seed=SEED).train(training_steps, progress=False)
         inference = svi.LatentInference(model, iterations=300)
         times = []
         for _ in range(2):

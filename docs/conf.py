@@ -40,7 +40,8 @@ include_patterns = [
     "docs/**",
     "tutorials/*.md",
     "notebooks/*.py",
-    "benchmarks/RESULTS.md",
+    "benchmarks/README.md",
+    "benchmarks/results/*.md",
     "CHANGELOG.md",
 ]
 exclude_patterns = ["docs/_build/**", "docs/conf.py", "**/.ipynb_checkpoints"]

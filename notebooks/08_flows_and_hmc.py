@@ -164,5 +164,5 @@ for model_class in (BayesianSVIGPLVM, FlowBayesianGPLVM):
 
 # %% [markdown]
 # A row whose distance stands out is one where the family (or the optimisation) misses the
-# posterior; `benchmarks/flows.py` runs this check on oil flow, and `benchmarks/RESULTS.md`
+# posterior; `benchmarks/flows.py` runs this check on oil flow, and `benchmarks/results/flows.md`
 # ("Flow latents against HMC") has the numbers.

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +101,31 @@ def test_single_cell_benchmark_quick():
     assert "| B-SVI NB + batch |" in out and "| PCA |" in out and "failed" not in out
 
 
-def _benchmark_module(name: str, monkeypatch):
+def _anchor(heading: str) -> str:
+    """A heading's anchor as MyST (``myst_heading_anchors``) and GitHub make it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_index_links_every_results_page_and_each_headline_figure_to_its_section():
+    index = (BENCHMARKS / "README.md").read_text()
+    links = re.findall(r"\]\((results/[^)#\s]+)(?:#([^)\s]+))?\)", index)
+    pages = {f"results/{page.name}" for page in (BENCHMARKS / "results").glob("*.md")}
+    assert {page for page, _ in links} == pages
+    for page, anchor in links:
+        text = re.sub(r"^```.*?^```", "", (BENCHMARKS / page).read_text(), flags=re.M | re.S)
+        headings = {_anchor(h) for h in re.findall(r"^#{1,3} (.+)$", text, flags=re.M)}
+        assert not anchor or anchor in headings, (page, anchor)
+    headline = index.split("\n## Headline figures\n")[1].split("\n## ")[0]
+    rows = [line for line in headline.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) >= 6
+    for row in rows:  # each figure links to its section, or says that no run holds it
+        where = row.rstrip(" |").rsplit("| ", 1)[1]
+        assert where == "none" or re.fullmatch(r"\[[^\]]+\]\(results/\w+\.md#[\w-]+\)", where), row
+
+
+def benchmark_module(name: str, monkeypatch):
+    """The script ``benchmarks/<name>.py`` imported as a module, its folder on the path (the
+    scripts import their siblings and ``common``) for the test's duration."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # scripts import their siblings
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -111,7 +136,7 @@ def _benchmark_module(name: str, monkeypatch):
 
 
 def _speed_module(monkeypatch):
-    return _benchmark_module("speed", monkeypatch)
+    return benchmark_module("speed", monkeypatch)
 
 
 def test_encoder_width_rules_and_paper_choices_build_their_models(monkeypatch):
@@ -120,15 +145,15 @@ def test_encoder_width_rules_and_paper_choices_build_their_models(monkeypatch):
     from gpflow_svi_gplvm import AmortisedBayesianGPLVM
 
     Y = np.random.default_rng(0).standard_normal((30, 6))
-    widths = _benchmark_module("encoder_width", monkeypatch)
+    widths = benchmark_module("encoder_width", monkeypatch)
     for rule in widths.RULES.values():
         mean_sizes, covariance_sizes = rule(6, 3)
         model = AmortisedBayesianGPLVM(
             Y, 3, 5, mean_hidden_sizes=mean_sizes, covariance_hidden_sizes=covariance_sizes
         )
         assert [int(w.shape[1]) for w in model.latent.mean_network.weights][:-1] == list(mean_sizes)
-    differences = _benchmark_module("paper_differences", monkeypatch)
-    models = _benchmark_module("missing_data", monkeypatch).MODELS
+    differences = benchmark_module("paper_differences", monkeypatch)
+    models = benchmark_module("missing_data", monkeypatch).MODELS
     for model_name, options in differences.VARIANTS.values():
         model = models[model_name](Y, 3, 5, **differences._options(options))
         assert np.isfinite(model.elbo((np.arange(10), Y[:10])).numpy())

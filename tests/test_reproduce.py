@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_benchmarks import benchmark_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce_paper.py"
 NEEDED = ("oilflow", "qpcr", "taxi", "mnist", "mocap", "brendan_faces", "movielens100k")
@@ -48,15 +48,13 @@ def test_reproduce_all_quick(tmp_path):
     assert "| upper_body | nearest complete pose |" in text and "| upper_body | AEB-SVI" in text
 
 
-def _reproduce_module():
-    spec = importlib.util.spec_from_file_location("reproduce_paper", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def reproduce(monkeypatch):
+    return benchmark_module("reproduce_paper", monkeypatch)
 
 
-def test_a_partial_run_replaces_its_tables_and_keeps_the_others_and_the_notes():
-    merge = _reproduce_module().merge_results
+def test_a_partial_run_replaces_its_tables_and_keeps_the_others_and_the_notes(reproduce):
+    merge = reproduce.merge_results
     first = merge("", "# first header", {"oilflow": "oil table 1", "mnist": "mnist table 1"})
     first += "\n## Notes\n\nwritten by hand\n"
     second = merge(first, "# second header", {"mnist": "mnist table 2", "qpcr": "qpcr table 2"})
@@ -68,8 +66,8 @@ def test_a_partial_run_replaces_its_tables_and_keeps_the_others_and_the_notes():
     assert merge(second, "# second header", {}) == second
 
 
-def test_a_run_of_some_models_replaces_only_their_rows():
-    module = _reproduce_module()
+def test_a_run_of_some_models_replaces_only_their_rows(reproduce):
+    module = reproduce
     header = "| model | RMSE |\n|---|---|"
 
     def block(rows: dict[str, str], provenance: list[str]) -> str:
@@ -106,14 +104,14 @@ def test_a_run_of_some_models_replaces_only_their_rows():
     "argv",
     [["table1", "--config", "paper", "--learning-rate", "0.01"], ["table4", "--config", "paper"]],
 )
-def test_the_papers_configuration_takes_no_other_settings(argv):
+def test_the_papers_configuration_takes_no_other_settings(argv, reproduce):
     with pytest.raises(SystemExit) as stop:
-        _reproduce_module().main(argv)
+        reproduce.main(argv)
     assert stop.value.code == 2
 
 
-def test_the_papers_configuration_reaches_the_model_and_the_optimiser(monkeypatch):
-    module = _reproduce_module()
+def test_the_papers_configuration_reaches_the_model_and_the_optimiser(monkeypatch, reproduce):
+    module = reproduce
     Y = np.random.default_rng(0).standard_normal((30, 4))
     monkeypatch.setitem(module.DATASETS, "taxi", (lambda: SimpleNamespace(Y=Y), 2, 5, lambda: None))
     seen = {}

@@ -3,8 +3,9 @@ the paper's four (Point, MAP, B-SVI, AEB-SVI) and a normalising-flow one, and th
 
 Each is a thin class: its own options (those of its latent family) and, for every option the
 models share, :class:`SVIGPLVM`'s own parameter, so that the shared options have one source
-(:class:`SVIGPLVM`'s signature and the parameters' descriptions in :mod:`gpflow_svi_gplvm.models.base`), and
-``help()``, the documentation and ``inspect.signature`` still list each with its default.
+(:class:`SVIGPLVM`'s signature, and the parameters' descriptions in
+:mod:`gpflow_svi_gplvm.models.base`), and ``help()``, the documentation and
+``inspect.signature`` still list each with its default.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
     the observation mask and, when the training data has gaps, hides 20% of the observed inputs
     while training, which keeps q(x) honest for rows with gaps. On complete data nothing is
     hidden (hiding costs accuracy there); pass ``hide_fraction=0.2`` if complete training rows
-    will meet new rows with gaps (both measured in the results pages, "Missing data").
+    will meet new rows with gaps (both measured by ``benchmarks/missing_data.py``).
     ``**paper_encoder_options(D, Q)`` (:func:`~gpflow_svi_gplvm.latents.paper_encoder_options`)
     builds the paper's networks: they read y_n only, with a wider covariance network and a dense
     factor (their inputs are still standardised unless ``standardise_inputs=False``);
@@ -223,8 +224,8 @@ class FlowBayesianGPLVM(SVIGPLVM):
     "shared" by all rows (default), "per-row" (each row's own, updated row-sparsely), or "joint"
     (one flow over vec(X) of all rows: a few rows only, and no new rows). The data term and the
     row term are Monte Carlo estimates over ``num_samples`` draws of each row's x_n, 4 by default
-    (the other models' default is 1; the results pages, "Flow latents against HMC", compare one
-    and four draws on oil flow). Mean and variance of q(x_n) (:meth:`latent_mean`,
+    (the other models' default is 1; ``benchmarks/results/flows.md`` compares one and four draws
+    on oil flow). Mean and variance of q(x_n) (:meth:`latent_mean`,
     :meth:`latent_variance`) are estimated from ``moment_draws`` fixed draws.
     """
 
