@@ -122,7 +122,7 @@ class TrainingRows:
                 "(gpflow_svi_gplvm.RowShard; DiskRows.load reads a worker's rows) instead."
             )
         if isinstance(data, tf.data.Dataset):
-            self.dataset = data
+            self.dataset = _checked_dataset(data, self.model.data_dim)
             return
         model = self.model
         if tuple(data.shape) != (model.num_data, model.data_dim):
@@ -264,3 +264,25 @@ def _training_shard(
     with workers.agreeing():
         check_likelihood_support(model.likelihood, cast(np.ndarray, data.Y))
     return data
+
+
+def _checked_dataset(dataset: tf.data.Dataset, data_dim: int) -> tf.data.Dataset:
+    """``dataset`` when its elements are ``(idx [B] integers, Y [B, D] floats)`` of the model's
+    D (as :func:`make_dataset` makes them); else a ``ValueError`` saying what they are."""
+    spec = dataset.element_spec
+    parts = spec if isinstance(spec, tuple) and len(spec) == 2 else None
+    if parts is not None and all(isinstance(p, tf.TensorSpec) for p in parts):
+        idx, Y = parts
+        if (
+            idx.dtype.is_integer
+            and idx.shape.rank == 1
+            and Y.dtype.is_floating
+            and Y.shape.rank == 2
+            and Y.shape[1] in (None, data_dim)
+        ):
+            return dataset
+    raise ValueError(
+        f"A dataset to train on must give (idx [B] int64 row numbers, Y [B, D={data_dim}] "
+        f"floats) per step, as make_dataset(model, Y, batch_size) does; its elements are "
+        f"{spec}."
+    )

@@ -27,6 +27,7 @@ from gpflow_svi_gplvm.latents import (
     GaussianLatent,
     LatentBatch,
     LatentVariables,
+    MAPLatent,
     NewRowFit,
     PointLatent,
 )
@@ -350,3 +351,8 @@ def test_amortised_encoder_reads_standardised_columns():
 def test_encoder_input_standardisation_is_checked(location, scale):
     with pytest.raises(ValueError, match="input_"):
         EncoderLatent(D, Q, input_location=location, input_scale=scale)
+
+
+def test_a_map_prior_that_is_not_a_distribution_is_refused_by_name():
+    with pytest.raises(ValueError, match="prior must be a TFP distribution .* got 'normal'"):
+        MAPLatent(np.zeros((4, 2)), prior="normal")

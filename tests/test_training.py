@@ -567,3 +567,18 @@ def test_fitting_gaps_into_a_model_built_on_complete_data_is_a_clear_error():
     mask[1, 2] = False
     with pytest.raises(ValueError, match="built on complete data"):
         sg.fit(model, Y, mask=mask, iterations=5, batch_size=12, progress=False)
+
+
+@pytest.mark.parametrize(
+    "elements",
+    [
+        lambda Y: tf.constant(Y),  # rows alone, no row numbers
+        lambda Y: (tf.range(len(Y), dtype=tf.int64), tf.constant(Y[:, :2])),  # another D
+        lambda Y: (tf.constant(Y[:, 0]), tf.constant(Y)),  # row numbers that are floats
+    ],
+)
+def test_a_dataset_of_other_elements_is_refused_saying_what_they_are(small_Y, elements):
+    model = sg.PointGPLVM(small_Y, 2, num_inducing=5)
+    dataset = tf.data.Dataset.from_tensors(elements(small_Y)).repeat()
+    with pytest.raises(ValueError, match=r"\(idx \[B\] int64 row numbers, Y \[B, D=4\]"):
+        sg.Trainer(model, dataset)

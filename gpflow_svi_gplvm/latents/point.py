@@ -69,6 +69,12 @@ class MAPLatent(PointLatent):
         if prior is None:
             zeros = tf.zeros(self.latent_dim, dtype=default_float())
             prior = tfp.distributions.MultivariateNormalDiag(zeros, tf.ones_like(zeros))
+        if not isinstance(prior, tfp.distributions.Distribution):
+            raise ValueError(
+                f"prior must be a TFP distribution over a latent vector (event shape "
+                f"[{self.latent_dim}]) or None for N(0, I), got {prior!r}: e.g. "
+                "tfp.distributions.MultivariateStudentTLinearOperator(...)."
+            )
         if tuple(prior.event_shape) != (self.latent_dim,):
             raise ValueError(
                 f"The MAP prior must have event shape [{self.latent_dim}] (one density over a "
