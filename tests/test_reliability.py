@@ -418,7 +418,7 @@ def test_a_checkpoint_folder_that_is_a_file_is_refused_before_training(small, tm
     (tmp_path / "taken").write_text("a file")
     for folder, match in [
         (tmp_path / "taken", "is a file"),
-        (tmp_path / "taken" / "sub", "cannot be written"),
+        (tmp_path / "taken" / "sub", "cannot be made: .*taken is a file, not a folder"),
     ]:
         with pytest.raises(ValueError, match=f"checkpoint_dir .* {match}"):
             Trainer(
