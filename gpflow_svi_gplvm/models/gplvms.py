@@ -94,15 +94,15 @@ class BayesianSVIGPLVM(SVIGPLVM):
 class _EncoderOptions:
     """The options of :class:`AmortisedBayesianGPLVM`'s encoder, as given."""
 
-    hidden_sizes: Sequence[int] | None = None
-    activation: str = "tanh"
-    covariance: str = "triangular"
-    missing_aware: bool = True
-    hide_fraction: float | None = None
-    set_size: int | None = None
-    mean_hidden_sizes: Sequence[int] | None = None
-    covariance_hidden_sizes: Sequence[int] | None = None
-    standardise_inputs: bool = True
+    hidden_sizes: Sequence[int] | None
+    activation: str
+    covariance: str
+    missing_aware: bool
+    hide_fraction: float | None
+    set_size: int | None
+    mean_hidden_sizes: Sequence[int] | None
+    covariance_hidden_sizes: Sequence[int] | None
+    standardise_inputs: bool
 
 
 @_model(
