@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from .models import SVIGPLVM
 from .options import takes_options_of
 from .schedules import StepSize
 from .sparse_rows import RowStream
-from .training_rows import TrainingRows, make_dataset, minibatch_indices
+from .training_rows import BAD_BATCH, TrainingRows, make_dataset, minibatch_indices
 from .training_step import TrainingStep, check_row_updates
 from .validation import check_device, check_integer, check_seed
 
@@ -365,6 +366,14 @@ class Trainer:
             message = lost_worker_message(self.workers, error, self.num_steps, last)
             raise WorkerLostError(message) from error
         except tf.errors.InvalidArgumentError as error:
+            if BAD_BATCH in error.message:
+                # The check's own message, without what TensorFlow adds after it.
+                found = re.split(r"[\]\n]", error.message[error.message.index(BAD_BATCH) :])[0]
+                raise ValueError(
+                    f"{found}: give (idx, Y) with "
+                    "idx the rows' numbers in the data the model was built from and Y finite "
+                    "(NaN where missing), as make_dataset(model, Y, batch_size) does."
+                ) from error
             if self.rows.on_disk is None:
                 raise
             # The rows on disk could not be read (e.g. their file changed): say so plainly.

@@ -18,7 +18,10 @@ from .models import SVIGPLVM
 from .sparse_rows import RowStream, SparseRows
 from .validation import check_integer, check_observations
 
-__all__ = ["TrainingRows", "minibatch_indices", "make_dataset"]
+__all__ = ["TrainingRows", "minibatch_indices", "make_dataset", "BAD_BATCH"]
+
+BAD_BATCH = "A batch of the dataset holds"
+"""How a failed check of a user's batch begins (:meth:`TrainingRows.gather`)."""
 
 
 def minibatch_indices(
@@ -197,7 +200,7 @@ class TrainingRows:
         observations ``Y`` [B, D], from its element (positions in the shard, with their dense
         rows for a sparse shard, or a user's ``(idx, Y)``)."""
         if self.shard is None:
-            return tuple(element)
+            return self._checked_batch(*element) if self.dataset is not None else tuple(element)
         positions, Y = element if self.shard.sparse else (element, None)
         # Tables owned by this worker are indexed by position in its shard.
         idx = positions
@@ -209,6 +212,24 @@ class TrainingRows:
             with tf.device(held.device):
                 Y = tf.gather(held, positions)
         return idx, Y
+
+    def _checked_batch(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """A user's batch, checked in the step: row numbers ``idx`` [B] within the latent table
+        and no infinite value in ``Y`` [B, D] (NaN marks a missing one). A failed check stops
+        the step with an error :class:`~gpflow_svi_gplvm.training.Trainer` reports as a
+        ``ValueError`` (:data:`BAD_BATCH`)."""
+        checks = [
+            tf.debugging.assert_equal(
+                tf.reduce_any(tf.math.is_inf(Y)), False, message=f"{BAD_BATCH} infinite values"
+            )
+        ]
+        rows = getattr(self.model.latent, "num_data", None)  # amortised families ignore idx
+        if rows is not None:
+            within = (idx >= 0) & (idx < tf.cast(rows, idx.dtype))
+            message = f"{BAD_BATCH} row numbers outside 0..{rows - 1}, the rows of the latent table"
+            checks.append(tf.debugging.assert_equal(tf.reduce_all(within), True, message=message))
+        with tf.control_dependencies(checks):
+            return tf.identity(idx), tf.identity(Y)
 
     def record(self, batch_size: int) -> TrainingData:
         """What the run trains on, for its checkpoints (nothing to record of a user's dataset)."""

@@ -582,3 +582,22 @@ def test_a_dataset_of_other_elements_is_refused_saying_what_they_are(small_Y, el
     dataset = tf.data.Dataset.from_tensors(elements(small_Y)).repeat()
     with pytest.raises(ValueError, match=r"\(idx \[B\] int64 row numbers, Y \[B, D=4\]"):
         sg.Trainer(model, dataset)
+
+
+@pytest.mark.parametrize(
+    "idx, bad, found",
+    [
+        ([0, 1, 99], None, r"row numbers outside 0\.\.\d+, the rows of the latent table"),
+        ([0, 1, -1], None, r"row numbers outside 0\.\.\d+, the rows of the latent table"),
+        ([0, 1, 2], np.inf, "infinite values"),
+    ],
+)
+def test_a_dataset_batch_out_of_the_table_or_infinite_is_a_clear_error(small_Y, idx, bad, found):
+    """Checked in the step: a raw gather error or a non-finite loss would not say which."""
+    model = sg.PointGPLVM(small_Y, 2, num_inducing=5)
+    Y = small_Y[:3].copy()
+    if bad is not None:
+        Y[1, 2] = bad
+    dataset = tf.data.Dataset.from_tensors((tf.constant(idx, tf.int64), tf.constant(Y))).repeat()
+    with pytest.raises(ValueError, match=f"A batch of the dataset holds {found}: give"):
+        sg.fit(model, dataset, 2, progress=False)
