@@ -196,7 +196,7 @@ def pca_latents(
     moments = [scores[:, 0].sum(), np.square(scores[:, 0]).sum()] if len(vt) else [0.0, 0.0]
     total, squares = workers.sum(moments)
     scale = np.sqrt(max(squares / num_data - (total / num_data) ** 2, 0.0))
-    scores = scores / (scale if scale > 0 else 1.0)
+    scores /= scale if scale > 0 else 1.0  # in place: [N, Q] may be most of memory
     missing = latent_dim - scores.shape[1]
     if missing > 0:
         noise = 0.01 * np.random.default_rng(seed).standard_normal((num_data, missing))
@@ -309,20 +309,29 @@ def inducing_inputs(
     seed: int = 0,
     rows: np.ndarray | None = None,
     workers: Workers | None = None,
+    observed: np.ndarray | None = None,
 ) -> np.ndarray:
-    """M distinct rows of the initial latents [N, Q], chosen at random, as inducing inputs Z.
-    With ``rows`` [n], ``latents`` [n, Q] are this worker's rows of all ``workers``' N: each
-    worker gives the chosen rows it holds, so that Z is the one chosen from all N rows."""
+    """M distinct rows of the initial latents [N, Q], chosen at random, as inducing inputs Z
+    [M, Q] ([M, Q + R] with the ``observed`` inputs [N, R] of the chosen rows beside them; the
+    two are joined for those rows alone). With ``rows`` [n], ``latents`` [n, Q] are this
+    worker's rows of all ``workers``' N: each worker gives the chosen rows it holds, so that Z is
+    the one chosen from all N rows."""
     workers = workers or Workers()
+
+    def joined(chosen: np.ndarray) -> np.ndarray:
+        parts = [latents[chosen]] + ([] if observed is None else [observed[chosen]])
+        return np.concatenate(parts, axis=1).astype(float)
+
     num_data = latents.shape[0] if rows is None else int(workers.sum(len(rows)))
     chosen = np.random.default_rng(seed).choice(num_data, size=num_inducing, replace=False)
     if rows is None:
-        return np.array(latents[chosen], dtype=float)
+        return joined(chosen)
     order = np.argsort(rows)
     found = np.minimum(np.searchsorted(rows, chosen, sorter=order), max(len(rows) - 1, 0))
     held = (rows[order[found]] == chosen) if len(rows) else np.zeros(len(chosen), bool)
-    Z = np.zeros((num_inducing, latents.shape[1]))
-    Z[held] = latents[order[found[held]]]
+    width = latents.shape[1] + (0 if observed is None else observed.shape[1])
+    Z = np.zeros((num_inducing, width))
+    Z[held] = joined(order[found[held]])
     return workers.sum(Z)
 
 

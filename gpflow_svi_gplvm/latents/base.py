@@ -237,17 +237,19 @@ class RowLatentVariables(LatentVariables):
 
 
 def checked_variance(initial_variance: float | np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``initial_variance`` (a number, or one per latent) broadcast to ``shape`` [N, Q]; a
+    """``initial_variance`` (a number, or one per latent) broadcast to ``shape`` [N, Q] (a
+    read-only view: no [N, Q] copy is made, which at atlas scale is much of memory); a
     ``ValueError`` unless every one is a positive, finite number."""
     advice = (
         "initial_variance must be a positive, finite number (of each q(x_n) at the start, "
         f"0.1 by default), or an array of them broadcastable to the latents' shape {shape}"
     )
     try:
-        variance = np.broadcast_to(np.asarray(initial_variance, dtype=np.float64), shape).copy()
+        values = np.asarray(initial_variance, dtype=np.float64)
+        variance = np.broadcast_to(values, shape)
     except (TypeError, ValueError):
         raise ValueError(f"{advice}; got {initial_variance!r}.") from None
-    if not np.all(np.isfinite(variance) & (variance > 0)):
-        bad = variance[~(np.isfinite(variance) & (variance > 0))][0]
+    if not np.all(np.isfinite(values) & (values > 0)):
+        bad = values[~(np.isfinite(values) & (values > 0))][0]
         raise ValueError(f"{advice}; got {bad!r} among them.")
     return variance

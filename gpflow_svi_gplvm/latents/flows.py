@@ -356,8 +356,9 @@ class FlowLatent(RowLatentVariables):
             )
         self.layers = layers
         variance = checked_variance(initial_variance, initial_mean.shape)
-        self.mean = row_table(initial_mean, "base_mean")
+        # The variance first: its transform's inverse takes several [N, Q] temporaries.
         self.variance = row_table(variance, "base_variance", positive())
+        self.mean = row_table(initial_mean, "base_mean")
         self.moment_draws = check_integer(moment_draws, "moment_draws", hint="e.g. 256")
 
     @property

@@ -35,8 +35,9 @@ class GaussianLatent(RowLatentVariables):
         num_data, latent_dim = initial_mean.shape
         super().__init__(num_data, latent_dim, name=name)
         variance = checked_variance(initial_variance, initial_mean.shape)
-        self.mean = row_table(initial_mean, "latent_mean")
+        # The variance first: its transform's inverse takes several [N, Q] temporaries.
         self.variance = row_table(variance, "latent_variance", positive())
+        self.mean = row_table(initial_mean, "latent_mean")
 
     @property
     def row_parameters(self) -> tuple[Parameter, ...]:

@@ -198,8 +198,11 @@ class SVIGPLVM(SharedCovarianceSVGP):
             blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
         )
         components = with_row_inputs_components(defaults, latent_dim, inputs)
-        table = _with_covariates(initial, inputs)
-        Z = inducing_inputs(table, num_inducing, seed, rows if owned else None, workers)
+        # The observed inputs' columns of Z: a log size factor's is not read by the kernel; it
+        # keeps Z as wide as the GP inputs.
+        Z = inducing_inputs(
+            initial, num_inducing, seed, rows if owned else None, workers, observed=inputs.table
+        )
         super().__init__(
             components.kernel,
             components.likelihood,
@@ -550,14 +553,6 @@ def _check_owned(latent: LatentVariables, owned: bool) -> None:
             "(e.g. flow_parameters='per-row'): on several workers use a family whose tables "
             "are built with gpflow_svi_gplvm.latents.row_table (e.g. flow_parameters='shared')."
         )
-
-
-def _with_covariates(initial: np.ndarray, inputs: RowInputs) -> np.ndarray:
-    """The initial latents [N, Q] with the observed inputs [N, R] beside them: where inducing
-    inputs Z [M, Q + R] are chosen from (a log size factor's column of Z is not read by the
-    kernel; it keeps Z as wide as the GP inputs)."""
-    table = inputs.table
-    return initial if table is None else np.concatenate([initial, table], axis=1)
 
 
 def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:

@@ -4,9 +4,10 @@ every worker's cells."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import shutil
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import BinaryIO, cast
 
 import numpy as np
 
@@ -163,37 +164,63 @@ def check_anndata(adata, alternative: str = "") -> None:
 def assembled(
     folder: Path,
     key: str,
-    mean: np.ndarray,
-    variance: np.ndarray,
+    blocks: Iterable[tuple[np.ndarray, np.ndarray]],
     cells: np.ndarray,
     workers: Workers,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Write this worker's rows of q(x) (``mean``, ``variance`` [n, Q] of ``cells`` [n]) to
-    ``folder``; the chief then assembles ``X_<key>.npy`` and ``X_<key>_var.npy`` [N, Q] of every
-    cell from the workers' files (one worker's rows at a time) and returns them, memory-mapped;
-    the other workers return their own rows."""
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Write this worker's rows of q(x) (``blocks`` of means and variances [b, Q] of ``cells``
+    [n], in order) to ``folder`` a block at a time; the chief then assembles ``X_<key>.npy`` and
+    ``X_<key>_var.npy`` [N, Q] of every cell from the workers' files (copied in pieces, never
+    held whole) and returns them, memory-mapped; the other workers return None."""
     folder.mkdir(parents=True, exist_ok=True)
     names = (f"X_{key}", f"X_{key}_var")
-    for name, values in zip(names, (mean, variance)):
-        np.save(folder / f".{name}-worker{workers.index}.npy", values)
+    parts = [folder / f".{name}-worker{workers.index}.npy" for name in names]
+    with parts[0].open("wb") as means, parts[1].open("wb") as variances:
+        written = 0
+        for block in blocks:
+            for file, values in zip((means, variances), block):
+                if written == 0:
+                    _write_header(file, (len(cells), values.shape[1]))
+                file.write(np.ascontiguousarray(values, np.float64).tobytes())
+            written += len(block[0])
     # Every worker's rows are on disk once these sums return.
     starts = workers.stack(int(cells[0]) if len(cells) else 0)
-    sizes = workers.stack(len(cells))
+    sizes = workers.stack(written)
     if workers.chief:
+        order = [w for w in np.argsort(starts, kind="stable") if sizes[w] > 0]
         for name in names:
-            staging = folder / f".{name}.partial.npy"
-            shape = (int(sizes.sum()), mean.shape[1])
-            table = np.lib.format.open_memmap(staging, "w+", np.float64, shape)
-            for w in range(workers.count):
-                part = folder / f".{name}-worker{w}.npy"
-                table[starts[w] : starts[w] + sizes[w]] = np.load(part, mmap_mode="r")
-                part.unlink()
-            table.flush()
-            del table
-            staging.replace(folder / f"{name}.npy")
-        mean, variance = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in names)
+            _concatenate(folder, name, [folder / f".{name}-worker{w}.npy" for w in order])
+        for part in folder.glob(f".X_{key}*-worker*.npy"):
+            part.unlink()
     workers.sum(0)  # the chief has assembled them
+    if not workers.chief:
+        return None
+    mean, variance = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in names)
     return mean, variance
+
+
+def _write_header(file: BinaryIO, shape: tuple[int, int]) -> None:
+    header = {"descr": "<f8", "fortran_order": False, "shape": shape}  # float64, C order
+    np.lib.format.write_array_header_1_0(file, header)
+
+
+def _concatenate(folder: Path, name: str, parts: list[Path]) -> None:
+    """``<name>.npy`` from the rows of the ``.npy`` files ``parts`` [n_w, Q] in order, written
+    beside it and moved into place once whole."""
+    shapes = []
+    for part in parts:
+        with part.open("rb") as values:
+            np.lib.format.read_magic(values)
+            shapes.append(np.lib.format.read_array_header_1_0(values)[0])
+    staging = folder / f".{name}.partial.npy"
+    with staging.open("wb") as table:
+        _write_header(table, (sum(shape[0] for shape in shapes), shapes[0][1]))
+        for part in parts:
+            with part.open("rb") as values:
+                np.lib.format.read_magic(values)
+                np.lib.format.read_array_header_1_0(values)
+                shutil.copyfileobj(values, table, 2**24)
+    staging.replace(folder / f"{name}.npy")
 
 
 def _layer(adata, layer: str | None):

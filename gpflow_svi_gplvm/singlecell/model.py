@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, cast
@@ -148,15 +149,16 @@ class SingleCellGPLVM:
             resume=resume,
         )
         self._inference = None
-        mean, variance = self._training_moments(rows)
+        gc.collect()  # the trainer's optimiser state (its moments of the latent tables) is freed
         summary = self._summary(iterations, batch_size, learning_rate)
+        blocks = self._training_moments(rows)
         if output is not None:
-            mean, variance = assembled(Path(output), self.key_added, mean, variance, cells, workers)
-        if workers.chief and not isinstance(adata, CellsFile):
-            adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = (
-                mean,
-                variance,
-            )
+            moments = assembled(Path(output), self.key_added, blocks, cells, workers)
+        else:
+            means, variances = zip(*blocks)
+            moments = np.concatenate(means), np.concatenate(variances)
+        if moments is not None and not isinstance(adata, CellsFile):
+            adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
             adata.uns[self.key_added] = summary
         return self
 
@@ -327,20 +329,19 @@ class SingleCellGPLVM:
             return gpflow.likelihoods.Poisson()
         return None
 
-    def _training_moments(self, rows: RowReader) -> tuple[np.ndarray, np.ndarray]:
-        """Means and variances [N, Q] of q(x_n) of the training cells (an encoder reads them a
-        block at a time)."""
+    def _training_moments(
+        self, rows: RowReader, block_size: int = 4096
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Means and variances [b, Q] of q(x_n) of the training cells, a block of rows at a time
+        (an encoder reads their values; a latent table is read a block of its rows at a time)."""
         model = self.model
         assert model is not None
-        if not model.latent.amortised:
-            return model.latent_mean().numpy(), model.latent_variance().numpy()
-        parts = []
-        for start in range(0, rows.shape[0], 4096):
-            block = rows[start : start + 4096]
-            idx = tf.range(start, start + len(block), dtype=tf.int64)
-            parts.append([m.numpy() for m in model.latent.moments(idx, tf.constant(block))])
-        means, variances = zip(*parts)
-        return np.concatenate(means), np.concatenate(variances)
+        for start in range(0, rows.shape[0], block_size):
+            stop = min(start + block_size, rows.shape[0])
+            idx = tf.range(start, stop, dtype=tf.int64)
+            values = tf.constant(rows[start:stop]) if model.latent.amortised else None
+            mean, variance = model.latent.moments(idx, values)
+            yield mean.numpy(), variance.numpy()
 
     def _summary(self, iterations: int, batch_size: int, learning_rate: float) -> dict:
         """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
