@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/atlas_scale.py workers [--cells 1000000] [--workers 1 2 4] [--steps 300]
     python benchmarks/atlas_scale.py out-of-core [--cells 10000000] [--reference 1000000]
+                                                 [--no-reference]
     python benchmarks/atlas_scale.py quality [--cells 10000] [--steps 3000]
     python benchmarks/atlas_scale.py model [--per-step-ms 60] [--workers 64]
     python benchmarks/atlas_scale.py ... --quick          # a smoke run: tiny sizes
@@ -281,7 +282,8 @@ def out_of_core(args: argparse.Namespace, folder: Path) -> None:
         "| ELBO, last tenth | tenth before |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, path, in_memory in (("in memory", small, True), ("out of core", big, False)):
+    runs = (("in memory", small, True), ("out of core", big, False))
+    for name, path, in_memory in runs[1:] if args.no_reference else runs:
         request = {
             "path": str(path),
             "steps": args.steps,
@@ -354,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("part", choices=["workers", "out-of-core", "quality", "model"])
     parser.add_argument("--cells", type=int)
     parser.add_argument("--reference", type=int, default=1_000_000)
+    parser.add_argument(
+        "--no-reference", action="store_true", help="out of core: skip the in-memory fit"
+    )
     parser.add_argument("--workers", type=int, nargs="+")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--per-step-ms", type=float, default=60.0)
