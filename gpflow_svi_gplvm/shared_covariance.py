@@ -139,15 +139,7 @@ class SharedCovarianceSVGP(SVGP):
         """
         if not self.shared_covariance or full_cov or full_output_cov:
             return super().predict_f(Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
-        mean, variance = shared_conditional(
-            Xnew,
-            self.inducing_variable,
-            self.kernel,
-            self.q_mu,
-            self.q_sqrt,
-            default_jitter(),
-            self.whiten,
-        )
+        mean, variance = shared_conditional(Xnew, *self._shared_q_u())
         mean += self.mean_function(Xnew)
         return mean, tf.broadcast_to(variance[:, None], tf.shape(mean))
 
@@ -156,7 +148,13 @@ class SharedCovarianceSVGP(SVGP):
         r""":math:`\sum_d \mathrm{KL}(q(u_d) \| p(u_d))`: a scalar."""
         if not self.shared_covariance:
             return super().prior_kl()
-        return shared_prior_kl(
+        return shared_prior_kl(*self._shared_q_u())
+
+    def _shared_q_u(self) -> tuple[InducingVariables, Kernel, Parameter, Parameter, float, bool]:
+        """The arguments after X of :func:`shared_conditional` and of :func:`shared_prior_kl`:
+        the inducing variables, kernel, q(u) (``q_mu`` [M, D], ``q_sqrt`` [1, M, M]), jitter and
+        whitening of this model."""
+        return (
             self.inducing_variable,
             self.kernel,
             self.q_mu,

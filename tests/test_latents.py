@@ -56,6 +56,20 @@ def test_row_family_starts_new_rows_at_its_initial_rows():
     np.testing.assert_allclose(variance.numpy(), expected_variance.numpy())
 
 
+def test_a_row_family_batch_is_its_rows_batch_whatever_the_data():
+    latent = GaussianLatent(np.arange(10 * Q, dtype=float).reshape(10, Q), initial_variance=0.5)
+    idx, noise = tf.constant([3, 0, 7], tf.int64), _noise()
+    expected = latent.batch_of(latent.rows(idx), 4, noise)
+    for batch in (
+        latent.batch_at(idx, 4, noise),
+        latent(idx, tf.zeros([3, 2], tf.float64), 4, noise),
+        latent(idx, None, 4, noise, training=True),
+    ):
+        for value, reference in zip(batch, expected):
+            if reference is not None:
+                np.testing.assert_allclose(value.numpy(), reference.numpy())
+
+
 def test_row_family_fits_new_rows_by_maximising_the_objective():
     """Each row's objective -|x - y|^2 is maximised at y: Adam gets there, rows independent."""
     latent = PointLatent(np.zeros((10, Q)))

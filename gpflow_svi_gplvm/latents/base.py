@@ -196,6 +196,12 @@ class RowLatentVariables(LatentVariables):
         noise: tf.Tensor | None = None,
         training: bool = False,
     ) -> LatentBatch:
+        return self.batch_at(idx, num_samples, noise)
+
+    def batch_at(self, idx: tf.Tensor, num_samples: int, noise: tf.Tensor | None) -> LatentBatch:
+        """The :class:`LatentBatch` of rows ``idx`` [B] (``noise`` [S, B or 1, Q], or None: drawn
+        by :meth:`noise`): what :meth:`__call__` returns, as a family with parameters per row
+        does not read the data. Override where a row's q(x_n) depends on other rows."""
         noise = self.noise(idx, num_samples) if noise is None else noise
         return self.batch_of(self.rows(idx), num_samples, noise)
 

@@ -487,15 +487,8 @@ class JointFlowLatent(FlowLatent):
         mean, variance = self.moments_of(self._everything())
         return tf.gather(mean, idx), tf.gather(variance, idx)
 
-    @inherit_check_shapes
-    def __call__(
-        self,
-        idx: tf.Tensor,
-        Y: tf.Tensor,
-        num_samples: int,
-        noise: tf.Tensor | None = None,
-        training: bool = False,
-    ) -> LatentBatch:
+    def batch_at(self, idx: tf.Tensor, num_samples: int, noise: tf.Tensor | None) -> LatentBatch:
+        """The rows ``idx`` of one batch of all the training rows, as q(vec X) is joint."""
         everything = tf.range(self.num_data, dtype=tf.int64)
         noise = self.noise(everything, num_samples) if noise is None else noise
         batch = self.batch_of(self._everything(), num_samples, noise)
