@@ -80,7 +80,7 @@ tf.get_logger().setLevel("ERROR")
 
 FIGURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures", "flows_demo.png")
 DEMO_NOISE = 0.1
-DRAWS = 2000
+DRAWS = 2000  # of each q(X) and (at most) of HMC, compared; fewer in a smoke run (args.draws)
 FAMILIES = ("Gaussian (B-SVI)", "flow, shared", "flow, per-row", "flow, joint")
 FLOW_PARAMETERS = {"flow, shared": "shared", "flow, per-row": "per-row", "flow, joint": "joint"}
 # Oil flow: the defaults of both models, and the flow model with one draw of x (the other models'
@@ -151,15 +151,15 @@ def demo(args) -> str:
         "| MMD^2 to its own q(u) posterior [95%] |",
         "|---|---|---:|---|---|---|",
     ]
-    thinned = hmc.draws[:: max(1, len(hmc.draws) // DRAWS)]
+    thinned = hmc.draws[:: max(1, len(hmc.draws) // args.draws)]
     panels = {"HMC, exact posterior": hmc.draws}
     for family in FAMILIES:
         latent = _family(reference.latent_mean().numpy(), family)
         start = time.perf_counter()
         fit_to_posterior(latent, reference, Y, "exact", iterations=args.iterations)
         seconds = time.perf_counter() - start
-        noise = tf.random.stateless_normal([DRAWS, 2, 2], seed=[1, 0], dtype=tf.float64)
-        draws = latent(tf.range(2, dtype=tf.int64), None, DRAWS, noise).samples.numpy()
+        noise = tf.random.stateless_normal([args.draws, 2, 2], seed=[1, 0], dtype=tf.float64)
+        draws = latent(tf.range(2, dtype=tf.int64), None, args.draws, noise).samples.numpy()
         distance, wasserstein = _distances(draws, thinned)
         lines.append(
             f"| {family} | to the exact posterior | {seconds:.1f} | {_interval(distance)} "
@@ -176,10 +176,10 @@ def _demo_svi_row(Y: np.ndarray, family: str, thinned: np.ndarray, args, panels:
     """One family trained in the SVI bound: its table row; its draws join ``panels``."""
     model = demo_model(Y, family)
     history = fit(model, Y, iterations=args.iterations, batch_size=2, progress=False)
-    draws = latent_draws(model, DRAWS, rows=np.arange(2), seed=1)
+    draws = latent_draws(model, args.draws, rows=np.arange(2), seed=1)
     distance, wasserstein = _distances(draws, thinned)
     own = posterior_draws(model, Y, "model", args.hmc_draws, args.hmc_draws, seed=0)
-    to_own = _distances(draws, own.draws[:: max(1, len(own.draws) // DRAWS)])[0]
+    to_own = _distances(draws, own.draws[:: max(1, len(own.draws) // args.draws)])[0]
     panels[f"{family}\nin the SVI bound"] = draws
     return (
         f"| {family} | SVI bound with q(u) | {history.seconds:.1f} | {_interval(distance)} "
@@ -246,7 +246,7 @@ def _oilflow_run(name: str, Y_train: np.ndarray, Y_test: np.ndarray, seed: int, 
     log_density, _ = inference.log_density(Y_test, Y_test)
     rows = Y_test[: args.rows]
     hmc = posterior_draws(model, rows, "model", args.hmc_draws, args.hmc_draws, seed=seed)
-    draws = inference.draws(rows, DRAWS).numpy()
+    draws = inference.draws(rows, args.draws).numpy()
     # Each row's estimate only: the spread over rows and seeds gives the interval.
     distances = [
         mmd(q, h, num_bootstrap=1).value
@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.hmc_draws = 50 if args.quick else args.hmc_draws
     args.inference_iterations = 10 if args.quick else 300
+    # MMD^2 and its bootstrap cost the square of the draws (~3 s a pair at 2000): a smoke run
+    # compares 500, by the same code.
+    args.draws = 500 if args.quick else DRAWS
     # A smoke run keeps the committed figure.
     args.figure = (
         os.path.join(tempfile.gettempdir(), "flows_demo_quick.png") if args.quick else FIGURE

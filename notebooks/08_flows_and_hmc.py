@@ -51,6 +51,7 @@ keep_figures("08_flows_and_hmc")  # as a script: figures saved to a folder it pr
 FAST = bool(os.environ.get("GPFLOW_SVI_GPLVM_FAST"))  # set in CI to cut the iterations
 ITERATIONS = 300 if FAST else 2000
 HMC_DRAWS = 200 if FAST else 1000  # per chain, after as many burn-in steps
+DRAWS = 500 if FAST else 2000  # of each q(x) compared with HMC (MMD^2 costs their square)
 
 # %% [markdown]
 # ## The supplement's toy: two points in R^10, probabilistic PCA
@@ -102,12 +103,12 @@ families = {
     "Gaussian": GaussianLatent(initial),
     "joint flow": flow_latent(initial, "planar", 10, "joint"),
 }
-noise = tf.random.stateless_normal([2000, 2, 2], seed=[1, 0], dtype=tf.float64)
+noise = tf.random.stateless_normal([DRAWS, 2, 2], seed=[1, 0], dtype=tf.float64)
 drawn = {"HMC": hmc.draws}
 for name, family in families.items():
     fit_to_posterior(family, reference, Y, target="exact", iterations=ITERATIONS)
-    drawn[name] = family(tf.range(2, dtype=tf.int64), None, 2000, noise).samples.numpy()
-    distance = mmd(drawn[name].reshape(2000, -1), hmc.draws.reshape(len(hmc.draws), -1))
+    drawn[name] = family(tf.range(2, dtype=tf.int64), None, DRAWS, noise).samples.numpy()
+    distance = mmd(drawn[name].reshape(DRAWS, -1), hmc.draws.reshape(len(hmc.draws), -1))
     print(f"{name:10s} MMD^2 to HMC {distance.value:.4f} [{distance.low:.4f}, {distance.high:.4f}]")
 
 figure, axes = plt.subplots(1, 3, figsize=(11, 3.8), sharex=True, sharey=True)
@@ -132,7 +133,7 @@ for axis, (name, draws) in zip(axes, drawn.items()):
 model = toy_model(FlowBayesianGPLVM, flow_parameters="joint")
 fit(model, Y, iterations=ITERATIONS, batch_size=2, progress=False)
 own = posterior_draws(model, Y, target="model", num_draws=HMC_DRAWS, num_burnin=HMC_DRAWS)
-trained = latent_draws(model, 2000, rows=[0, 1]).reshape(2000, -1)
+trained = latent_draws(model, DRAWS, rows=[0, 1]).reshape(DRAWS, -1)
 for name, other in [("exact posterior", hmc.draws), ("its own q(u) posterior", own.draws)]:
     distance = mmd(trained, other.reshape(len(other), -1))
     print(f"MMD^2 to the {name}: {distance.value:.4f} [{distance.low:.4f}, {distance.high:.4f}]")
@@ -154,7 +155,7 @@ for model_class in (BayesianSVIGPLVM, FlowBayesianGPLVM):
     model = model_class(Y_digits, 3, 20)
     fit(model, Y_digits, iterations=100 if FAST else 3000, progress=False)
     check = posterior_draws(model, Y_digits[rows], num_draws=HMC_DRAWS, num_burnin=HMC_DRAWS)
-    draws = latent_draws(model, 2000, rows=rows)
+    draws = latent_draws(model, DRAWS, rows=rows)
     distances = [mmd(draws[:, n], check.draws[:, n]).value for n in range(len(rows))]
     print(
         f"{model_class.__name__:18s} MMD^2 per row {np.round(distances, 4)}; "
