@@ -198,11 +198,8 @@ class SVIGPLVM(SharedCovarianceSVGP):
             blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
         )
         components = with_row_inputs_components(defaults, latent_dim, inputs)
-        # The observed inputs' columns of Z: a log size factor's is not read by the kernel; it
-        # keeps Z as wide as the GP inputs.
-        Z = inducing_inputs(
-            initial, num_inducing, seed, rows if owned else None, workers, observed=inputs.table
-        )
+        # Z's columns of the observed inputs keep it as wide as the GP inputs (even unread ones).
+        Z = inducing_inputs(initial, num_inducing, seed, self.table_rows, workers, inputs.table)
         super().__init__(
             components.kernel,
             components.likelihood,
