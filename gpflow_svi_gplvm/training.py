@@ -186,7 +186,10 @@ class Trainer:
     def close(self) -> None:
         """Release the checkpoint folder to other processes (``fit`` does this at its end; a
         Trainer also releases it when garbage collected or used in a ``with`` block). The
-        Trainer is then done: :meth:`train` and :meth:`save` are a ``ValueError``."""
+        Trainer is then done: :meth:`train` and :meth:`save` are a ``ValueError``, and its
+        optimiser's state (the Adam moments of the latent tables, 4 N Q numbers) is freed."""
+        if not self.closed:
+            self.steps.release()
         self.closed = True
         if self.checkpoints is not None:
             self.checkpoints.close()

@@ -71,6 +71,12 @@ class TrainingStep:
             self._run, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False
         )
 
+    def release(self) -> None:
+        """Drop the compiled step and loop: they hold this object, and with it the optimisers'
+        state, in reference cycles that would wait for a garbage collection (about a second in
+        a process holding TensorFlow). :meth:`start` compiles them again."""
+        del self.step, self.run
+
     def _build_optimizers(
         self,
         optimizer: tf_keras.optimizers.Optimizer | None,

@@ -4,6 +4,7 @@ every worker's cells."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -207,19 +208,17 @@ def _write_header(file: BinaryIO, shape: tuple[int, int]) -> None:
 def _concatenate(folder: Path, name: str, parts: list[Path]) -> None:
     """``<name>.npy`` from the rows of the ``.npy`` files ``parts`` [n_w, Q] in order, written
     beside it and moved into place once whole."""
-    shapes = []
-    for part in parts:
-        with part.open("rb") as values:
-            np.lib.format.read_magic(values)
-            shapes.append(np.lib.format.read_array_header_1_0(values)[0])
     staging = folder / f".{name}.partial.npy"
-    with staging.open("wb") as table:
-        _write_header(table, (sum(shape[0] for shape in shapes), shapes[0][1]))
-        for part in parts:
-            with part.open("rb") as values:
-                np.lib.format.read_magic(values)
-                np.lib.format.read_array_header_1_0(values)
-                shutil.copyfileobj(values, table, 2**24)
+    with contextlib.ExitStack() as stack:
+        sources = [stack.enter_context(part.open("rb")) for part in parts]
+        shapes = []
+        for source in sources:  # each left at its first row
+            np.lib.format.read_magic(source)
+            shapes.append(np.lib.format.read_array_header_1_0(source)[0])
+        with staging.open("wb") as table:
+            _write_header(table, (sum(shape[0] for shape in shapes), shapes[0][1]))
+            for source in sources:
+                shutil.copyfileobj(source, table, 2**24)
     staging.replace(folder / f"{name}.npy")
 
 
