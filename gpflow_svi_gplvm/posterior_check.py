@@ -442,6 +442,13 @@ def mmd(
     ell = median_bandwidth(x, y) if bandwidth is None else _check_bandwidth(bandwidth)
     pairs = [(x, x), (y, y), (x, y)]
     kernels = [np.exp(-0.5 * cdist(a, b, "sqeuclidean") / ell**2) for a, b in pairs]
+    others = [kernels[0] - np.eye(len(x)), kernels[1] - np.eye(len(y)), kernels[2]]
+    if not any(np.any(kernel) for kernel in others):
+        raise ValueError(
+            f"bandwidth={ell:g} is so far below the distances between the draws that the kernel "
+            "of every two draws is 0: the estimate would be 0 whatever the draws. Pass a larger "
+            f"bandwidth, or None (the median heuristic, here {median_bandwidth(x, y):g})."
+        )
     rng = np.random.default_rng(seed)
     weights = [
         np.vstack([np.ones(n), rng.multinomial(n, np.full(n, 1 / n), num_bootstrap)])

@@ -289,7 +289,8 @@ def _training_shard(
 
 def _checked_dataset(dataset: tf.data.Dataset, data_dim: int) -> tf.data.Dataset:
     """``dataset`` when its elements are ``(idx [B] integers, Y [B, D] floats)`` of the model's
-    D (as :func:`make_dataset` makes them); else a ``ValueError`` saying what they are."""
+    D (as :func:`make_dataset` makes them), cast to int64 and the model's float; else a
+    ``ValueError`` saying what they are."""
     spec = dataset.element_spec
     parts = spec if isinstance(spec, tuple) and len(spec) == 2 else None
     if parts is not None and all(isinstance(p, tf.TensorSpec) for p in parts):
@@ -301,7 +302,10 @@ def _checked_dataset(dataset: tf.data.Dataset, data_dim: int) -> tf.data.Dataset
             and Y.shape.rank == 2
             and Y.shape[1] in (None, data_dim)
         ):
-            return dataset
+            if (idx.dtype, Y.dtype) == (tf.int64, default_float()):
+                return dataset
+            # Other widths are cast: float32 values and int32 row numbers widen exactly.
+            return dataset.map(lambda i, y: (tf.cast(i, tf.int64), tf.cast(y, default_float())))
     raise ValueError(
         f"A dataset to train on must give (idx [B] int64 row numbers, Y [B, D={data_dim}] "
         f"floats) per step, as make_dataset(model, Y, batch_size) does; its elements are "

@@ -88,3 +88,12 @@ def test_the_new_row_methods_show_the_functions_options(name):
     assert list(method)[:given][1:] == list(function)[1:given]
     for option, parameter in list(function.items())[given:]:
         assert method[option].default == parameter.default and method[option].kind == KEYWORD
+
+
+@pytest.mark.parametrize("name", ["infer_latents", "reconstruct"])
+def test_an_unknown_option_of_a_new_row_method_is_named(name):
+    """Not check_shapes' "Error calling wrapped function" (it once bound the shown signature)."""
+    Y = np.random.default_rng(0).normal(size=(12, 3))
+    model = sg.PointGPLVM(Y, 2, num_inducing=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        getattr(model, name)(Y[:2], bogus=1)

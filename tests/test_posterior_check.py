@@ -219,6 +219,13 @@ def test_a_bandwidth_that_is_not_a_positive_finite_length_is_a_value_error(bandw
         mmd(draws, draws + 1, bandwidth=bandwidth)
 
 
+def test_a_bandwidth_far_below_every_distance_is_refused_not_read_as_no_discrepancy():
+    draws = np.random.default_rng(0).standard_normal((30, 2))
+    with pytest.raises(ValueError, match=r"bandwidth=0.001 is so far below .* here \d"):
+        mmd(draws, draws + 100, bandwidth=1e-3)  # every kernel value underflows: 0 either way
+    assert mmd(draws, draws + 100, num_bootstrap=5).value > 0.5
+
+
 def test_identical_draws_are_zero_apart_under_the_median_heuristic():
     same = np.ones((6, 2))
     assert median_bandwidth(same, same) == 1.0

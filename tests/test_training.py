@@ -115,6 +115,22 @@ def test_compiled_step_traces_once_over_a_whole_fit(small_Y):
     assert trainer.steps.run.experimental_get_tracing_count() == 1
 
 
+def test_a_closed_trainer_frees_its_optimisers_state_without_a_garbage_collection(small_Y):
+    import gc
+    import weakref
+
+    model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
+    gc.disable()  # what frees the state must be the close, not a collection
+    try:
+        with sg.Trainer(model, small_Y, batch_size=BATCH) as trainer:
+            trainer.train(3, progress=False)
+            freed = [weakref.ref(trainer), weakref.ref(trainer.steps.optimizer)]
+        del trainer
+        assert all(ref() is None for ref in freed)
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("model_class", PER_ROW_MODELS, ids=lambda c: c.__name__)
 def test_eager_and_compiled_losses_agree(model_class, small_Y, monkeypatch):
     kwargs = {"num_samples": 3} if model_class is sg.BayesianSVIGPLVM else {}
@@ -582,6 +598,20 @@ def test_a_dataset_of_other_elements_is_refused_saying_what_they_are(small_Y, el
     dataset = tf.data.Dataset.from_tensors(elements(small_Y)).repeat()
     with pytest.raises(ValueError, match=r"\(idx \[B\] int64 row numbers, Y \[B, D=4\]"):
         sg.Trainer(model, dataset)
+
+
+def test_a_dataset_of_float32_rows_and_int32_row_numbers_trains_like_its_float64_twin(small_Y):
+    """Widened exactly on the way in (a float32 batch met the float64 model in a raw TypeError)."""
+    Y = small_Y.astype(np.float32)
+    idx = np.arange(len(Y))[:BATCH]
+    elbos = []
+    for index_type, value_type in ((tf.int32, tf.float32), (tf.int64, tf.float64)):
+        model = sg.PointGPLVM(small_Y, 2, num_inducing=5, seed=0)
+        batch = (tf.constant(idx, index_type), tf.constant(Y[idx], value_type))
+        dataset = tf.data.Dataset.from_tensors(batch).repeat()
+        elbos.append(sg.fit(model, dataset, 3, progress=False).elbo)
+    np.testing.assert_array_equal(elbos[0], elbos[1])
+    assert np.all(np.isfinite(elbos[0]))
 
 
 @pytest.mark.parametrize(

@@ -443,15 +443,17 @@ class SVIGPLVM(SharedCovarianceSVGP):
         """Marginal variances of q(x_n) [N, Q] (zeros for point and MAP estimates)."""
         return self.latent.moments(*self._all_rows(Y))[1]
 
-    @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
+    # check_shapes inside takes_options_of binds the method's own **options: an unknown option
+    # then meets Python's TypeError naming it, not check_shapes' "Error calling wrapped function".
     @takes_options_of(inference.infer_latents, omit=("model",))
+    @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
     def infer_latents(self, Y_new, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); the options
         are :func:`gpflow_svi_gplvm.inference.infer_latents`'. The model is not modified."""
         return inference.infer_latents(self, Y_new, **options)
 
-    @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
     @takes_options_of(inference.reconstruct, omit=("model",))
+    @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
     def reconstruct(self, Y, rows=None, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
         ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
