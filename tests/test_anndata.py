@@ -193,6 +193,20 @@ def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(
             trainer.train(30, progress=False)
 
 
+def test_a_gene_never_observed_and_a_batch_of_one_cell_fit_to_finite_latents():
+    """Kept, as the class documents: the gene's rate goes to 0, the batch is warned of."""
+    cells = _cells()
+    counts = cells.layers["counts"].toarray()
+    counts[:, 5] = 0  # gene5: no count in any cell
+    cells.layers["counts"] = sp.csr_matrix(counts)
+    cells.obs["batch"] = pd.Categorical(["a", "b"] * (N // 2 - 1) + ["a", "c"])
+    model = SingleCellGPLVM(Q, layer="counts", batch_key="batch", num_inducing=8, seed=1)
+    with pytest.warns(UserWarning, match=r"'batch' has 1 categories of a single cell \(\['c'\]\)"):
+        model.fit(cells, iterations=10, batch_size=16, progress=False)
+    assert np.isfinite(cells.obsm["X_gplvm"]).all() and (cells.obsm["X_gplvm_var"] > 0).all()
+    assert np.isfinite(model.history.elbo).all()
+
+
 def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
     cells = _cells()
     twice = cells.copy()
@@ -218,6 +232,8 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
     ]
     one_key = SingleCellGPLVM(Q, layer="counts", covariate_keys="depth")  # a name, not letters
     assert one_key.encoding.columns == ["depth"]
+    with pytest.raises(ValueError, match=r"obs column\(s\) \['batch'\] given more than once"):
+        SingleCellGPLVM(Q, batch_key="batch", covariate_keys=["batch", "depth"])
     infinite = cells.copy()
     infinite.obs.loc["cell3", "depth"] = np.inf
     with pytest.raises(ValueError, match="'depth' holds inf for cell 'cell3'"):

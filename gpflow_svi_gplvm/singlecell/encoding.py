@@ -4,6 +4,7 @@ standardised, the same on every worker and for new cells."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +39,7 @@ class CovariateEncoding:
             if _categorical(values) or column in self.categorical:
                 seen = list(values.astype("category").cat.categories)
                 self.categories[column] = _agreed_categories(seen, workers)
+                _warn_of_single_cell_categories(column, values, self.categories[column], workers)
             else:
                 numbers = values.to_numpy(dtype=float)
                 if np.isinf(numbers).any():  # NaN is named by transform, as missing
@@ -97,6 +99,22 @@ def _agreed_categories(seen: list, workers: Workers) -> list:
         return seen
     by_text = {str(c): c for c in seen}
     return [by_text.get(text, text) for text in sorted(set().union(*lists))]
+
+
+def _warn_of_single_cell_categories(column: str, values, categories: list, workers: Workers):
+    """A warning naming the categories of ``column`` that one cell alone holds (over every
+    worker's cells): the kernel learns their effect from that cell, and its latent position
+    absorbs whatever the category would have explained."""
+    codes = values.astype(object).map({c: i for i, c in enumerate(categories)})
+    held = np.bincount(codes.dropna().astype(int), minlength=len(categories))
+    single = [categories[i] for i in np.flatnonzero(workers.sum(held) == 1)]
+    if single:
+        warnings.warn(
+            f"obs column {column!r} has {len(single)} categories of a single cell "
+            f"({single[:5]}): each one's effect is learnt from that cell alone. The fit goes on; "
+            "merge such categories with others or drop their cells if that is not intended.",
+            stacklevel=4,
+        )
 
 
 def obs_column(obs, column: str, option: str = "batch_key or in covariate_keys"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
@@ -55,6 +54,12 @@ class SingleCellGPLVM:
     further keyword options go to the model class. Latents start at a PCA of
     :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
 
+    Unusual cells and genes: a cell with no counts in the chosen genes is a ``ValueError`` under
+    ``size_factors="library"`` (its size factor would be 0); a gene with no count in any cell is
+    kept (its rate is learnt towards 0; it costs a column and tells nothing: filter such genes
+    first, e.g. ``scanpy.pp.filter_genes(adata, min_cells=1)``); a batch or covariate category
+    of a single cell is kept with a warning naming it (its effect is learnt from that cell).
+
     **Atlas scale.** :meth:`fit` takes the path of an ``.h5ad`` file as well as an AnnData. On
     one worker a path is read from disk in shuffled blocks (out of core:
     :meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), only the latent table in memory.
@@ -95,6 +100,12 @@ class SingleCellGPLVM:
         if isinstance(covariate_keys, str):  # one column's name, not its letters
             covariate_keys = [covariate_keys]
         columns = ([batch_key] if batch_key else []) + list(covariate_keys)
+        repeated = sorted({column for column in columns if columns.count(column) > 1})
+        if repeated:  # a column twice in the GP input is two identical covariates
+            raise ValueError(
+                f"obs column(s) {repeated} given more than once (batch_key and covariate_keys "
+                "together): name each column once; the batch_key is already a covariate."
+            )
         self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
@@ -149,7 +160,6 @@ class SingleCellGPLVM:
             resume=resume,
         )
         self._inference = None
-        gc.collect()  # the trainer's optimiser state (its moments of the latent tables) is freed
         summary = self._summary(iterations, batch_size, learning_rate)
         blocks = self._training_moments(rows)
         if output is not None:
