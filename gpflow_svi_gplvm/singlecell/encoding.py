@@ -107,7 +107,7 @@ def _warn_of_single_cell_categories(column: str, values, categories: list, worke
     absorbs whatever the category would have explained."""
     codes = values.astype(object).map({c: i for i, c in enumerate(categories)})
     held = np.bincount(codes.dropna().astype(int), minlength=len(categories))
-    single = [categories[i] for i in np.flatnonzero(workers.sum(held) == 1)]
+    single = [categories[i] for i in np.flatnonzero(workers.sum(held.astype(float)) == 1)]
     if single:
         warnings.warn(
             f"obs column {column!r} has {len(single)} categories of a single cell "
