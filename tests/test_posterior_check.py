@@ -221,8 +221,10 @@ def test_a_bandwidth_that_is_not_a_positive_finite_length_is_a_value_error(bandw
 
 def test_a_bandwidth_far_below_every_distance_is_refused_not_read_as_no_discrepancy():
     draws = np.random.default_rng(0).standard_normal((30, 2))
-    with pytest.raises(ValueError, match=r"bandwidth=0.001 is so far below .* here \d"):
-        mmd(draws, draws + 100, bandwidth=1e-3)  # every kernel value underflows: 0 either way
+    close = np.vstack([draws, draws[:1] + 1e-2])  # one pair 0.014 apart: a kernel value of 1e-44
+    for x in (draws, close):
+        with pytest.raises(ValueError, match=r"bandwidth=0.001 is so far below .* here \d"):
+            mmd(x, draws + 100, bandwidth=1e-3)  # about 0 whatever the draws
     assert mmd(draws, draws + 100, num_bootstrap=5).value > 0.5
 
 
