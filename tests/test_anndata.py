@@ -14,6 +14,7 @@ import gpflow  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
+from gpflow_svi_gplvm.singlecell.spread import EmbeddingSpread  # noqa: E402
 from gpflow_svi_gplvm.sparse_rows import SparseRows  # noqa: E402
 
 N, D, Q = 48, 10, 2
@@ -56,6 +57,7 @@ def test_fit_writes_the_embedding_and_its_record(fitted):
     assert list(record["covariates"]) == ["batch=a", "batch=b"]
     assert record["covariate_variances"].shape == (2,)
     assert model.model.input_dim == Q + 2 + 1  # latents, one-hot batch, log size factor
+    assert record["collapsed"] is False
 
 
 def test_new_cells_are_embedded_by_gene_name(fitted):
@@ -205,6 +207,39 @@ def test_a_gene_never_observed_and_a_batch_of_one_cell_fit_to_finite_latents():
         model.fit(cells, iterations=10, batch_size=16, progress=False)
     assert np.isfinite(cells.obsm["X_gplvm"]).all() and (cells.obsm["X_gplvm_var"] > 0).all()
     assert np.isfinite(model.history.elbo).all()
+
+
+@pytest.mark.parametrize("splits", [[], [1], [5, 17], [3, 4, 30]])
+def test_the_embeddings_spread_is_summed_over_blocks_as_over_the_whole(splits):
+    rng = np.random.default_rng(0)
+    mean, variance = rng.normal(3.0, 0.5, (40, 3)), rng.uniform(0.01, 0.02, (40, 3))
+    mean[:, 1] = 3.0 + 1e-3 * rng.normal(size=40)  # a dimension with no spread
+    spread = EmbeddingSpread(3)
+    blocks = list(zip(np.split(mean, splits), np.split(variance, splits)))
+    passed = list(spread.tracked(blocks))
+    assert all(a[0] is b[0] and a[1] is b[1] for a, b in zip(passed, blocks))
+    np.testing.assert_allclose(spread.sums[1:3], [mean.sum(0), (mean**2).sum(0)])
+    assert spread.collapsed() is None  # dimensions 0 and 2 spread 0.5
+    # Collapsed: spread under a hundredth of the prior's scale however sure each cell is, or
+    # spread 0.5 under cells ten times as uncertain.
+    for squeeze, scale in [(1e-3, 1e-10), (1.0, 1e4)]:
+        collapsed = EmbeddingSpread(3)
+        list(collapsed.tracked([(3.0 + squeeze * (mean - 3.0), scale * variance)]))
+        message = collapsed.collapsed()
+        assert message is not None and "collapsed: across the 40 cells" in message
+
+
+def test_a_collapsed_embedding_is_written_with_a_warning_and_marked(monkeypatch):
+    cells = _cells()
+    model = SingleCellGPLVM(Q, layer="counts", num_inducing=8, seed=1)
+
+    def one_point(rows, block_size=4096):
+        yield np.full((rows.shape[0], Q), 0.3), np.full((rows.shape[0], Q), 0.5)
+
+    monkeypatch.setattr(model, "_training_moments", one_point)
+    with pytest.warns(UserWarning, match="The embedding collapsed: across the 48 cells"):
+        model.fit(cells, iterations=2, batch_size=16, progress=False)
+    assert cells.uns["gplvm"]["collapsed"] and (cells.obsm["X_gplvm"] == 0.3).all()
 
 
 def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):

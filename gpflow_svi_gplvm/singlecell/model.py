@@ -33,6 +33,7 @@ from .cells import (
     unique_genes,
 )
 from .encoding import CovariateEncoding
+from .spread import EmbeddingSpread
 
 __all__ = ["SingleCellGPLVM", "LIKELIHOODS"]
 
@@ -135,7 +136,10 @@ class SingleCellGPLVM:
         ``batch_size`` is the global batch; ``strategy`` (several workers), ``output`` and reading
         a path out of core are described in the class's docstring. ``callback``,
         ``checkpoint_dir``, ``checkpoint_every`` and ``resume`` act as in
-        :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells' latent rows itself)."""
+        :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells' latent rows itself). An
+        embedding that collapsed (no latent dimension whose means spread across the cells; see
+        :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning saying so, and
+        ``uns[key_added]["collapsed"]`` is True."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers)
         adata = opened(adata)
@@ -161,16 +165,32 @@ class SingleCellGPLVM:
         )
         self._inference = None
         summary = self._summary(iterations, batch_size, learning_rate)
-        blocks = self._training_moments(rows)
+        self._write_embedding(adata, rows, cells, workers, output, summary)
+        return self
+
+    def _write_embedding(
+        self,
+        adata,
+        rows: RowReader,
+        cells: np.ndarray,
+        workers: Workers,
+        output: str | Path | None,
+        summary: dict,
+    ) -> None:
+        """q(x) of this worker's training ``cells`` to ``output`` (the chief assembling every
+        worker's) or to ``adata.obsm``, and ``summary`` to ``adata.uns``, with a warning when the
+        embedding collapsed."""
+        spread = EmbeddingSpread(self.latent_dim)
+        blocks = spread.tracked(self._training_moments(rows))
         if output is not None:
             moments = assembled(Path(output), self.key_added, blocks, cells, workers)
         else:
             means, variances = zip(*blocks)
             moments = np.concatenate(means), np.concatenate(variances)
+        summary["collapsed"] = spread.warn_if_collapsed(workers)
         if moments is not None and not isinstance(adata, CellsFile):
             adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
             adata.uns[self.key_added] = summary
-        return self
 
     def _check_output(self, adata, output: str | Path | None, workers: Workers) -> None:
         if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
