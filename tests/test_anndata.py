@@ -257,6 +257,10 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
         SingleCellGPLVM(Q, layer="counts", genes="chosen").fit(texts, iterations=1)
     with pytest.raises(ValueError, match="genes= is empty"):
         SingleCellGPLVM(Q, layer="counts", genes=[]).fit(cells, iterations=1)
+    mask = np.arange(D) < 4
+    for given in (mask, pd.Series(mask, index=cells.var_names), list(mask)):
+        with pytest.raises(ValueError, match=r"genes= is a boolean mask \(10 values\)"):
+            SingleCellGPLVM(Q, layer="counts", genes=given).fit(cells, iterations=1)
     with pytest.raises(ValueError, match=r"genes= names \['gene1'\] more than once"):
         SingleCellGPLVM(Q, layer="counts", genes=["gene1", "gene2", "gene1"]).fit(cells)
     nullable = cells.copy()

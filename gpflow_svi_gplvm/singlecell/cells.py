@@ -296,6 +296,12 @@ def gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
         return chosen
     if len(genes) == 0:
         raise ValueError("genes= is empty: name at least one gene, or pass None for all.")
+    if np.asarray(genes).dtype == bool:  # read as names, True and False would be two genes
+        raise ValueError(
+            f"genes= is a boolean mask ({len(genes)} values): pass the name of the var column "
+            "that holds it (e.g. genes='highly_variable'), or the names it marks, "
+            "list(adata.var_names[mask])."
+        )
     repeated = sorted({str(g) for g in genes if list(genes).count(g) > 1})
     if repeated:
         raise ValueError(
