@@ -182,9 +182,13 @@ class _Units:
         moments = {"location": np.asarray(location, float), "scale": np.asarray(scale, float)}
         for name, values in moments.items():
             if values.shape != (width,) or not np.all(np.isfinite(values)):
+                found = (
+                    f"{np.sum(~np.isfinite(values))} NaN or infinite"
+                    if values.shape == (width,)
+                    else f"shape {values.shape}"
+                )
                 raise ValueError(
-                    f"{name} must be {width} finite numbers, one per column of Y; got "
-                    f"shape {values.shape}."
+                    f"{name} must be {width} finite numbers, one per column of Y; got {found}."
                 )
         if not np.all(moments["scale"] > 0):
             raise ValueError("scale must be positive in every column (a constant column: 1).")

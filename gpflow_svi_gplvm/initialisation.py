@@ -428,9 +428,14 @@ def _given_latents(latents, num_data: int, latent_dim: int) -> np.ndarray:
     """Starting latents given as an array, checked to be finite numbers [N, Q]."""
     latents = np.asarray(latents, dtype=float)
     if latents.shape != (num_data, latent_dim) or not np.isfinite(latents).all():
+        found = (
+            f"{np.sum(~np.isfinite(latents))} NaN or infinite entries"
+            if latents.shape == (num_data, latent_dim)
+            else f"shape {latents.shape}"
+        )
         raise ValueError(
             f"latent_init as an array must hold finite numbers of shape [N, Q] = "
-            f"[{num_data}, {latent_dim}], got shape {latents.shape}."
+            f"[{num_data}, {latent_dim}], got {found}."
         )
     return latents
 

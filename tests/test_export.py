@@ -207,8 +207,12 @@ def test_served_requests_in_chunks_equal_one_pass(data, model_class):
     "location, scale, message",
     [
         (np.zeros(D), None, "Pass both location and scale"),
-        (np.zeros(D - 1), np.ones(D - 1), f"location must be {D} finite numbers"),
-        (np.zeros(D), np.full(D, np.nan), f"scale must be {D} finite numbers"),
+        (
+            np.zeros(D - 1),
+            np.ones(D - 1),
+            rf"location must be {D} finite numbers.*shape \({D - 1},\)",
+        ),
+        (np.zeros(D), np.full(D, np.nan), f"scale must be {D} finite numbers.* got {D} NaN or inf"),
         (np.zeros(D), np.zeros(D), "scale must be positive"),
     ],
 )

@@ -131,6 +131,14 @@ def test_unknown_latent_init_is_rejected(model_class, Y):
         model_class(Y, Q, M, latent_init="kmeans")
 
 
+def test_latent_init_arrays_say_what_is_wrong_with_them(Y):
+    bad = np.zeros((len(Y), Q))
+    bad[3, 1] = np.nan
+    for given, found in [(bad, "got 1 NaN or infinite entries"), (bad[:, :1], r"got shape \(")]:
+        with pytest.raises(ValueError, match=f"latent_init as an array must hold .*{found}"):
+            sg.BayesianSVIGPLVM(Y, Q, M, latent_init=given)
+
+
 def test_map_prior_must_be_over_whole_latent_vectors(Y):
     scalar_prior = tfp.distributions.Normal(np.float64(0.0), np.float64(1.0))
     with pytest.raises(ValueError, match=r"event shape \[2\].*Independent"):
