@@ -25,7 +25,6 @@ def _no_autograph_fallback(caplog):
 # whole files (--dist loadfile) in collection order (--no-loadscope-reorder, pyproject.toml):
 # starting the long ones first keeps one worker from finishing minutes after the other.
 LONGEST_FILES = (
-    "test_notebooks.py",
     "test_sklearn.py",
     "test_training.py",
     "test_benchmarks.py",
@@ -36,6 +35,8 @@ LONGEST_FILES = (
     "test_inference.py",
     "test_readme.py",
     "test_cli.py",
+    # Short when CI's documentation build has run the notebooks (tests/test_notebooks.py).
+    "test_notebooks.py",
     "test_likelihoods.py",
 )
 
