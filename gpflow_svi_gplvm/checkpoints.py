@@ -20,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from gpflow.utilities import parameter_dict
 
 from .checkpoint_folder import HISTORY_FILE, RunFolder, checkpoint_steps
 from .distributed import Workers
 from .models import SVIGPLVM, covariance_layout
-from .validation import check_integer, row_blocks
+from .sparse_rows import row_blocks
+from .validation import check_integer
 
 __all__ = ["Checkpoints", "TrainingData", "HISTORY_FILE", "read_history", "write_history"]
 
@@ -364,6 +366,7 @@ class Checkpoints:
             unreadable.append(f"{path} ({_first_line(error)})")
             return False
         _check_model_shapes(model, path, shapes)
+        _check_trained_shapes(self.checkpoint, model, path, shapes)
         if not self.allow_new_data:
             self.data.check_against(stored, path)
         status = None
@@ -415,6 +418,32 @@ def _step_of(path: str) -> int:
 
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _check_trained_shapes(
+    checkpoint: tf.train.Checkpoint, model: SVIGPLVM, path: str, shapes: dict
+) -> None:
+    """A checkpoint whose trained variables (the optimiser's list: Z, the latent tables, the
+    kernel's, ...) have other shapes than this model's (another Q, M or N) is a ValueError
+    naming the first, before a restore that would fail half-way."""
+    variables = {
+        name.lstrip("."): getattr(value, "unconstrained_variable", value)
+        for name, value in parameter_dict(model).items()
+    }
+    names = {v.ref(): name for name, v in variables.items() if isinstance(v, tf.Variable)}
+    for key in ("optimizer", "optimizer_natgrad"):
+        trained = getattr(getattr(checkpoint, key, None), "variables_to_train", [])
+        for i, variable in enumerate(trained):
+            written = shapes.get(f"{key}/variables_to_train/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+            if written is None or list(written) == variable.shape.as_list():
+                continue
+            name = names.get(variable.ref(), variable.name)
+            raise ValueError(
+                f"The checkpoint {path} was written by a model whose {name} has shape "
+                f"{list(written)}; this model's has {variable.shape.as_list()}. Resume with the "
+                "model built as the one that wrote it (latent_dim, num_inducing, the data's "
+                "rows), or use another checkpoint_dir."
+            )
 
 
 def _check_model_shapes(model: SVIGPLVM, path: str, shapes: dict) -> None:

@@ -32,7 +32,7 @@ from .distributed import Workers
 from .initialisation import ModelComponents, row_totals
 from .latents import LatentBatch
 from .likelihoods import log_link
-from .validation import row_blocks
+from .sparse_rows import row_blocks
 
 __all__ = [
     "CovariateKernel",

@@ -35,8 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
 
-from .sparse_rows import SparseRows
-from .validation import ROWS_PER_BLOCK, check_integer, check_path, check_seed
+from .sparse_rows import ROWS_PER_BLOCK, SparseRows
+from .validation import check_integer, check_path, check_seed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,7 +158,7 @@ class DiskRows:
     Open one with :meth:`open`. Slices (``rows[a:b]`` [b - a, D]) and :meth:`take` give dense
     float64 rows, through ``transform(dense block, row numbers)`` if one is set (:meth:`view`),
     like :class:`~gpflow_svi_gplvm.sparse_rows.SparseRows`, so every whole-data pass of the
-    package (:func:`~.validation.row_blocks`) reads it unchanged. Values pass through float32.
+    package (:func:`~.sparse_rows.row_blocks`) reads it unchanged. Values pass through float32.
     """
 
     def __init__(

@@ -27,8 +27,8 @@ import scipy.sparse as sp
 import tensorflow as tf
 from numpy.typing import ArrayLike
 
-from .sparse_rows import SparseRows
-from .validation import check_integer, check_observations, row_blocks
+from .sparse_rows import SparseRows, row_blocks
+from .validation import check_integer, check_observations
 
 T = TypeVar("T")
 

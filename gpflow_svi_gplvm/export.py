@@ -46,7 +46,7 @@ from gpflow.config import default_float
 from .compiled import GraphFunction
 from .export_folder import check_destination, make_staging, replace_folder, write_marker
 from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
-from .validation import check_path, check_writable_folder
+from .validation import check_finite_array, check_path, check_writable_folder
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
@@ -179,17 +179,11 @@ class _Units:
             )
         if location is None or scale is None:
             return cls(None, None)
-        moments = {"location": np.asarray(location, float), "scale": np.asarray(scale, float)}
-        for name, values in moments.items():
-            if values.shape != (width,) or not np.all(np.isfinite(values)):
-                found = (
-                    f"{np.sum(~np.isfinite(values))} NaN or infinite"
-                    if values.shape == (width,)
-                    else f"shape {values.shape}"
-                )
-                raise ValueError(
-                    f"{name} must be {width} finite numbers, one per column of Y; got {found}."
-                )
+        meaning = f"{width} finite numbers, one per column of Y"
+        moments = {
+            name: check_finite_array(values, name, (width,), meaning)
+            for name, values in (("location", location), ("scale", scale))
+        }
         if not np.all(moments["scale"] > 0):
             raise ValueError("scale must be positive in every column (a constant column: 1).")
         return cls(*(tf.constant(v, default_float()) for v in moments.values()))

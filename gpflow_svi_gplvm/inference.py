@@ -17,7 +17,8 @@ This module compiles the graphs, chooses where optimised rows start, and feeds r
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -26,12 +27,14 @@ from gpflow.config import default_float
 from gpflow.inducing_variables import InducingVariables
 from gpflow.likelihoods import Likelihood
 from gpflow.models import SVGP
+from numpy.typing import ArrayLike
 
 from .compiled import GraphFunction
 from .covariates import new_row_inputs, with_row_inputs
 from .latent_expectations import closed_form_applies, closed_form_predictive
 from .latents import LatentBatch, LatentVariables, NewRowFit, PointLatent
 from .likelihoods import MaskedLikelihood, check_likelihood_support
+from .options import takes_options_of
 from .validation import (
     check_chunk_size,
     check_fraction,
@@ -44,6 +47,7 @@ from .validation import (
 __all__ = [
     "LatentInference",
     "NewRowModel",
+    "NewRowOptions",
     "check_new_row_model",
     "chunk_rows",
     "exact_predictive_applies",
@@ -402,78 +406,89 @@ def in_row_chunks(function: GraphFunction, size: int, *tensors: tf.Tensor) -> tu
     return tuple(part.concat() for part in parts)
 
 
-def infer_latents(
-    model: NewRowModel,
-    Y_new,
-    iterations: int = 300,
-    learning_rate: float = 0.05,
-    seed: int = 0,
-    mask=None,
-    chunk_size: int | None = None,
-    covariates=None,
-    size_factors=None,
-    tolerance: float | str | None = "auto",
-) -> tuple[tf.Tensor, ...]:
+@dataclass(frozen=True)
+class NewRowOptions:
+    """How :func:`infer_latents`, :func:`reconstruct` and :func:`log_predictive_density` find
+    the q(x*) of new rows: the one list of their options, with its defaults."""
+
+    iterations: int = 300
+    """At most this many steps of each row's fit (``tolerance`` may stop a row sooner)."""
+    learning_rate: float = 0.05
+    """Adam's step size where rows are fitted by Adam (see :class:`LatentInference`)."""
+    seed: int = 0
+    """Seeds the fit's draws of q(x*) and the predictive's."""
+    mask: ArrayLike | None = None
+    """[N*, D], True where an entry of the new rows is observed (besides their NaN)."""
+    chunk_size: int | None = None
+    """Rows at a time (default: intermediates near 50M numbers); results do not depend on it."""
+    covariates: ArrayLike | None = None
+    """[N*, P], the new rows' covariates; needed by a model fitted with covariates."""
+    size_factors: ArrayLike | None = None
+    """[N*], the new rows' size factors, for a model fitted with them; by default each row's
+    library size over the training rows' reference
+    (:func:`~gpflow_svi_gplvm.covariates.new_row_inputs`)."""
+    tolerance: float | str | None = "auto"
+    """Relative Newton decrement that stops a row ("auto": :data:`TOLERANCE` where the row bound
+    has no Monte Carlo noise; ``None``: fixed Adam steps, an amortised model's one encoder pass)."""
+
+    def observations(self, model: NewRowModel, Y, name: str = "Y_new") -> tf.Tensor:
+        """Y [N*, D] checked against the model, with ``mask``'s hidden entries NaN."""
+        return check_observations(Y, name, model.data_dim, self.mask)
+
+    def inputs(self, model: NewRowModel, Y: tf.Tensor) -> tf.Tensor | None:
+        """The new rows' observed inputs (covariates, log size factors) [N*, P] or None."""
+        return new_row_inputs(model, Y, self.covariates, self.size_factors)
+
+    def inference(self, model: NewRowModel, num_samples: int = 64) -> LatentInference:
+        """The compiled inference of new rows' q(x*) these options describe."""
+        return LatentInference(
+            model,
+            self.iterations,
+            self.learning_rate,
+            num_samples,
+            self.seed,
+            chunk_size=self.chunk_size,
+            tolerance=self.tolerance,
+        )
+
+
+@takes_options_of(NewRowOptions)
+def infer_latents(model: NewRowModel, Y_new, **options: Any) -> tuple[tf.Tensor, ...]:
     """Mean and marginal variance [N*, Q] of q(x*) for new rows Y_new [N*, D] (NaN allowed).
 
     q(x*) alone optimised, in at most ``iterations`` steps, as :class:`LatentInference` does
-    (amortised models: from their encoder's q(x*)), which ``tolerance`` stops (``None``: fixed
-    Adam steps, and an amortised model's one encoder pass).
-    Point and MAP estimates have zero variance. The model itself is not modified. Rows are
-    processed ``chunk_size`` at a time (default: intermediates near 50M numbers, see
-    :class:`LatentInference`); the result does not depend on it. A model fitted with
-    covariates needs the new rows' ``covariates`` [N*, P]; one fitted with size factors takes
-    theirs, ``size_factors`` [N*], by default each row's library size over the training rows'
-    reference (:func:`~gpflow_svi_gplvm.covariates.new_row_inputs`).
+    (amortised models: from their encoder's q(x*)), which ``tolerance`` stops. Point and MAP
+    estimates have zero variance. The model itself is not modified. The options are
+    :class:`NewRowOptions`'; a model fitted with covariates needs the new rows' ``covariates``.
     """
-    Y = check_observations(Y_new, "Y_new", model.data_dim, mask)
-    inputs = new_row_inputs(model, Y, covariates, size_factors)
-    inference = LatentInference(
-        model, iterations, learning_rate, seed=seed, chunk_size=chunk_size, tolerance=tolerance
-    )
-    return inference.infer(Y, inputs)
+    given = NewRowOptions(**options)
+    Y = given.observations(model, Y_new)
+    return given.inference(model).infer(Y, given.inputs(model, Y))
 
 
+@takes_options_of(NewRowOptions)
 def reconstruct(
-    model: NewRowModel,
-    Y,
-    rows: np.ndarray | None = None,
-    num_samples: int = 64,
-    iterations: int = 300,
-    learning_rate: float = 0.05,
-    seed: int = 0,
-    mask=None,
-    chunk_size: int | None = None,
-    covariates=None,
-    size_factors=None,
-    tolerance: float | str | None = "auto",
+    model: NewRowModel, Y, rows: np.ndarray | None = None, num_samples: int = 64, **options: Any
 ) -> tuple[tf.Tensor, ...]:
     """Predictive mean and variance [N, D] of every entry of Y (observed and missing).
 
     ``rows`` (training row indices, one per row of Y) uses the trained q(x) of those rows (and
     their covariates and size factors); otherwise latents are inferred first, as in
-    :func:`infer_latents` (with ``covariates``, ``size_factors`` and ``tolerance`` as there). See
+    :func:`infer_latents` (the options are :class:`NewRowOptions`'). See
     :func:`predictive_moments` for how q(x) is integrated out (``num_samples`` draws, common to
-    all rows). ``chunk_size`` as in :func:`infer_latents`.
+    all rows).
     """
-    Y = check_observations(Y, "Y_new", model.data_dim, mask)
+    given = NewRowOptions(**options)
+    Y = given.observations(model, Y)
     if rows is not None:
         rows = _checked_training_rows(model, rows, len(Y))
     if rows is None or model.latent.amortised:
-        inference = LatentInference(
-            model,
-            iterations,
-            learning_rate,
-            num_samples,
-            seed,
-            chunk_size=chunk_size,
-            tolerance=tolerance,
-        )
+        inference = given.inference(model, num_samples)
         if rows is not None and model.row_inputs is not None:
             return inference.reconstruct(Y, model.row_inputs.numpy()[rows])
-        return inference.reconstruct(Y, new_row_inputs(model, Y, covariates, size_factors))
-    chunk_size = chunk_rows(model, chunk_size, num_samples)
-    noise = _predictive_noise(num_samples, model.latent_dim, seed)
+        return inference.reconstruct(Y, given.inputs(model, Y))
+    chunk_size = chunk_rows(model, given.chunk_size, num_samples)
+    noise = _predictive_noise(num_samples, model.latent_dim, given.seed)
     exact_model = _exact_predictive_model(model)
 
     def predict(idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -488,19 +503,14 @@ def reconstruct(
     return mean, variance
 
 
+@takes_options_of(NewRowOptions)
 def log_predictive_density(
     model: NewRowModel,
     Y,
     targets=None,
     joint: bool = False,
     num_samples: int = 64,
-    iterations: int = 300,
-    learning_rate: float = 0.05,
-    seed: int = 0,
-    mask=None,
-    chunk_size: int | None = None,
-    covariates=None,
-    size_factors=None,
+    **options: Any,
 ) -> tf.Tensor:
     r"""log p(t* | Y) of ``targets`` [N, D] (default: Y itself) under the predictive of new rows Y.
 
@@ -521,9 +531,10 @@ def log_predictive_density(
     :math:`\frac{1}{S} \sum_s \prod_d (\dots)`: given x the outputs are independent, so this is
     the row's joint predictive. Negate and average for an NLPD. ``targets`` may hold entries that
     Y hides (score a reconstruction on them). ``covariates`` and ``size_factors`` as in
-    :func:`infer_latents`.
+    :func:`infer_latents`; the options are :class:`NewRowOptions`'.
     """
-    Y = check_observations(Y, "Y_new", model.data_dim, mask)
+    given = NewRowOptions(**options)
+    Y = given.observations(model, Y)
     targets = Y if targets is None else check_observations(targets, "targets", model.data_dim)
     if targets.shape != Y.shape:
         raise ValueError(
@@ -531,11 +542,8 @@ def log_predictive_density(
             "per row of Y."
         )
     check_likelihood_support(model.likelihood, targets)
-    inference = LatentInference(
-        model, iterations, learning_rate, num_samples, seed, chunk_size=chunk_size
-    )
-    inputs = new_row_inputs(model, Y, covariates, size_factors)
-    per_entry, per_row = inference.log_density(Y, targets, inputs)
+    inference = given.inference(model, num_samples)
+    per_entry, per_row = inference.log_density(Y, targets, given.inputs(model, Y))
     return per_row if joint else per_entry
 
 

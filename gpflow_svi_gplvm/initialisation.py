@@ -19,7 +19,8 @@ from gpflow.mean_functions import Constant, MeanFunction
 
 from .distributed import Workers
 from .likelihoods import MaskedLikelihood, base_likelihood, check_support, log_link
-from .validation import check_integer, row_blocks
+from .sparse_rows import row_blocks
+from .validation import check_finite_array, check_integer
 
 __all__ = [
     "SHARED_COVARIANCE_MIN_OUTPUTS",
@@ -426,18 +427,8 @@ def initial_latents(
 
 def _given_latents(latents, num_data: int, latent_dim: int) -> np.ndarray:
     """Starting latents given as an array, checked to be finite numbers [N, Q]."""
-    latents = np.asarray(latents, dtype=float)
-    if latents.shape != (num_data, latent_dim) or not np.isfinite(latents).all():
-        found = (
-            f"{np.sum(~np.isfinite(latents))} NaN or infinite entries"
-            if latents.shape == (num_data, latent_dim)
-            else f"shape {latents.shape}"
-        )
-        raise ValueError(
-            f"latent_init as an array must hold finite numbers of shape [N, Q] = "
-            f"[{num_data}, {latent_dim}], got {found}."
-        )
-    return latents
+    meaning = f"finite numbers of shape [N, Q] = [{num_data}, {latent_dim}] as an array"
+    return check_finite_array(latents, "latent_init", (num_data, latent_dim), meaning)
 
 
 def default_components(

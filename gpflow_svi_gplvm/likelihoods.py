@@ -19,7 +19,8 @@ from gpflow.config import default_float
 from gpflow.likelihoods import Bernoulli, Likelihood, Poisson, ScalarLikelihood
 from gpflow.utilities import positive
 
-from .validation import check_integer, row_blocks
+from .sparse_rows import row_blocks
+from .validation import check_integer
 
 __all__ = [
     "MaskedLikelihood",

@@ -4,7 +4,7 @@ A count matrix of single cells (N cells x D genes, about 10% non-zero) is held a
 values, int32 columns: 8 bytes per non-zero entry, against 8 N D bytes dense). :class:`SparseRows`
 reads any row-sliceable source (a NumPy array, a SciPy sparse matrix, an AnnData's backed
 on-disk matrix) in row blocks, and gives dense float64 rows by slicing (``rows[a:b]`` [b - a, D]),
-which is how every whole-data pass of the package reads Y (:func:`~.validation.row_blocks`), or
+which is how every whole-data pass of the package reads Y (:func:`row_blocks`), or
 by index, one minibatch at a time (:meth:`SparseRows.take`): the dense N x D matrix never exists.
 """
 
@@ -16,12 +16,24 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
-from .validation import ROWS_PER_BLOCK
-
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["SparseRows", "RowReader", "RowStream"]
+__all__ = ["SparseRows", "RowReader", "RowStream", "row_blocks", "ROWS_PER_BLOCK"]
+
+ROWS_PER_BLOCK = 4096
+"""Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
+
+
+def row_blocks(Y, rows: int = ROWS_PER_BLOCK):
+    """Consecutive blocks Y[i : i + rows] [<= rows, D] covering Y [N, D], as NumPy arrays: views
+    of an array, copies of a block of a tensor or variable."""
+    for start in range(0, Y.shape[0], rows):
+        if hasattr(Y, "sparse_read"):
+            # A variable read sparsely (as training does) copies itself whole on a dense read.
+            yield Y.sparse_read(np.arange(start, min(start + rows, Y.shape[0]))).numpy()
+        else:
+            yield np.asarray(Y[start : start + rows])
 
 
 @runtime_checkable

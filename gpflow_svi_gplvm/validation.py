@@ -24,23 +24,7 @@ __all__ = [
     "check_chunk_size",
     "check_device",
     "check_layer_sizes",
-    "row_blocks",
 ]
-
-ROWS_PER_BLOCK = 4096
-"""Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
-
-
-def row_blocks(Y, rows: int = ROWS_PER_BLOCK):
-    """Consecutive blocks Y[i : i + rows] [<= rows, D] covering Y [N, D], as NumPy arrays: views
-    of an array, copies of a block of a tensor or variable."""
-    for start in range(0, Y.shape[0], rows):
-        if isinstance(Y, tf.Variable):
-            # A variable read sparsely (as training does) copies itself whole on a dense read.
-            positions = tf.range(start, min(start + rows, Y.shape[0]))
-            yield Y.sparse_read(positions).numpy()
-        else:
-            yield np.asarray(Y[start : start + rows])
 
 
 def check_observations(Y, name: str = "Y", num_columns: int | None = None, mask=None) -> np.ndarray:
@@ -136,6 +120,21 @@ def _check_float_range(Y, name: str) -> None:
 def _sized(Y) -> bool:
     """Whether ``np.asarray(Y)`` is worth trying for its dtype (lists, arrays, frames)."""
     return hasattr(Y, "__len__") or hasattr(Y, "__array__")
+
+
+def check_finite_array(values, name: str, shape: tuple[int, ...], meaning: str) -> np.ndarray:
+    """``values`` as floats of ``shape``, every entry finite; else a ValueError that says what
+    ``name`` must be (``meaning``) and what it got: its shape, or how many entries are NaN or
+    infinite."""
+    array = np.asarray(values, dtype=float)
+    if array.shape == shape and np.isfinite(array).all():
+        return array
+    found = (
+        f"{np.sum(~np.isfinite(array))} NaN or infinite entries"
+        if array.shape == shape
+        else f"shape {array.shape}"
+    )
+    raise ValueError(f"{name} must be {meaning}; got {found}.")
 
 
 def check_path(path, name: str) -> Path:

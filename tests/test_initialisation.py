@@ -27,7 +27,8 @@ from gpflow_svi_gplvm.initialisation import (
     random_latents,
 )
 from gpflow_svi_gplvm.likelihoods import MaskedLikelihood, NegativeBinomial
-from gpflow_svi_gplvm.validation import ROWS_PER_BLOCK, check_observations
+from gpflow_svi_gplvm.sparse_rows import ROWS_PER_BLOCK
+from gpflow_svi_gplvm.validation import check_observations
 
 
 def exact_pca_scores(Y: np.ndarray, latent_dim: int) -> np.ndarray:

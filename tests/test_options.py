@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -97,3 +98,15 @@ def test_an_unknown_option_of_a_new_row_method_is_named(name):
     model = sg.PointGPLVM(Y, 2, num_inducing=4)
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         getattr(model, name)(Y[:2], bogus=1)
+
+
+@pytest.mark.parametrize("name", ["infer_latents", "reconstruct", "log_predictive_density"])
+def test_the_new_row_functions_show_every_new_row_option_keyword_only(name):
+    """One source, ``NewRowOptions``: each field, with its default, after the function's own."""
+    shown = inspect.signature(getattr(sg.inference, name)).parameters
+    fields = dataclasses.fields(sg.inference.NewRowOptions)
+    assert list(shown)[-len(fields) :] == [field.name for field in fields]
+    for field in fields:
+        assert shown[field.name].default == field.default and shown[field.name].kind == KEYWORD
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        sg.inference.NewRowOptions(bogus=1)

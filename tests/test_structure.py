@@ -1,4 +1,5 @@
-"""The package's shape: no import loops between its modules and no function over 60 lines; and
+"""The package's shape: no import loops between its modules, no module over 700 lines, no class
+over 350 and no function over 60; and
 the tests' own: every test checks something.
 
 All are read from the source (every ``import`` statement counts, also those under
@@ -17,6 +18,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "gpflow_svi_gplvm"
 TESTS = Path(__file__).resolve().parent
 MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 350
+MAX_MODULE_LINES = 700
 
 
 def _module_name(path: Path) -> str:
@@ -91,15 +94,19 @@ def test_loop_finder_sees_a_loop():
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_functions_are_short(name):
-    tree = ast.parse(MODULES[name].read_text())
-    long = [
-        f"{node.name} (line {node.lineno}, {node.end_lineno - node.lineno + 1} lines)"
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
-    ]
-    assert not long, f"{name}: functions over {MAX_FUNCTION_LINES} lines: {', '.join(long)}"
+def test_modules_classes_and_functions_are_short(name):
+    text = MODULES[name].read_text()
+    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{name}: over {MAX_MODULE_LINES} lines"
+    for kinds, most in (
+        ((ast.FunctionDef, ast.AsyncFunctionDef), MAX_FUNCTION_LINES),
+        ((ast.ClassDef,), MAX_CLASS_LINES),
+    ):
+        long = [
+            f"{node.name} (line {node.lineno}, {node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, kinds) and node.end_lineno - node.lineno + 1 > most
+        ]
+        assert not long, f"{name}: over {most} lines: {', '.join(long)}"
 
 
 def test_the_readme_layout_names_every_module():

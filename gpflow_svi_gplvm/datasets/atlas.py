@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..options import takes_options_of
 from ..validation import check_integer
 
 __all__ = ["SimulatedAtlas", "simulate_atlas", "atlas_blocks"]
@@ -44,35 +46,6 @@ class SimulatedAtlas:
     """[N] int: the batch of each cell."""
     library_size: np.ndarray
     """[N] the library size l_n each cell was drawn with (its expected total count)."""
-
-
-def simulate_atlas(
-    num_cells: int = 10_000,
-    num_genes: int = 2000,
-    num_types: int = 7,
-    num_batches: int = 2,
-    library_size: float = 2000.0,
-    de_fraction: float = 0.1,
-    de_scale: float = 1.5,
-    batch_scale: float = 0.5,
-    seed: int = 0,
-    block: int = 10_000,
-) -> SimulatedAtlas:
-    """Draw ``num_cells`` cells of ``num_types`` types, spread evenly at random over
-    ``num_batches`` batches, with ``num_genes`` genes, as in this module's model."""
-    cell_type, batch, library, blocks = atlas_blocks(
-        num_cells,
-        num_genes,
-        num_types,
-        num_batches,
-        library_size,
-        de_fraction,
-        de_scale,
-        batch_scale,
-        seed,
-        block,
-    )
-    return SimulatedAtlas(sp.vstack(list(blocks), format="csr"), cell_type, batch, library)
 
 
 def atlas_blocks(
@@ -118,3 +91,12 @@ def atlas_blocks(
             yield sp.csr_matrix(rng.poisson(rate).astype(np.float32))
 
     return cell_type, batch, library, blocks()
+
+
+@takes_options_of(atlas_blocks)
+def simulate_atlas(*args: Any, **options: Any) -> SimulatedAtlas:
+    """Draw ``num_cells`` cells of ``num_types`` types, spread evenly at random over
+    ``num_batches`` batches, with ``num_genes`` genes, as in this module's model; the options
+    are :func:`atlas_blocks`' (the counts of ``block`` cells are drawn at a time)."""
+    cell_type, batch, library, blocks = atlas_blocks(*args, **options)
+    return SimulatedAtlas(sp.vstack(list(blocks), format="csr"), cell_type, batch, library)

@@ -26,7 +26,7 @@ from ..initialisation import column_location_and_scale
 from ..latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from ..latents.flows import check_flow_options, flow_latent
 from ..options import takes_options_of
-from ..validation import row_blocks
+from ..sparse_rows import row_blocks
 from .base import DEFAULT_NUM_INDUCING, SVIGPLVM, LatentFactory, with_model_parameters
 
 __all__ = [

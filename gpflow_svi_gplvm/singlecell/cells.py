@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO, cast
@@ -13,8 +14,7 @@ from typing import BinaryIO, cast
 import numpy as np
 
 from ..distributed import Workers
-from ..sparse_rows import RowReader, SparseRows
-from ..validation import row_blocks
+from ..sparse_rows import RowReader, SparseRows, row_blocks
 from .encoding import obs_column
 
 __all__ = ["read_cells", "size_factors_of", "opened", "CellsFile"]
@@ -302,13 +302,14 @@ def gene_names(adata, genes: Sequence[str] | str | None) -> list[str]:
             "that holds it (e.g. genes='highly_variable'), or the names it marks, "
             "list(adata.var_names[mask])."
         )
-    repeated = sorted({str(g) for g in genes if list(genes).count(g) > 1})
+    repeated = sorted(str(g) for g, times in Counter(genes).items() if times > 1)
     if repeated:
         raise ValueError(
             f"genes= names {repeated[:5]} more than once: each gene is one output of the model "
             "(and counts once in a cell's library size). Name each gene once."
         )
-    unknown = [g for g in genes if g not in set(names)]
+    known = set(names)
+    unknown = [g for g in genes if g not in known]
     if unknown:
         raise ValueError(f"genes not in adata.var_names: {unknown[:5]} ({len(unknown)} in all).")
     return list(map(str, genes))

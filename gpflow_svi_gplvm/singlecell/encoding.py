@@ -105,7 +105,7 @@ def _warn_of_single_cell_categories(column: str, values, categories: list, worke
     """A warning naming the categories of ``column`` that one cell alone holds (over every
     worker's cells): the kernel learns their effect from that cell, and its latent position
     absorbs whatever the category would have explained."""
-    codes = values.astype(object).map({c: i for i, c in enumerate(categories)})
+    codes = _codes(values, categories)
     held = np.bincount(codes.dropna().astype(int), minlength=len(categories))
     single = [categories[i] for i in np.flatnonzero(workers.sum(held.astype(float)) == 1)]
     if single:
@@ -130,9 +130,14 @@ def _categorical(values) -> bool:
     return values.dtype.name in ("category", "object", "bool", "string")
 
 
+def _codes(values, categories: list):
+    """Each value's index in ``categories`` (a pandas Series [N]; NaN where it is not one)."""
+    return values.astype(object).map({c: i for i, c in enumerate(categories)})
+
+
 def _one_hot(values, column: str, categories: list) -> np.ndarray:
     """[N, K] one-hot of ``values`` over ``categories``; an unseen category is a ValueError."""
-    codes = values.astype(object).map({c: i for i, c in enumerate(categories)})
+    codes = _codes(values, categories)
     if codes.isna().any():
         unseen = sorted({str(v) for v in values[codes.isna()]})
         raise ValueError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -18,9 +17,9 @@ from ..inference import LatentInference
 from ..initialisation import pca_latents
 from ..likelihoods import NegativeBinomial
 from ..models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
-from ..sparse_rows import RowReader, RowStream
+from ..sparse_rows import RowReader, RowStream, row_blocks
 from ..training import History, fit
-from ..validation import check_integer, check_path, check_seed, check_writable_folder, row_blocks
+from ..validation import check_integer, check_path, check_seed, check_writable_folder
 from .cells import (
     CellsFile,
     assembled,
@@ -234,9 +233,9 @@ class SingleCellGPLVM:
         return model, rows, data
 
     def _check_same_inputs(self, adata, workers: Workers) -> None:
-        """A ``ValueError`` on every worker, naming what differs and where, when the workers read
-        other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns) or were
-        built with other settings: every worker must make the same call."""
+        """A ``ValueError`` on every worker, naming what differs and each worker's value, when the
+        workers read other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns)
+        or were built with other settings: every worker must make the same call."""
         inputs = {
             "cells (N)": adata.n_obs,
             "genes": self.gene_names,
@@ -246,21 +245,7 @@ class SingleCellGPLVM:
             "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
             "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
         }
-        digests = [
-            int.from_bytes(hashlib.blake2b(repr(v).encode(), digest_size=6).digest(), "little")
-            for v in inputs.values()
-        ]
-        table = workers.stack(np.array(digests, np.int64))
-        differ = [
-            f"{name} (worker {', '.join(str(w) for w in np.flatnonzero(column != column[0]))})"
-            for name, column in zip(inputs, table.T)
-            if np.any(column != column[0])
-        ]
-        if differ:
-            raise ValueError(
-                f"The workers were given other inputs than the chief: {'; '.join(differ)}. Give "
-                "every worker the same file, genes=, layer=, obs columns and settings."
-            )
+        workers.agree("were given other inputs than the chief", inputs)
 
     def transform(self, adata, iterations: int = 300, chunk_size: int = 4096) -> np.ndarray:
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name, and
