@@ -15,6 +15,7 @@ from gpflow.config import default_float
 
 __all__ = [
     "check_observations",
+    "check_finite_array",
     "check_integer",
     "check_seed",
     "check_path",

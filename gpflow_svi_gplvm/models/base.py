@@ -116,7 +116,7 @@ def with_model_parameters(own: str = "") -> Callable[[type], type]:
 
 @with_model_parameters(
     """    :param latent: a function from the initial latents [N, Q] to the latent module (e.g.
-        :class:`~gpflow_svi_gplvm.latents.PointLatent`); the four named models fix it.
+        :class:`~gpflow_svi_gplvm.latents.PointLatent`); the named models fix it.
 """
 )
 class SVIGPLVM(SharedCovarianceSVGP):
