@@ -427,8 +427,8 @@ def initial_latents(
 
 def _given_latents(latents, num_data: int, latent_dim: int) -> np.ndarray:
     """Starting latents given as an array, checked to be finite numbers [N, Q]."""
-    meaning = f"finite numbers of shape [N, Q] = [{num_data}, {latent_dim}] as an array"
-    return check_finite_array(latents, "latent_init", (num_data, latent_dim), meaning)
+    meaning = f"finite numbers of shape [N, Q] = [{num_data}, {latent_dim}]"
+    return check_finite_array(latents, "latent_init as an array", (num_data, latent_dim), meaning)
 
 
 def default_components(

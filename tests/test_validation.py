@@ -135,7 +135,7 @@ def test_latent_init_arrays_say_what_is_wrong_with_them(Y):
     bad = np.zeros((len(Y), Q))
     bad[3, 1] = np.nan
     for given, found in [(bad, "got 1 NaN or infinite entries"), (bad[:, :1], r"got shape \(")]:
-        with pytest.raises(ValueError, match=f"latent_init as an array must hold .*{found}"):
+        with pytest.raises(ValueError, match=f"latent_init as an array must be .*{found}"):
             sg.BayesianSVIGPLVM(Y, Q, M, latent_init=given)
 
 
