@@ -431,11 +431,11 @@ class NewRowOptions:
     """Relative Newton decrement that stops a row ("auto": :data:`TOLERANCE` where the row bound
     has no Monte Carlo noise; ``None``: fixed Adam steps, an amortised model's one encoder pass)."""
 
-    def observations(self, model: NewRowModel, Y, name: str = "Y_new") -> tf.Tensor:
+    def observations(self, model: NewRowModel, Y) -> np.ndarray:
         """Y [N*, D] checked against the model, with ``mask``'s hidden entries NaN."""
-        return check_observations(Y, name, model.data_dim, self.mask)
+        return check_observations(Y, "Y_new", model.data_dim, self.mask)
 
-    def inputs(self, model: NewRowModel, Y: tf.Tensor) -> tf.Tensor | None:
+    def inputs(self, model: NewRowModel, Y: np.ndarray) -> np.ndarray | None:
         """The new rows' observed inputs (covariates, log size factors) [N*, P] or None."""
         return new_row_inputs(model, Y, self.covariates, self.size_factors)
 
