@@ -1,6 +1,6 @@
 """Flow latents against HMC: the paper's two-point demonstration, oil flow, and the step's cost.
 
-    python benchmarks/flows.py demo [--iterations 2000]
+    python benchmarks/flows.py demo [--iterations 2000 --families gaussian shared per-row joint]
     python benchmarks/flows.py oilflow [--seeds 3 --iterations 5000 --rows 20 --hmc-draws 1000]
     python benchmarks/flows.py speed [--iterations 300 --repeats 11]
     python benchmarks/flows.py demo oilflow speed --quick      # a smoke run of every path
@@ -82,6 +82,7 @@ FIGURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures", "fl
 DEMO_NOISE = 0.1
 DRAWS = 2000  # of each q(X) and (at most) of HMC, compared; fewer in a smoke run (args.draws)
 FAMILIES = ("Gaussian (B-SVI)", "flow, shared", "flow, per-row", "flow, joint")
+FAMILY_KEYS = dict(zip(("gaussian", "shared", "per-row", "joint"), FAMILIES))
 FLOW_PARAMETERS = {"flow, shared": "shared", "flow, per-row": "per-row", "flow, joint": "joint"}
 # Oil flow: the defaults of both models, and the flow model with one draw of x (the other models'
 # default) instead of its four.
@@ -153,7 +154,7 @@ def demo(args) -> str:
     ]
     thinned = hmc.draws[:: max(1, len(hmc.draws) // args.draws)]
     panels = {"HMC, exact posterior": hmc.draws}
-    for family in FAMILIES:
+    for family in args.families:
         latent = _family(reference.latent_mean().numpy(), family)
         start = time.perf_counter()
         fit_to_posterior(latent, reference, Y, "exact", iterations=args.iterations)
@@ -166,7 +167,7 @@ def demo(args) -> str:
             f"| {_interval(wasserstein)} | - |"
         )
         panels[f"{family}\nfitted to p(X | Y)"] = draws
-    for family in FAMILIES:
+    for family in args.families:
         lines.append(_demo_svi_row(Y, family, thinned, args, panels))
     _demo_figure(panels, args.figure)
     return "\n".join(lines)
@@ -193,8 +194,11 @@ def _demo_figure(panels: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     names = list(panels)
-    rows = [[names[0], *names[1:5]], [names[0], *names[5:]]]
-    figure, axes = plt.subplots(2, 5, figsize=(13, 6.2), sharex=True, sharey=True)
+    columns = (len(names) + 1) // 2  # HMC's panel, then each family's
+    rows = [[names[0], *names[1:columns]], [names[0], *names[columns:]]]
+    figure, axes = plt.subplots(
+        2, columns, figsize=(2.6 * columns, 6.2), sharex=True, sharey=True, squeeze=False
+    )
     for axis_row, row in zip(axes, rows):
         for axis, title in zip(axis_row, row):
             draws = panels[title]
@@ -319,8 +323,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=20, help="oil-flow test rows against HMC")
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--hmc-draws", type=int, default=1000, help="NUTS draws per chain")
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=list(FAMILY_KEYS),
+        default=list(FAMILY_KEYS),
+        help="the demo's q(X) families (default: all four)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run of every path")
     args = parser.parse_args(argv)
+    chosen = (
+        "" if len(args.families) == len(FAMILY_KEYS) else " --families " + " ".join(args.families)
+    )
+    args.families = [FAMILY_KEYS[key] for key in args.families]
     args.hmc_draws = 50 if args.quick else args.hmc_draws
     args.inference_iterations = 10 if args.quick else 300
     # MMD^2 and its bootstrap cost the square of the draws (~3 s a pair at 2000): a smoke run
@@ -339,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {part}\n", flush=True)
         print({"demo": demo, "oilflow": oilflow, "speed": speed}[part](run), flush=True)
         sizes = {
-            "demo": f" --hmc-draws {args.hmc_draws}",
+            "demo": f" --hmc-draws {args.hmc_draws}{chosen}",
             "oilflow": f" --seeds {args.seeds} --rows {args.rows} --hmc-draws {args.hmc_draws}",
             "speed": f" --repeats {args.repeats}",
         }[part]
