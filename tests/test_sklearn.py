@@ -73,8 +73,14 @@ EXPECTED_FAILED_CHECKS = {
 }
 
 
+# The conventions are the wrapper's, the same for every model: the point model's fits and
+# inferences trace in half the time of B-SVI's (whose pickling and refits are tested below).
 @parametrize_with_checks(
-    [GPLVMEmbedding(num_inducing=5, iterations=5, batch_size=20, inference_iterations=5)],
+    [
+        GPLVMEmbedding(
+            model="point", num_inducing=5, iterations=5, batch_size=20, inference_iterations=5
+        )
+    ],
     expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS,
 )
 def test_scikit_learn_estimator_checks(estimator, check):
