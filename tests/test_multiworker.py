@@ -21,6 +21,7 @@ import tensorflow as tf
 
 JOB = str(Path(__file__).with_name("cluster_job.py"))
 MODELS = ["point", "map", "bsvi", "bsvi_mc", "aeb"]
+ITERATIONS = 120  # of each model's run in `agreed`, and of the run a killed worker resumes
 
 
 def free_ports(count: int) -> list[int]:
@@ -98,12 +99,12 @@ def folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def agreed(folder):
-    """Every model trained for 200 steps by two workers, and by one process on two devices from
-    the workers' initial state (the same to round-off: checked below)."""
+    """Every model trained for ITERATIONS steps by two workers, and by one process on two devices
+    from the workers' initial state (the same to round-off: checked below)."""
     initial = folder / "initial"
     initial.mkdir()
-    processes = start("agree", {"initial": str(initial)}, folder)
-    processes += start("reference", {"start": str(initial)}, folder)
+    processes = start("agree", {"initial": str(initial), "iterations": ITERATIONS}, folder)
+    processes += start("reference", {"start": str(initial), "iterations": ITERATIONS}, folder)
     outputs = finish(processes)
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-4000:]
@@ -174,7 +175,7 @@ def test_each_worker_holds_only_its_own_rows(agreed):
 def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     (uninterrupted, _), _ = agreed
     checkpoints = folder / "checkpoints"
-    settings = {"folder": str(checkpoints), "every": 40, "iterations": 200, "resume": False}
+    settings = {"folder": str(checkpoints), "every": 40, "iterations": ITERATIONS, "resume": False}
     processes = start("resume", {**settings, "pause": 0.3}, folder)
     deadline = time.monotonic() + 300
     # Every worker writes its own table rows beside the chief's checkpoints.
@@ -187,7 +188,7 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     assert processes[0].returncode != 0
     assert "WorkerLostError" in chief_output and "resume=True" in chief_output
     saved = sorted(int(p.name[5:-6]) for p in checkpoints.glob("ckpt-*.index"))
-    assert saved and max(saved) < 200
+    assert saved and max(saved) < ITERATIONS
     assert sorted(p.name for p in checkpoints.glob("worker-*")) == ["worker-1"]
     resumed = run("resume", {**settings, "resume": True}, folder)
     workers, _ = agreed
@@ -206,7 +207,7 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     # Nothing of the chief's folder was lost: every checkpoint in it is readable.
     for path in tf.train.get_checkpoint_state(str(checkpoints)).all_model_checkpoint_paths:
         assert tf.train.load_checkpoint(path).get_variable_to_shape_map()
-    assert len(np.load(checkpoints / "elbo_history.npy")) == 200
+    assert len(np.load(checkpoints / "elbo_history.npy")) == ITERATIONS
 
 
 @pytest.mark.slow
