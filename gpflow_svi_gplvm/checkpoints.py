@@ -312,10 +312,12 @@ class Checkpoints:
                 f"worker {i}: {'nothing' if step < 0 else f'step {step}'}"
                 for i, step in enumerate(steps)
             )
-            raise ValueError(
-                f"The workers restored different checkpoints from {self.directory} ({found}): "
-                "checkpoint_dir must be one folder that every worker reads (a shared file "
-                "system), with the same path on each."
+            self.workers.refuse(
+                ValueError(
+                    f"The workers restored different checkpoints from {self.directory} "
+                    f"({found}): checkpoint_dir must be one folder that every worker reads (a "
+                    "shared file system), with the same path on each."
+                )
             )
         if path is None:
             if not checkpoint_steps(self.directory):  # only an index or history: no run to go on

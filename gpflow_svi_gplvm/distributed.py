@@ -20,7 +20,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -164,9 +164,11 @@ class Workers:
                 f"{name}: " + ", ".join(f"worker {i} {text}" for i, text in enumerate(shown))
                 for name, shown in ((name, self._shown(settings[name])) for name in odd)
             )
-            raise ValueError(
-                f"The workers {what} ({differences}): every worker must make the same call, "
-                "with only its data differing."
+            self.refuse(
+                ValueError(
+                    f"The workers {what} ({differences}): every worker must make the same "
+                    "call, with only its data differing."
+                )
             )
 
     def _shown(self, value: object) -> list[str]:
@@ -189,7 +191,20 @@ class Workers:
         messages = [_decode(row) for row in self.stack(_encode(str(error) if error else ""))]
         failed = [(i, text) for i, text in enumerate(messages) if text]
         if failed:
-            raise ValueError("; ".join(f"worker {i}: {text}" for i, text in failed)) from error
+            refusal = ValueError("; ".join(f"worker {i}: {text}" for i, text in failed))
+            refusal.__cause__ = error
+            self.refuse(refusal)
+
+    def refuse(self, error: ValueError) -> NoReturn:
+        """Raise ``error``, a refusal every worker has reached alike, once every worker has
+        reached it. A worker that raised and left at once could cut the exchange that decided
+        it short on another, which would then report a lost worker instead: one more exchange
+        keeps each worker until the others are past it (and may itself be cut short, harmlessly:
+        every worker already knows the refusal)."""
+        if self.count > 1:
+            with contextlib.suppress(WorkerLostError):
+                self.sum(np.zeros(1))
+        raise error
 
 
 def _comparable(value: object) -> float:

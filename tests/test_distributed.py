@@ -9,12 +9,13 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
 from gpflow_svi_gplvm import PointGPLVM, RowShard
-from gpflow_svi_gplvm.distributed import Workers, worker_rows
+from gpflow_svi_gplvm.distributed import WorkerLostError, Workers, worker_rows
 
 RUNS = textwrap.dedent("""
     import json
@@ -121,6 +122,50 @@ def test_one_worker_sums_and_agrees_on_its_own():
     with pytest.raises(ValueError, match="as it was"):
         with workers.agreeing():
             raise ValueError("as it was")
+
+
+@dataclass(frozen=True)
+class SecondOfTwo(Workers):
+    """Worker 1 of two whose peer adds nothing to any exchange (so it was given other
+    settings, and has no refusal of its own) and, every worker making the same exchanges, leaves
+    while its last one still delivers here: exchange number ``cut`` (from 1) fails here as a
+    lost worker."""
+
+    index: int = 1
+    count: int = 2
+    cut: int = 0
+    calls: list = field(default_factory=list)
+
+    def sum(self, array):
+        self.calls.append(array)
+        if len(self.calls) == self.cut:
+            raise WorkerLostError("worker 1: another worker stopped or cannot be reached")
+        return np.asarray(array)
+
+
+def _other_settings(workers: Workers) -> None:
+    workers.agree("were given other settings", {"genes": ["a", "b"], "layer": "counts"})
+
+
+def _own_refusal(workers: Workers) -> None:
+    with workers.agreeing():
+        raise ValueError("no such column")
+
+
+@pytest.mark.parametrize(
+    "refused, message",
+    [
+        (_other_settings, r"given other settings \(genes: worker 0 , worker 1 \['a', 'b'\];"),
+        (_own_refusal, "^worker 1: no such column$"),
+    ],
+)
+def test_a_refusal_reaches_a_worker_whose_peer_left_as_soon_as_it_refused(refused, message):
+    dry = SecondOfTwo()
+    with pytest.raises(ValueError, match=message):
+        refused(dry)
+    # The peer leaves during its last exchange: a refusal here still, not a lost worker.
+    with pytest.raises(ValueError, match=message):
+        refused(SecondOfTwo(cut=len(dry.calls)))
 
 
 def test_a_shard_holds_its_rows_once_on_the_cpu():
