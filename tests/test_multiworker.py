@@ -424,16 +424,12 @@ def test_a_cluster_that_would_wait_forever_is_refused_at_once(tmp_path):
                 command + extra,
                 cwd=tmp_path,
                 env=environment({"cluster": {"worker": workers}, "task": task}),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 text=True,
             )
             for message, (task, extra) in cases.items()
         }
-        try:
-            for message, process in processes.items():
-                stderr = process.communicate(timeout=300)[1]
-                assert process.returncode == 2 and message in stderr, stderr[-2000:]
-        finally:
-            for process in processes.values():
-                process.kill()
+        outputs = finish(list(processes.values()), timeout=300)
+    for (message, process), output in zip(processes.items(), outputs):
+        assert process.returncode == 2 and message in output, output[-2000:]
