@@ -122,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         missing = f"{np.isnan(Y).mean():.1%} missing"
         print(f"data: {_described(data, args.labels) or args.data} -> Y {Y.shape}, {missing}")
     model, history, seconds = _train(args, Y, strategy)
+    workers.finish()
     if not workers.chief:
         rows = worker_rows(len(Y), workers.index, workers.count)
         print(

@@ -195,15 +195,20 @@ class Workers:
             refusal.__cause__ = error
             self.refuse(refusal)
 
-    def refuse(self, error: ValueError) -> NoReturn:
-        """Raise ``error``, a refusal every worker has reached alike, once every worker has
-        reached it. A worker that raised and left at once could cut the exchange that decided
-        it short on another, which would then report a lost worker instead: one more exchange
-        keeps each worker until the others are past it (and may itself be cut short, harmlessly:
-        every worker already knows the refusal)."""
+    def finish(self) -> None:
+        """Return once every worker has reached this point, the end of a run (or of a call after
+        which a worker may leave). A worker that left as soon as the last exchange returned to it
+        could cut that exchange short on another, which would then report a lost worker: one
+        more exchange keeps each worker until the others are past the last one (and may itself
+        be cut short, harmlessly: every worker has what the run exchanged)."""
         if self.count > 1:
             with contextlib.suppress(WorkerLostError):
                 self.sum(np.zeros(1))
+
+    def refuse(self, error: ValueError) -> NoReturn:
+        """Raise ``error``, a refusal every worker has reached alike, once every worker has
+        reached it (:meth:`finish`), so that none reports a lost worker instead."""
+        self.finish()
         raise error
 
 

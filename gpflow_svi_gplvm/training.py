@@ -350,6 +350,7 @@ class Trainer:
         if self.checkpoints is not None and self.checkpoints.saved_at != self.num_steps:
             self.save()
         self._warn_of_rejected_steps(self.steps.rejected_natural_steps() - rejected, iterations)
+        self.workers.finish()
         return self._history(start)
 
     def _advance(self, num_steps: int, start: float) -> np.ndarray:

@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 from check_shapes import set_enable_check_shapes
 
+from gpflow_svi_gplvm.distributed import Workers
+
 
 @pytest.fixture(autouse=True)
 def _check_shapes_enabled():
@@ -19,6 +21,27 @@ def _no_autograph_fallback(caplog):
         yield
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "AutoGraph could not transform" in m]
+
+
+@pytest.fixture
+def exchanges(monkeypatch) -> list[str]:
+    """The exchanges between workers the calls of a test make, in order ("sum" or "finish";
+    one worker makes them too, each alone). A run must end in "finish": a worker leaves after
+    it, never while another still receives the result of an earlier one."""
+    made: list[str] = []
+    total, finish = Workers.sum, Workers.finish
+
+    def recorded_sum(self, array):
+        made.append("sum")
+        return total(self, array)
+
+    def recorded_finish(self):
+        made.append("finish")
+        return finish(self)
+
+    monkeypatch.setattr(Workers, "sum", recorded_sum)
+    monkeypatch.setattr(Workers, "finish", recorded_finish)
+    return made
 
 
 # The files that take longest (minutes, mostly tracing), longest first. pytest-xdist hands out

@@ -134,7 +134,7 @@ def test_bad_single_cell_input_is_named():
         SingleCellGPLVM(Q, layer="counts", batch_key="donor").fit(cells, iterations=1)
 
 
-def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path):
+def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path, exchanges):
     cells = _cells()
     path = tmp_path / "cells.h5ad"
     cells.write_h5ad(path)
@@ -147,6 +147,7 @@ def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path):
     fitted = SingleCellGPLVM(Q, **options).fit(
         path, iterations=20, batch_size=16, progress=False, output=tmp_path / "fitted"
     )
+    assert exchanges[-1] == "finish"  # after the embedding's assembly
     mean = np.load(tmp_path / "fitted" / "X_gplvm.npy")
     np.testing.assert_array_equal(mean, fitted.model.latent_mean().numpy())
     assert np.isfinite(fitted.history.elbo).all() and fitted.history.tracing_count == 1

@@ -22,9 +22,10 @@ from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
 
 
-def test_main_job_on_digits(tmp_path, capsys):
+def test_main_job_on_digits(tmp_path, capsys, exchanges):
     args = ["--iterations", "60", "--num-inducing", "10", "--latent-dim", "3", "--no-progress"]
     assert main([*args, "--output", str(tmp_path)]) == 0
+    assert exchanges[-1] == "finish"
     for name in OUTPUTS:
         assert (tmp_path / name).stat().st_size > 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())

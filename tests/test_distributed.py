@@ -168,6 +168,12 @@ def test_a_refusal_reaches_a_worker_whose_peer_left_as_soon_as_it_refused(refuse
         refused(SecondOfTwo(cut=len(dry.calls)))
 
 
+def test_a_run_ends_alike_on_a_worker_whose_peer_left_as_soon_as_it_finished():
+    finished = SecondOfTwo(cut=1)
+    finished.finish()  # the peer's leaving cuts the last exchange short here: no lost worker
+    assert len(finished.calls) == 1
+
+
 def test_a_shard_holds_its_rows_once_on_the_cpu():
     Y = np.arange(12.0).reshape(6, 2)
     shard = RowShard(Y[2:4], [2, 3], num_data=6)

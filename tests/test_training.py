@@ -92,12 +92,13 @@ def test_latent_gradients_touch_only_batch_rows(model_class, small_Y):
 # --------------------------------------------------------------------------------------------
 
 
-def test_compiled_step_traces_once_over_a_whole_fit(small_Y):
+def test_compiled_step_traces_once_over_a_whole_fit(small_Y, exchanges):
     model = sg.BayesianSVIGPLVM(small_Y, Q, M_SMALL)
     trainer = sg.Trainer(model, small_Y, batch_size=BATCH, seed=1)
     assert N_SMALL % BATCH != 0
 
     history = trainer.train(23, steps_per_call=5, progress=False)  # calls of 5, 5, 5, 5, 3
+    assert exchanges[-1] == "finish"
     assert history.elbo.shape == (23,)
     assert np.all(np.isfinite(history.elbo))
     assert history.tracing_count == 1

@@ -165,6 +165,7 @@ class SingleCellGPLVM:
         self._inference = None
         summary = self._summary(iterations, batch_size, learning_rate)
         self._write_embedding(adata, rows, cells, workers, output, summary)
+        workers.finish()
         return self
 
     def _write_embedding(
