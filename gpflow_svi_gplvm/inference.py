@@ -220,7 +220,9 @@ class LatentInference(tf.Module):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """The pair of outputs of ``function`` over ``arrays`` [N*, ...] (None left out), in
         chunks of rows."""
-        size = chunk_rows(self.model, self.chunk_size, num_draws)
+        # Newton steps fit a Gaussian q(x*)'s 2Q parameters a row (a point's Q: fewer).
+        parameters = 2 * self.model.latent_dim if self.tolerance is not None else 1
+        size = chunk_rows(self.model, self.chunk_size, num_draws, parameters)
         tensors = (tf.convert_to_tensor(a) for a in arrays if a is not None)
         first, second = in_row_chunks(function, size, *tensors)
         return first, second
@@ -601,12 +603,16 @@ def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor
     return tf.random.stateless_normal(shape, seed=[check_seed(seed), 1], dtype=default_float())
 
 
-def chunk_rows(model: NewRowModel, chunk_size: int | None, num_samples: int) -> int:
+def chunk_rows(
+    model: NewRowModel, chunk_size: int | None, num_samples: int, row_parameters: int = 1
+) -> int:
     """``chunk_size`` (checked as in :func:`~gpflow_svi_gplvm.validation.check_chunk_size`) or
     by default rows such that the GP's intermediates stay near 5e7 numbers: D x M x (rows x
-    draws) with a covariance per output or (D + M) x (rows x draws) with a shared one, or, where
-    the predictive is exact (:func:`exact_predictive_applies`, no draws), (M + D) x M x rows near
-    5e6 (larger chunks measured slower: a step's working set leaves the caches)."""
+    draws) with a covariance per output or (D + M) x (rows x draws) with a shared one; near 5e6
+    when Newton steps differentiate them once per parameter of a row (``row_parameters``, P,
+    vectorised) for the rows' Hessians, P times over; or, where the predictive is exact
+    (:func:`exact_predictive_applies`, no draws), (M + D) x M x rows near 5e6 (larger chunks
+    measured slower: a step's working set leaves the caches)."""
     chunk_size = check_chunk_size(chunk_size)
     if chunk_size is not None:
         return chunk_size
@@ -614,7 +620,8 @@ def chunk_rows(model: NewRowModel, chunk_size: int | None, num_samples: int) -> 
     if exact_predictive_applies(model):
         return max(1, int(5e6 // ((M + D) * M)))
     per_draw = D + M if model.shared_covariance else D * M
-    return max(1, int(5e7 // (per_draw * max(num_samples, 1))))
+    budget = 5e7 if row_parameters == 1 else 5e6 / row_parameters
+    return max(1, int(budget // (per_draw * max(num_samples, 1))))
 
 
 def _checked_training_rows(model: NewRowModel, rows, num_rows: int) -> np.ndarray:

@@ -259,7 +259,8 @@ def mistakes() -> dict:
 
 def single_cell() -> dict:
     """SingleCellGPLVM on SETTINGS["path"] (an .h5ad): its model as built (fit for 0 steps) and
-    fitted for a few steps, on this worker's cells (or all, without a cluster)."""
+    fitted for a few steps, and an amortised one fitted, on this worker's cells (or all, without
+    a cluster)."""
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     workers = Workers.of(STRATEGY)
@@ -271,6 +272,10 @@ def single_cell() -> dict:
     )
     fitted = SingleCellGPLVM(2, **options).fit(
         SETTINGS["path"], 30, batch_size=16, strategy=strategy, output=output / "fitted"
+    )
+    # An encoder's q(x), refined cell by cell on each worker before the chief assembles it.
+    SingleCellGPLVM(2, **{**options, "model": "aeb"}).fit(
+        SETTINGS["path"], 10, batch_size=16, strategy=strategy, output=output / "amortised"
     )
     genes = [f"g{j}" for j in range(12 - workers.index)]  # the second worker leaves one out
     try:

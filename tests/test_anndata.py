@@ -11,8 +11,10 @@ pd = pytest.importorskip("pandas")
 sp = pytest.importorskip("scipy.sparse")
 
 import gpflow  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
+from gpflow_svi_gplvm.inference import TOLERANCE, infer_latents  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.spread import EmbeddingSpread  # noqa: E402
 from gpflow_svi_gplvm.sparse_rows import SparseRows  # noqa: E402
@@ -76,6 +78,32 @@ def test_new_cells_are_embedded_by_gene_name(fitted):
     del no_batch.obs["batch"]
     with pytest.raises(ValueError, match="obs has no column 'batch'"):
         model.transform(no_batch)
+
+
+@pytest.mark.filterwarnings("ignore:The embedding collapsed")  # 20 steps on 48 cells
+def test_an_encoders_embedding_is_each_cells_q_x_refined_from_the_encoders(capsys):
+    cells = _cells()
+    face = SingleCellGPLVM(
+        Q, layer="counts", batch_key="batch", num_inducing=8, seed=1, model="aeb"
+    ).fit(cells, iterations=20, batch_size=16)
+    shown = capsys.readouterr().err
+    assert "refine q(x): 100%" in shown and f"| {N}/{N} [" in shown.split("refine q(x)")[-1]
+    model, counts = face.model, cells.layers["counts"].toarray().astype(np.float64)
+    covariates = face.encoding.transform(cells.obs)
+    # The new-row inference of the package's public API, from the encoder's q(x) by Newton steps.
+    mean, variance = infer_latents(
+        model, counts, covariates=covariates, tolerance=TOLERANCE, iterations=300, seed=1
+    )
+    np.testing.assert_allclose(cells.obsm["X_gplvm"], mean.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(cells.obsm["X_gplvm_var"], variance.numpy(), rtol=1e-8)
+    encoders, _ = model.latent.moments(tf.range(N, dtype=tf.int64), tf.constant(counts))
+    assert np.abs(cells.obsm["X_gplvm"] - encoders.numpy()).max() > 1e-3  # moved from there
+    assert cells.uns["gplvm"]["settings"]["refine_latents"] is True
+    # New cells are refined alike: the training cells given as new ones land where fit put them.
+    again = face.transform(cells.copy())
+    np.testing.assert_allclose(again, cells.obsm["X_gplvm"], rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="refine_latents must be True or False"):
+        SingleCellGPLVM(Q, model="aeb", refine_latents="yes")
 
 
 def test_sparse_and_backed_matrices_are_read_in_row_blocks(tmp_path):

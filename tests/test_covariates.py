@@ -174,7 +174,7 @@ def test_single_cell_latents_start_from_what_the_batch_does_not_explain():
     covariate the starting latents separate the cell types and not the batches."""
     import scipy.sparse
 
-    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.start import initial_latents
     from gpflow_svi_gplvm.sparse_rows import SparseRows
 
     rng = np.random.default_rng(0)
@@ -183,7 +183,6 @@ def test_single_cell_latents_start_from_what_the_batch_does_not_explain():
     log_rate = 1.0 + 0.8 * kind[:, None] * (np.arange(genes) < 5)
     log_rate = log_rate + 2.0 * batch[:, None] * (np.arange(genes) >= 15)
     counts = scipy.sparse.csr_matrix(rng.poisson(np.exp(log_rate)).astype(float))
-    face = SingleCellGPLVM(1, likelihood="poisson", batch_key="batch")
     sizes = np.ones(cells)
 
     def separation(latents: np.ndarray, labels: np.ndarray) -> float:
@@ -191,7 +190,7 @@ def test_single_cell_latents_start_from_what_the_batch_does_not_explain():
         x = latents[:, 0]
         return abs(x[labels == 1].mean() - x[labels == 0].mean()) / x.std()
 
-    plain = face._initial_latents(SparseRows(counts), sizes, None)
+    plain = initial_latents(SparseRows(counts), 1, sizes=sizes)
     assert separation(plain, batch) > 1.5 > separation(plain, kind)
-    residual = face._initial_latents(SparseRows(counts), sizes, batch[:, None].astype(float))
+    residual = initial_latents(SparseRows(counts), 1, sizes=sizes, covariates=batch[:, None] * 1.0)
     assert separation(residual, kind) > 1.5 and separation(residual, batch) < 0.1

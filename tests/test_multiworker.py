@@ -343,6 +343,11 @@ def test_single_cell_embedding_of_every_cell_is_assembled_from_the_workers_rows(
     for worker in workers:
         assert worker["fitted_table"].shape[0] == 40  # each holds its own cells' rows only
         assert np.all(np.isfinite(worker["elbo"]))
+    for count in ("one", "two"):  # the encoder's model: each worker refines its own cells' q(x)
+        folder = output / count / "amortised"
+        mean, variance = np.load(folder / "X_gplvm.npy"), np.load(folder / "X_gplvm_var.npy")
+        assert mean.shape == variance.shape == (80, 2) and np.isfinite(mean).all()
+        assert (variance > 0).all() and not list(folder.glob(".*"))
 
 
 @pytest.mark.slow

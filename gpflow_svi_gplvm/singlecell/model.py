@@ -10,14 +10,14 @@ from typing import Any, cast
 import gpflow
 import numpy as np
 import tensorflow as tf
+from tqdm.auto import tqdm
 
 from ..covariates import new_row_inputs
 from ..distributed import RowShard, Workers, worker_rows
-from ..inference import LatentInference
-from ..initialisation import pca_latents
+from ..inference import TOLERANCE, LatentInference
 from ..likelihoods import NegativeBinomial
 from ..models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
-from ..sparse_rows import RowReader, RowStream, row_blocks
+from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
 from ..validation import check_integer, check_path, check_seed, check_writable_folder
 from .cells import (
@@ -33,11 +33,16 @@ from .cells import (
 )
 from .encoding import CovariateEncoding
 from .spread import EmbeddingSpread
+from .start import initial_latents
 
 __all__ = ["SingleCellGPLVM", "LIKELIHOODS"]
 
 LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
 """The values of ``likelihood``: counts (with or without overdispersion) or continuous values."""
+
+INFERENCE_STEPS = 300
+"""The most steps a cell's q(x) takes when inferred (by :meth:`SingleCellGPLVM.transform`, and by
+:meth:`SingleCellGPLVM.fit` when it refines an encoder's); most cells stop far sooner."""
 
 
 class SingleCellGPLVM:
@@ -51,7 +56,13 @@ class SingleCellGPLVM:
     ``likelihood``: "negative_binomial" (a dispersion per gene), "poisson" or "gaussian";
     ``size_factors``: "library" (each cell's total count over the mean), an ``obs`` column, or
     None (counts only); ``model``: "bsvi" (B-SVI), "aeb" (AEB-SVI), "map" or "point";
-    further keyword options go to the model class. Latents start at a PCA of
+    further keyword options go to the model class. ``refine_latents`` (``model="aeb"``): the
+    q(x) that :meth:`fit` writes and :meth:`transform` returns is the encoder's, refined cell by
+    cell by damped Newton steps on the cell's own bound until a step would add less than
+    :data:`~gpflow_svi_gplvm.inference.TOLERANCE` of it (semi-amortised inference: the encoder's
+    q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch out of the
+    embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the encoder's alone,
+    one pass of its networks. Latents start at a PCA of
     :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
 
     Unusual cells and genes: a cell with no counts in the chosen genes is a ``ValueError`` under
@@ -87,6 +98,7 @@ class SingleCellGPLVM:
         num_inducing: int = DEFAULT_NUM_INDUCING,
         key_added: str = "gplvm",
         seed: int = 0,
+        refine_latents: bool = True,
         **model_options: Any,
     ):
         if likelihood not in LIKELIHOODS:
@@ -97,6 +109,9 @@ class SingleCellGPLVM:
         self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
         self.likelihood, self.size_factors = likelihood, size_factors
         self.seed = check_seed(seed)
+        if not isinstance(refine_latents, (bool, np.bool_)):
+            raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
+        self.refine_latents = bool(refine_latents)
         if isinstance(covariate_keys, str):  # one column's name, not its letters
             covariate_keys = [covariate_keys]
         columns = ([batch_key] if batch_key else []) + list(covariate_keys)
@@ -164,7 +179,8 @@ class SingleCellGPLVM:
         )
         self._inference = None
         summary = self._summary(iterations, batch_size, learning_rate)
-        self._write_embedding(adata, rows, cells, workers, output, summary)
+        refining = progress and workers.count == 1
+        self._write_embedding(adata, rows, cells, workers, output, summary, refining)
         workers.finish()
         return self
 
@@ -176,12 +192,13 @@ class SingleCellGPLVM:
         workers: Workers,
         output: str | Path | None,
         summary: dict,
+        progress: bool = False,
     ) -> None:
         """q(x) of this worker's training ``cells`` to ``output`` (the chief assembling every
         worker's) or to ``adata.obsm``, and ``summary`` to ``adata.uns``, with a warning when the
-        embedding collapsed."""
+        embedding collapsed; a progress bar of the cells refined with ``progress``."""
         spread = EmbeddingSpread(self.latent_dim)
-        blocks = spread.tracked(self._training_moments(rows))
+        blocks = spread.tracked(self._training_moments(rows, progress))
         if output is not None:
             moments = assembled(Path(output), self.key_added, blocks, cells, workers)
         else:
@@ -217,14 +234,23 @@ class SingleCellGPLVM:
         obs = adata.obs.iloc[block]
         covariates = self.encoding.fit(obs, workers).transform(obs)
         sizes = size_factors_of(self.size_factors, obs, library, workers)
-        initial = self._initial_latents(rows, sizes, covariates, workers, cells)
+        initial = initial_latents(
+            rows,
+            self.latent_dim,
+            counts=self._counts,
+            sizes=sizes,
+            covariates=covariates,
+            seed=self.seed,
+            workers=workers,
+            cells=cells,
+        )
         data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
         with strategy.scope() if strategy is not None else nullcontext():
             model = lookup_model(self.model_name)(
                 data,
                 self.latent_dim,
                 min(self.num_inducing, adata.n_obs),
-                likelihood=self._likelihood(rows.shape[1]),
+                likelihood=_likelihood(self.likelihood, rows.shape[1]),
                 latent_init=initial,
                 seed=self.seed,
                 covariates=covariates,
@@ -248,7 +274,9 @@ class SingleCellGPLVM:
         }
         workers.agree("were given other inputs than the chief", inputs)
 
-    def transform(self, adata, iterations: int = 300, chunk_size: int = 4096) -> np.ndarray:
+    def transform(
+        self, adata, iterations: int = INFERENCE_STEPS, chunk_size: int = 4096
+    ) -> np.ndarray:
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name, and
         the fitted ``obs`` columns) with the model frozen, written to ``obsm`` as in
         :meth:`fit`; returns the means [N*, Q]."""
@@ -274,10 +302,7 @@ class SingleCellGPLVM:
             if self.size_factors != "library"
             else None
         )
-        if self._inference is None or self._inference.iterations != iterations:
-            # Kept: its compiled graphs serve later calls with as many steps.
-            self._inference = LatentInference(self.model, iterations, seed=self.seed)
-        inference = self._inference
+        inference = self._latent_inference(iterations)
         means, variances = [], []
         for start in range(0, rows.shape[0], chunk_size):
             block = rows[start : start + chunk_size]
@@ -295,69 +320,48 @@ class SingleCellGPLVM:
         adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
         return adata.obsm[f"X_{self.key_added}"]
 
-    def _initial_latents(
-        self,
-        rows: RowReader,
-        sizes: np.ndarray | None,
-        covariates: np.ndarray | None,
-        workers: Workers | None = None,
-        cells: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """PCA scores [N, Q] of log(1 + y / s) (of y itself for a Gaussian likelihood) with each
-        gene's least-squares fit on the covariates C [N, R] (and a constant) taken out, so that
-        the latent starts from what the covariates do not explain, as it should end. With
-        ``workers``, of this worker's ``cells`` [n], from sums over every worker's cells."""
-        workers = workers or Workers()
-        factors = np.ones(rows.shape[0]) if sizes is None else sizes
-
-        def normalised(block: np.ndarray, index: np.ndarray) -> np.ndarray:
-            if self.likelihood == "gaussian":
-                return block
-            return np.log1p(block / factors[index, None])
-
-        transform = normalised
-        if covariates is not None:
-            design = np.column_stack([np.ones(rows.shape[0]), covariates])  # [N, R + 1]
-            moments = np.zeros((design.shape[1], rows.shape[1]))  # C^T L, a block at a time
-            for design_block, block in zip(row_blocks(design), row_blocks(rows.view(normalised))):
-                moments += design_block.T @ block
-            # pinv: a one-hot batch beside the constant is collinear with it.
-            gram, moments = workers.sum(design.T @ design), workers.sum(moments)
-            effects = np.linalg.pinv(gram) @ moments  # [R + 1, D]
-
-            def transform(block: np.ndarray, index: np.ndarray) -> np.ndarray:
-                return normalised(block, index) - design[index] @ effects
-
-        # pca_latents reads a block of rows at a time (row_blocks), which SparseRows serves.
-        view = cast(np.ndarray, rows.view(transform))
-        if workers.count == 1:
-            return pca_latents(view, self.latent_dim, seed=self.seed)
-        return pca_latents(view, self.latent_dim, seed=self.seed, rows=cells, workers=workers)
-
     @property
     def _counts(self) -> bool:
         return self.likelihood != "gaussian"
 
-    def _likelihood(self, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
-        if self.likelihood == "negative_binomial":
-            return NegativeBinomial(num_outputs=num_genes)
-        if self.likelihood == "poisson":
-            return gpflow.likelihoods.Poisson()
-        return None
-
     def _training_moments(
-        self, rows: RowReader, block_size: int = 4096
+        self, rows: RowReader, progress: bool = False, block_size: int = 4096
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Means and variances [b, Q] of q(x_n) of the training cells, a block of rows at a time
-        (an encoder reads their values; a latent table is read a block of its rows at a time)."""
+        (an encoder reads their values, and with ``refine_latents`` each cell's q(x) is then
+        refined as in :meth:`transform`; a latent table is read a block of its rows at a time)."""
         model = self.model
         assert model is not None
-        for start in range(0, rows.shape[0], block_size):
-            stop = min(start + block_size, rows.shape[0])
-            idx = tf.range(start, stop, dtype=tf.int64)
-            values = tf.constant(rows[start:stop]) if model.latent.amortised else None
-            mean, variance = model.latent.moments(idx, values)
-            yield mean.numpy(), variance.numpy()
+        refine = self.refine_latents and model.latent.amortised
+        shown = progress and refine  # the other cases are one quick pass
+        with tqdm(total=rows.shape[0], disable=not shown, desc="refine q(x)", unit="cell") as bar:
+            for start in range(0, rows.shape[0], block_size):
+                stop = min(start + block_size, rows.shape[0])
+                if refine:
+                    inputs = model.row_inputs
+                    block_inputs = None if inputs is None else inputs[start:stop].numpy()
+                    inference = self._latent_inference(INFERENCE_STEPS)
+                    mean, variance = inference.infer(rows[start:stop], block_inputs)
+                else:
+                    idx = tf.range(start, stop, dtype=tf.int64)
+                    values = tf.constant(rows[start:stop]) if model.latent.amortised else None
+                    mean, variance = model.latent.moments(idx, values)
+                bar.update(stop - start)
+                yield mean.numpy(), variance.numpy()
+
+    def _latent_inference(self, iterations: int) -> LatentInference:
+        """The inference of cells' q(x) in at most ``iterations`` steps, kept: its compiled graphs
+        serve later calls with as many steps. An encoder's q(x) is refined by Newton steps with
+        ``refine_latents``; otherwise as :class:`LatentInference` does by default."""
+        model = self.model
+        assert model is not None
+        if self._inference is None or self._inference.iterations != iterations:
+            refine = self.refine_latents and model.latent.amortised
+            tolerance = TOLERANCE if refine else "auto"
+            self._inference = LatentInference(
+                model, iterations, seed=self.seed, tolerance=tolerance
+            )
+        return self._inference
 
     def _summary(self, iterations: int, batch_size: int, learning_rate: float) -> dict:
         """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
@@ -377,6 +381,7 @@ class SingleCellGPLVM:
                 "batch_size": batch_size,
                 "learning_rate": learning_rate,
                 "seed": self.seed,
+                "refine_latents": self.refine_latents,
             },
             "genes": np.array(self.gene_names, dtype=object),
             "elbo": np.asarray(self.history.elbo),
@@ -386,3 +391,13 @@ class SingleCellGPLVM:
                 np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
             ),
         }
+
+
+def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
+    """The likelihood ``name`` (one of :data:`LIKELIHOODS`) of ``num_genes`` genes; None for the
+    model's default, a Gaussian."""
+    if name == "negative_binomial":
+        return NegativeBinomial(num_outputs=num_genes)
+    if name == "poisson":
+        return gpflow.likelihoods.Poisson()
+    return None
