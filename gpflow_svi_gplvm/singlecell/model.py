@@ -216,8 +216,11 @@ class SingleCellGPLVM:
                 f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
                 "by its path is never changed."
             )
-        if output is not None:  # found now, not after training
-            check_writable_folder(check_path(output, "output"), "output")
+        # Found now, not after training; by the chief alone (the others learn its verdict): a
+        # worker's try could otherwise find the folder another's try made and is removing.
+        with workers.agreeing():
+            if output is not None and workers.chief:
+                check_writable_folder(check_path(output, "output"), "output")
 
     def _build(
         self,
