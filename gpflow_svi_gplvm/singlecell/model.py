@@ -160,6 +160,7 @@ class SingleCellGPLVM:
         self.gene_names = gene_names(genes_of(adata, self.layer), self.genes)
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
+        progress = progress and workers.count == 1  # the bars of one process
         self.model, rows, data = self._build(adata, cells, workers, strategy)
         batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
         self.history = fit(
@@ -169,7 +170,7 @@ class SingleCellGPLVM:
             batch_size=batch_size,
             learning_rate=learning_rate,
             seed=self.seed,
-            progress=progress and workers.count == 1,
+            progress=progress,
             strategy=strategy,
             callback=callback,
             callback_every=callback_every,
@@ -179,8 +180,7 @@ class SingleCellGPLVM:
         )
         self._inference = None
         summary = self._summary(iterations, batch_size, learning_rate)
-        refining = progress and workers.count == 1
-        self._write_embedding(adata, rows, cells, workers, output, summary, refining)
+        self._write_embedding(adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
 
@@ -327,6 +327,11 @@ class SingleCellGPLVM:
     def _counts(self) -> bool:
         return self.likelihood != "gaussian"
 
+    @property
+    def _refines(self) -> bool:
+        """Whether cells' q(x) is refined from an encoder's (``refine_latents``, amortised)."""
+        return self.refine_latents and cast(SVIGPLVM, self.model).latent.amortised
+
     def _training_moments(
         self, rows: RowReader, progress: bool = False, block_size: int = 4096
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -335,15 +340,14 @@ class SingleCellGPLVM:
         refined as in :meth:`transform`; a latent table is read a block of its rows at a time)."""
         model = self.model
         assert model is not None
-        refine = self.refine_latents and model.latent.amortised
+        refine, inputs = self._refines, model.row_inputs
+        inference = self._latent_inference(INFERENCE_STEPS) if refine else None
         shown = progress and refine  # the other cases are one quick pass
         with tqdm(total=rows.shape[0], disable=not shown, desc="refine q(x)", unit="cell") as bar:
             for start in range(0, rows.shape[0], block_size):
                 stop = min(start + block_size, rows.shape[0])
-                if refine:
-                    inputs = model.row_inputs
+                if inference is not None:
                     block_inputs = None if inputs is None else inputs[start:stop].numpy()
-                    inference = self._latent_inference(INFERENCE_STEPS)
                     mean, variance = inference.infer(rows[start:stop], block_inputs)
                 else:
                     idx = tf.range(start, stop, dtype=tf.int64)
@@ -356,13 +360,10 @@ class SingleCellGPLVM:
         """The inference of cells' q(x) in at most ``iterations`` steps, kept: its compiled graphs
         serve later calls with as many steps. An encoder's q(x) is refined by Newton steps with
         ``refine_latents``; otherwise as :class:`LatentInference` does by default."""
-        model = self.model
-        assert model is not None
         if self._inference is None or self._inference.iterations != iterations:
-            refine = self.refine_latents and model.latent.amortised
-            tolerance = TOLERANCE if refine else "auto"
+            tolerance = TOLERANCE if self._refines else "auto"
             self._inference = LatentInference(
-                model, iterations, seed=self.seed, tolerance=tolerance
+                cast(SVIGPLVM, self.model), iterations, seed=self.seed, tolerance=tolerance
             )
         return self._inference
 
