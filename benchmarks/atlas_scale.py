@@ -65,7 +65,7 @@ def write_atlas(path: Path, cells: int, block: int = 20_000) -> Path:
 
     from gpflow_svi_gplvm.datasets import atlas_blocks
 
-    cell_type, batch, _, blocks = atlas_blocks(cells, GENES, seed=0, block=block)
+    cell_type, batch, _, _, blocks = atlas_blocks(cells, GENES, seed=0, block=block)
     obs = pd.DataFrame(
         {
             "batch": pd.Categorical(np.array(["a", "b"])[batch]),

@@ -3,9 +3,22 @@ an embedding of labelled cells."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
-__all__ = ["rmse", "nlpd", "embedding_scores"]
+__all__ = [
+    "rmse",
+    "nlpd",
+    "embedding_scores",
+    "leiden_clusterings",
+    "rare_type_f1",
+    "RARE_SHARE",
+    "NEIGHBOURS",
+]
+
+RARE_SHARE = 0.02
+"""Cell types holding fewer than this share of the cells are rare (:func:`rare_type_f1`)."""
 
 
 def rmse(Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None) -> float:
@@ -74,47 +87,135 @@ def _scored(Y_true, mask, *predictions) -> tuple[np.ndarray, np.ndarray]:
 
 
 def embedding_scores(
-    embedding: np.ndarray, cell_type: np.ndarray, batch: np.ndarray | None = None
+    embedding: np.ndarray,
+    cell_type: np.ndarray,
+    batch: np.ndarray | None = None,
+    leiden: bool = False,
 ) -> dict[str, float]:
     """How an embedding [N, Q] keeps cell types [N] apart and mixes batches [N], as single-cell
     benchmarks score it: NMI and ARI of k-means (k = the number of types) against the types;
     cell-type ASW, (silhouette + 1) / 2 of the types (on 5,000 cells at most); graph
     connectivity, the mean over types of the largest connected share of the type's cells in the
-    15-nearest-neighbour graph; and with ``batch``, batch ASW, the mean over types (with two or
-    more batches) of :math:`1 - |s|`, s the silhouette of the batches within the type (1: mixed)."""
-    from scipy.sparse.csgraph import connected_components
+    15-nearest-neighbour graph; with ``batch``, batch ASW, the mean over types (with two or
+    more batches) of :math:`1 - |s|`, s the silhouette of the batches within the type (1: mixed);
+    with ``leiden``, "Leiden NMI" and "Leiden ARI" at the resolution whose clusters best match
+    the types by NMI, as scIB scores (:func:`leiden_clusterings`); where some types hold under
+    :data:`RARE_SHARE` of the cells, :func:`rare_type_f1` over k-means with k and 2k clusters
+    (and the Leiden clusterings)."""
     from sklearn.cluster import KMeans
-    from sklearn.metrics import (
-        adjusted_rand_score,
-        normalized_mutual_info_score,
-        silhouette_samples,
-        silhouette_score,
-    )
+    from sklearn.metrics import normalized_mutual_info_score, silhouette_score
     from sklearn.neighbors import kneighbors_graph
 
-    rng = np.random.default_rng(0)
     types = np.unique(cell_type)
     clusters = KMeans(len(types), n_init=10, random_state=0).fit_predict(embedding)
-    sample = rng.permutation(len(embedding))[:5000]
+    sample = np.random.default_rng(0).permutation(len(embedding))[:5000]
+    graph = kneighbors_graph(embedding, NEIGHBOURS, include_self=False)
     result = {
-        "NMI": normalized_mutual_info_score(cell_type, clusters),
-        "ARI": adjusted_rand_score(cell_type, clusters),
+        **_clustering_scores(cell_type, clusters),
         "cell-type ASW": (silhouette_score(embedding[sample], cell_type[sample]) + 1) / 2,
+        "graph connectivity": _graph_connectivity(graph, cell_type),
     }
-    graph = kneighbors_graph(embedding, 15, include_self=False)
-    connectivity = []
-    for t in types:
+    clusterings = [clusters]
+    if leiden:
+        found = leiden_clusterings(graph)
+        best = max(found, key=lambda c: normalized_mutual_info_score(cell_type, c))
+        result.update(_clustering_scores(cell_type, best, "Leiden "))
+        clusterings += found
+    if any(np.mean(cell_type == t) < RARE_SHARE for t in types):
+        clusterings.append(KMeans(2 * len(types), n_init=10, random_state=0).fit_predict(embedding))
+        result["rare-type F1"] = rare_type_f1(cell_type, clusterings)
+    if batch is not None:
+        result["batch ASW"] = _batch_asw(embedding[sample], cell_type[sample], batch[sample])
+    return {k: float(v) for k, v in result.items()}
+
+
+NEIGHBOURS = 15
+"""The neighbours of each cell in the graphs that :func:`embedding_scores` builds."""
+
+
+def _clustering_scores(cell_type: np.ndarray, clusters: np.ndarray, name: str = "") -> dict:
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    return {
+        f"{name}NMI": normalized_mutual_info_score(cell_type, clusters),
+        f"{name}ARI": adjusted_rand_score(cell_type, clusters),
+    }
+
+
+def _graph_connectivity(graph, cell_type: np.ndarray) -> float:
+    """The mean over types of the share of the type's cells in the largest connected component
+    of ``graph`` [N, N] restricted to them."""
+    from scipy.sparse.csgraph import connected_components
+
+    shares = []
+    for t in np.unique(cell_type):
         cells = np.flatnonzero(cell_type == t)
         _, labels = connected_components(graph[cells][:, cells], directed=False)
-        connectivity.append(np.bincount(labels).max() / len(cells))
-    result["graph connectivity"] = float(np.mean(connectivity))
-    if batch is not None:
-        per_type = []
-        for t in types:
-            cells = sample[cell_type[sample] == t]
-            if len(np.unique(batch[cells])) > 1:
-                per_type.append(
-                    np.mean(1 - np.abs(silhouette_samples(embedding[cells], batch[cells])))
-                )
-        result["batch ASW"] = float(np.mean(per_type))
-    return {k: float(v) for k, v in result.items()}
+        shares.append(np.bincount(labels).max() / len(cells))
+    return float(np.mean(shares))
+
+
+def _batch_asw(embedding: np.ndarray, cell_type: np.ndarray, batch: np.ndarray) -> float:
+    """The mean over types with two or more batches of :math:`1 - |s|`, s the batches'
+    silhouette within the type."""
+    from sklearn.metrics import silhouette_samples
+
+    per_type = []
+    for t in np.unique(cell_type):
+        cells = cell_type == t
+        if len(np.unique(batch[cells])) > 1:
+            per_type.append(np.mean(1 - np.abs(silhouette_samples(embedding[cells], batch[cells]))))
+    return float(np.mean(per_type))
+
+
+def leiden_clusterings(
+    graph, resolutions: np.ndarray | None = None, seed: int = 0
+) -> list[np.ndarray]:
+    """Leiden clusterings [N] (modularity with a resolution, python-igraph's) of the symmetrised
+    nearest-neighbour ``graph`` [N, N] (unweighted), one per resolution: 0.1, 0.2, ..., 2 by
+    default, the sweep scIB makes. python-igraph is an optional dependency (the ``bench``
+    extra)."""
+    try:
+        import igraph
+    except ImportError as error:
+        raise ValueError(
+            "Leiden clusters need python-igraph: pip install 'gpflow-svi-gplvm[bench]', or score "
+            "without leiden=True."
+        ) from error
+    resolutions = np.arange(1, 21) / 10 if resolutions is None else resolutions
+    symmetric = (graph + graph.T).tocoo()
+    upper = symmetric.row < symmetric.col
+    network = igraph.Graph(
+        n=graph.shape[0], edges=np.column_stack([symmetric.row[upper], symmetric.col[upper]])
+    )
+    found = []
+    for resolution in resolutions:
+        igraph.set_random_number_generator(random.Random(seed))
+        partition = network.community_leiden(
+            objective_function="modularity", resolution=float(resolution), n_iterations=2
+        )
+        found.append(np.asarray(partition.membership))
+    igraph.set_random_number_generator(random)
+    return found
+
+
+def rare_type_f1(
+    cell_type: np.ndarray, clusterings: list[np.ndarray], share: float = RARE_SHARE
+) -> float:
+    r"""The worst, over the cell types holding under ``share`` of the N cells, of the F1 of the
+    cluster that best matches the type, :math:`\max_c 2 |c \cap t| / (|c| + |t|)`, taken over
+    every clustering [N] given (as scIB's isolated-label F1 takes the clustering that best
+    matches each label); NaN without such a type. 1: every rare type is a cluster of its own."""
+    cell_type = np.asarray(cell_type)
+    types, sizes = np.unique(cell_type, return_counts=True)
+    scores = []
+    for t in types[sizes < share * len(cell_type)]:
+        members = cell_type == t
+        best = 0.0
+        for clusters in clusterings:
+            for c in np.unique(clusters[members]):
+                inside = clusters == c
+                both = np.sum(inside & members)
+                best = max(best, 2 * both / (inside.sum() + members.sum()))
+        scores.append(best)
+    return float(min(scores)) if scores else float("nan")

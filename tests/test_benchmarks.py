@@ -97,10 +97,16 @@ def test_flows_benchmark_demo_quick():
 def test_single_cell_benchmark_quick():
     pytest.importorskip("anndata")
     pytest.importorskip("scanpy")
-    # Two of the five contenders, one process each: the scoring and table of every one.
+    # Two of the five contenders, one process each, on the hard atlas, whose rare types are
+    # scored too: the scoring and table of every one.
     contenders = ["PCA", "B-SVI NB + batch"]
-    out = _run(str(BENCHMARKS / "single_cell.py"), "atlas", "--quick", "--contenders", *contenders)
+    command = ["atlas", "--quick", "--hard", "--contenders", *contenders]
+    out = _run(str(BENCHMARKS / "single_cell.py"), *command)
     assert "| B-SVI NB + batch |" in out and "| PCA |" in out and "failed" not in out
+    header = next(line for line in out.splitlines() if line.startswith("| contender |"))
+    column = header.split(" | ").index("rare-type F1")
+    pca = next(line for line in out.splitlines() if line.startswith("| PCA |"))
+    assert 0.0 <= float(pca.split(" | ")[column]) <= 1.0
 
 
 def _anchor(heading: str) -> str:

@@ -1,8 +1,13 @@
 """Scores of an embedding of labelled cells against what they mean on made-up embeddings."""
 
-import numpy as np
+import sys
 
-from gpflow_svi_gplvm.metrics import embedding_scores
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpflow_svi_gplvm.metrics import embedding_scores, leiden_clusterings, rare_type_f1
 
 
 def _cells(batch_apart: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -26,3 +31,57 @@ def test_batches_split_apart_score_a_low_batch_asw():
     embedding, cell_type, batch = _cells(batch_apart=True)
     assert embedding_scores(embedding, cell_type, batch)["batch ASW"] < 0.3
     assert "batch ASW" not in embedding_scores(embedding, cell_type)
+
+
+def test_rare_type_f1_takes_each_rare_type_s_best_cluster_over_the_clusterings():
+    cell_type = np.repeat([0, 1, 2, 3], [100, 100, 3, 2])  # types 2 and 3 are rare (< 2%)
+    merged = np.repeat([0, 1, 1, 1], [100, 100, 3, 2])  # both rare types inside type 1's cluster
+    apart = np.repeat([0, 1, 2, 2], [100, 100, 3, 2])  # the rare types together in one cluster
+    # Type 3 against cluster 1 of `merged`: 2 * 2 / (105 + 2); against cluster 2 of `apart`:
+    # 2 * 2 / (5 + 2). The score is the worse rare type's best.
+    assert rare_type_f1(cell_type, [merged]) == pytest.approx(4 / 107)
+    assert rare_type_f1(cell_type, [merged, apart]) == pytest.approx(4 / 7)
+    assert rare_type_f1(cell_type, [cell_type]) == 1.0
+    assert np.isnan(rare_type_f1(np.repeat([0, 1], 50), [np.zeros(100)]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=60, max_size=200), st.integers(0, 2**31 - 1))
+def test_rare_type_f1_lies_in_zero_one_and_grows_with_more_clusterings(labels, seed):
+    cell_type = np.array(labels)
+    clusters = np.random.default_rng(seed).integers(0, 4, len(cell_type))
+    alone = rare_type_f1(cell_type, [clusters], share=0.1)
+    both = rare_type_f1(cell_type, [clusters, cell_type], share=0.1)
+    if np.isnan(alone):
+        assert np.isnan(both)
+        return
+    assert 0.0 <= alone <= both == 1.0
+
+
+def test_embedding_scores_score_rare_types_only_where_there_are_some():
+    embedding, cell_type, batch = _cells(batch_apart=False)
+    assert "rare-type F1" not in embedding_scores(embedding, cell_type, batch)
+    rare = np.vstack([embedding, [[100.0, 50.0]] * 4])  # 4 of 304 cells, far from the rest
+    scores = embedding_scores(rare, np.append(cell_type, [3] * 4), np.append(batch, [0, 1] * 2))
+    assert scores["rare-type F1"] == 1.0
+
+
+def test_leiden_scores_take_the_resolution_that_best_matches_the_types():
+    pytest.importorskip("igraph")
+    embedding, cell_type, batch = _cells(batch_apart=False)
+    scores = embedding_scores(embedding, cell_type, batch, leiden=True)
+    assert scores["Leiden NMI"] == scores["Leiden ARI"] == 1.0
+    from sklearn.neighbors import kneighbors_graph
+
+    graph = kneighbors_graph(embedding, 15, include_self=False)
+    found = leiden_clusterings(graph, np.array([0.1, 2.0]))
+    # A higher resolution splits the three far-apart groups further, never merges them.
+    assert len(np.unique(found[0])) <= len(np.unique(found[1]))
+    assert all(len(np.unique(cell_type[c == k])) == 1 for c in found for k in np.unique(c))
+
+
+def test_leiden_without_igraph_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "igraph", None)
+    embedding, cell_type, _ = _cells(batch_apart=False)
+    with pytest.raises(ValueError, match=r"python-igraph: pip install"):
+        embedding_scores(embedding, cell_type, leiden=True)
