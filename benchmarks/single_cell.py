@@ -82,7 +82,7 @@ def make_atlas(cells: int, genes: int, path: Path, options: dict) -> None:
 
     from gpflow_svi_gplvm.datasets import simulate_atlas
 
-    atlas = simulate_atlas(cells, genes, seed=0, **options)
+    atlas = simulate_atlas(cells, genes, **options)
     density = atlas.counts.nnz / (cells * genes)
     print(f"atlas: {cells} cells x {genes} genes, {density:.1%} of the counts non-zero")
     obs = pd.DataFrame(
@@ -100,11 +100,14 @@ def make_atlas(cells: int, genes: int, path: Path, options: dict) -> None:
 
 def atlas_options(args: argparse.Namespace) -> dict:
     """simulate_atlas's options from the command line: --hard's atlas or the defaults, with the
-    scales given."""
-    scales = dict(
-        de_scale=args.de_scale, batch_scale=args.batch_scale, library_size=args.library_size
+    scales and seed given."""
+    given = dict(
+        de_scale=args.de_scale,
+        batch_scale=args.batch_scale,
+        library_size=args.library_size,
+        seed=args.atlas_seed,
     )
-    return {**(HARD_ATLAS if args.hard else {}), **scales}
+    return {**(HARD_ATLAS if args.hard else {}), **given}
 
 
 def make_pbmc(path: Path) -> None:
@@ -129,7 +132,7 @@ def run_pca(adata, counts: bool) -> np.ndarray:
     return adata.obsm["X_pca"]
 
 
-def run_gplvm(adata, options: dict, iterations: int) -> tuple[np.ndarray, dict]:
+def run_gplvm(adata, options: dict, args: argparse.Namespace) -> tuple[np.ndarray, dict]:
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     counts = options["likelihood"] != "gaussian"
@@ -144,7 +147,8 @@ def run_gplvm(adata, options: dict, iterations: int) -> tuple[np.ndarray, dict]:
         shared_covariance=True,
         refine_latents=options.get("refine_latents", True),
     )
-    model.fit(adata, iterations=iterations, batch_size=256, progress=False)
+    rate = {} if args.learning_rate is None else {"learning_rate": args.learning_rate}
+    model.fit(adata, iterations=args.iterations, batch_size=256, progress=False, **rate)
     elbo = np.asarray(adata.uns["gplvm"]["elbo"])
     tenth = max(len(elbo) // 10, 1)
     extra = {
@@ -180,7 +184,7 @@ def one(args: argparse.Namespace) -> None:
         embedding = run_scvi(adata, "batch" in adata.obs, args.scvi_epochs)
     else:
         options = {**CONTENDERS, **GAUSSIAN}[args.contender]
-        embedding, extra = run_gplvm(adata, options, args.iterations)
+        embedding, extra = run_gplvm(adata, options, args)
     seconds = time.perf_counter() - start
     # All threads' CPU seconds: on shared cores the wall time also counts the others' work.
     extra["cpu_seconds"] = time.process_time() - cpu
@@ -305,6 +309,8 @@ def compare(args: argparse.Namespace) -> None:
             python = os.environ["SCVI_PYTHON"] if contender.startswith("scVI") else sys.executable
             command = [python, __file__, "one", "--contender", contender, "--data", str(data)]
             command += ["--out", str(out), "--iterations", str(args.iterations)]
+            if args.learning_rate is not None:
+                command += ["--learning-rate", str(args.learning_rate)]
             if args.scvi_epochs:
                 command += ["--scvi-epochs", str(args.scvi_epochs)]
             result = subprocess.run(command, capture_output=True, text=True)
@@ -356,7 +362,11 @@ def main() -> None:
         "--batch-scale", type=float, default=0.5, help="simulate_atlas's batch_scale"
     )
     parser.add_argument("--hard", action="store_true", help="the harder atlas, HARD_ATLAS")
+    parser.add_argument("--atlas-seed", type=int, default=0, help="simulate_atlas's seed")
     parser.add_argument("--iterations", type=int, default=3000)
+    parser.add_argument(
+        "--learning-rate", type=float, default=None, help="fit's (default: SingleCellGPLVM's)"
+    )
     parser.add_argument("--scvi-epochs", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-figure", action="store_true", help="skip the UMAPs")

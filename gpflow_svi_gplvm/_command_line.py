@@ -91,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
     parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
-    parser.add_argument("--learning-rate", type=float, default=0.01, help="Adam's")
+    parser.add_argument(
+        "--learning-rate",
+        type=float,
+        help="Adam's (default: fit's, 0.01; for an .h5ad, SingleCellGPLVM.fit's for the model)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds initialisation and batches")
     parser.add_argument(
         "--shared-covariance",

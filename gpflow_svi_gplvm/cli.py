@@ -30,7 +30,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import gpflow
 import matplotlib
@@ -197,7 +197,7 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
         args.data,
         args.iterations,
         batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
+        learning_rate=args.learning_rate,  # None: SingleCellGPLVM.fit's for the model
         progress=not args.no_progress and workers.chief,
         strategy=strategy,
         output=args.output,
@@ -289,7 +289,7 @@ def _train(
         data,
         iterations=args.iterations,
         batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
+        **_learning_rate(args),
         seed=args.seed,
         progress=not args.no_progress,
         strategy=strategy,
@@ -483,6 +483,11 @@ def _print_summary(args: argparse.Namespace, metrics: dict, seconds: float, step
         f"latent dims kept by ARD (latent means spread >= {RELEVANCE_KEPT:.0%} of the widest, "
         f"in lengthscales): {metrics['kept_latent_dims']} of {args.latent_dim}"
     )
+
+
+def _learning_rate(args: argparse.Namespace) -> dict[str, Any]:
+    """--learning-rate as fit's option where given; else fit's own default."""
+    return {} if args.learning_rate is None else {"learning_rate": args.learning_rate}
 
 
 if __name__ == "__main__":

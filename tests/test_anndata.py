@@ -16,6 +16,10 @@ import tensorflow as tf  # noqa: E402
 from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
 from gpflow_svi_gplvm.inference import TOLERANCE, infer_latents  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
+from gpflow_svi_gplvm.singlecell.model import (  # noqa: E402
+    ENCODER_LEARNING_RATE,
+    TABLE_LEARNING_RATE,
+)
 from gpflow_svi_gplvm.singlecell.spread import EmbeddingSpread  # noqa: E402
 from gpflow_svi_gplvm.sparse_rows import SparseRows  # noqa: E402
 
@@ -54,6 +58,7 @@ def test_fit_writes_the_embedding_and_its_record(fitted):
     assert (cells.obsm["X_gplvm_var"] > 0).all()
     record = cells.uns["gplvm"]
     assert record["settings"]["likelihood"] == "negative_binomial"
+    assert record["settings"]["learning_rate"] == TABLE_LEARNING_RATE == 0.03  # a latent table's
     assert len(record["elbo"]) == 20 and np.isfinite(record["elbo"]).all()
     assert record["ard_lengthscales"].shape == (Q,)
     assert list(record["covariates"]) == ["batch=a", "batch=b"]
@@ -99,6 +104,7 @@ def test_an_encoders_embedding_is_each_cells_q_x_refined_from_the_encoders(capsy
     encoders, _ = model.latent.moments(tf.range(N, dtype=tf.int64), tf.constant(counts))
     assert np.abs(cells.obsm["X_gplvm"] - encoders.numpy()).max() > 1e-3  # moved from there
     assert cells.uns["gplvm"]["settings"]["refine_latents"] is True
+    assert cells.uns["gplvm"]["settings"]["learning_rate"] == ENCODER_LEARNING_RATE == 0.01
     # New cells are refined alike: the training cells given as new ones land where fit put them.
     again = face.transform(cells.copy())
     np.testing.assert_allclose(again, cells.obsm["X_gplvm"], rtol=1e-8, atol=1e-10)

@@ -322,7 +322,7 @@ def test_help_imports_no_tensorflow_and_shows_every_default():
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
     assert "gpflow_svi_gplvm._command_line" in imported
     assert not [name for name in imported if name.split(".")[0] in ("tensorflow", "gpflow")]
-    for default in ["(default: 0)", "(default: bsvi)", "(default: 3000)", "(default: 0.01)"]:
+    for default in ["(default: 0)", "(default: bsvi)", "(default: 3000)", "(default: fit's, 0.01;"]:
         assert default in result.stdout
 
 
