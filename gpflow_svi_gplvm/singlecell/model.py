@@ -47,10 +47,10 @@ LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
 
 TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = 0.03, 0.01
 """Adam's step size in :meth:`SingleCellGPLVM.fit` unless given: latent tables (B-SVI, MAP,
-point) take three times :func:`~gpflow_svi_gplvm.fit`'s 0.01 (in 3,000 steps on a hard simulated
-atlas B-SVI's Leiden ARI was 0.976 with 0.03 against 0.867 with 0.01; it mixed the default
-atlas's batches better and kept PBMC's scores); an encoder keeps 0.01 (with 0.03 the amortised
-model lost the default atlas's cell types: ARI 0.100 against 1.000).
+point) take three times :func:`~gpflow_svi_gplvm.fit`'s 0.01 (in 3,000 steps on two hard
+simulated atlases B-SVI's Leiden ARI was 0.976 and 0.905 with 0.03 against 0.867 and 0.900 with
+0.01; it mixed the default atlas's batches better and kept PBMC's scores); an encoder keeps 0.01
+(with 0.03 the amortised model lost the default atlas's cell types: ARI 0.100 against 1.000).
 benchmarks/results/single_cell.md has the tables."""
 
 INFERENCE_STEPS = 300
