@@ -158,17 +158,14 @@ class SingleCellGPLVM:
         resume: bool = False,
     ) -> SingleCellGPLVM:
         """Fit to ``adata`` (an AnnData, or the path of an ``.h5ad`` file, read a block at a
-        time) and write ``obsm`` and ``uns`` there (an AnnData), or to ``output``.
-
-        ``learning_rate``: Adam's, by default :data:`TABLE_LEARNING_RATE` or, for an encoder,
-        :data:`ENCODER_LEARNING_RATE`. ``batch_size`` is the global batch; ``strategy`` (several
-        workers), ``output`` and reading a path out of core are described in the class's
-        docstring. ``callback``,
-        ``checkpoint_dir``, ``checkpoint_every`` and ``resume`` act as in
-        :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells' latent rows itself). An
-        embedding that collapsed (no latent dimension whose means spread across the cells; see
-        :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning saying so, and
-        ``uns[key_added]["collapsed"]`` is True."""
+        time) and write ``obsm`` and ``uns`` there (an AnnData), or to ``output`` (reading a path
+        out of core, ``strategy`` and ``output``: see the class). ``learning_rate``: Adam's, None
+        for :data:`TABLE_LEARNING_RATE` (an encoder: :data:`ENCODER_LEARNING_RATE`);
+        ``batch_size``: the global batch. ``callback``, ``checkpoint_dir``, ``checkpoint_every``
+        and ``resume`` act as in :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells'
+        latent rows). An embedding that collapsed (no latent dimension whose means spread across
+        the cells: :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning saying
+        so, and ``uns[key_added]["collapsed"]`` is True."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers)
         adata = opened(adata)
@@ -178,9 +175,7 @@ class SingleCellGPLVM:
         progress = progress and workers.count == 1  # the bars of one process
         self.model, rows, data = self._build(adata, cells, workers, strategy)
         batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
-        if learning_rate is None:
-            amortised = self.model.latent.amortised
-            learning_rate = ENCODER_LEARNING_RATE if amortised else TABLE_LEARNING_RATE
+        learning_rate = _step_size(self.model, learning_rate)
         self.history = fit(
             cast(SVIGPLVM, self.model),
             data,
@@ -423,3 +418,10 @@ def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | No
     if name == "poisson":
         return gpflow.likelihoods.Poisson()
     return None
+
+
+def _step_size(model: SVIGPLVM, given: float | None) -> float:
+    """``given``, or Adam's default step for ``model``'s latents (a table's or an encoder's)."""
+    if given is not None:
+        return given
+    return ENCODER_LEARNING_RATE if model.latent.amortised else TABLE_LEARNING_RATE
