@@ -2,7 +2,7 @@
 
     python benchmarks/single_cell.py atlas [--cells 10000 --genes 2000 --iterations 3000]
                                            [--de-scale 1.5 --batch-scale 0.5 --library-size 2000]
-    python benchmarks/single_cell.py atlas --hard --de-scale 0.5 --batch-scale 1.0
+    python benchmarks/single_cell.py atlas --hard --de-scale 0.5 --batch-scale 1.0 [--scib]
     python benchmarks/single_cell.py pbmc  [--iterations 3000]
     python benchmarks/single_cell.py atlas --quick        # a smoke run: 600 cells, 100 genes
     python benchmarks/single_cell.py step --cells 100000  # seconds per step, peak memory
@@ -33,7 +33,10 @@ the cells, rare-type F1 (``metrics.rare_type_f1``: the worst rare type's F1 with
 best-matching cluster of k-means with k and 2k clusters, and of the Leiden clusterings). With
 python-igraph installed (the ``bench`` extra), Leiden NMI and ARI as scIB takes them: at the
 resolution (0.1 to 2) whose clusters of the 15-nearest-neighbour graph best match the types.
-Silhouettes use at most 5000 cells (seeded). UMAPs of every embedding go to benchmarks/figures/.
+Silhouettes use at most 5000 cells (seeded). With --scib (the ``scib`` extra), the scIB
+benchmark's own scores as well, from scib-metrics (``metrics.scib_scores``: its Benchmarker on
+exact nearest neighbours, raw scores and scIB's Total, PCA of the log-normalised counts as the
+unintegrated embedding; data with a batch only). UMAPs of every embedding go to benchmarks/figures/.
 """
 
 from __future__ import annotations
@@ -304,6 +307,7 @@ def compare(args: argparse.Namespace) -> None:
         if args.contenders:
             contenders = [c for c in contenders if c in args.contenders]
         embeddings, rows = {}, []
+        leiden = importlib.util.find_spec("igraph") is not None
         for contender in contenders:
             out = Path(folder) / f"{len(rows)}.npy"
             python = os.environ["SCVI_PYTHON"] if contender.startswith("scVI") else sys.executable
@@ -321,11 +325,12 @@ def compare(args: argparse.Namespace) -> None:
             record = json.loads(out.with_suffix(".json").read_text())
             batch = obs["batch"].to_numpy() if "batch" in obs else None
             types = obs["cell_type"].to_numpy()
-            leiden = importlib.util.find_spec("igraph") is not None
             record.update(embedding_scores(embeddings[contender], types, batch, leiden=leiden))
             rows.append((contender, record))
             print(contender, json.dumps(record), flush=True)
         _table(rows)
+        if args.scib and "batch" in obs:
+            _scib_table(embeddings, obs, data)
         if not (args.quick or args.no_figure):
             print("figure:", umap_figure(embeddings, obs, args.command))
 
@@ -351,6 +356,23 @@ def _table(rows: list) -> None:
         print(f"| {contender} | " + " | ".join(cells) + " |")
 
 
+def _scib_table(embeddings: dict, obs, data: Path) -> None:
+    """scib-metrics' scores of every embedding (``metrics.scib_scores``), the unintegrated
+    embedding PCA's of the log-normalised counts, as scIB takes it."""
+    import anndata
+
+    from gpflow_svi_gplvm.metrics import scib_scores
+
+    unintegrated = run_pca(anndata.read_h5ad(data), counts=True)
+    types, batch = obs["cell_type"].to_numpy(), obs["batch"].to_numpy()
+    table = scib_scores(embeddings, types, batch, unintegrated)
+    print("\nscib-metrics (raw scores, no min-max scaling across the contenders):\n")
+    print("| contender | " + " | ".join(table.columns) + " |")
+    print("|---" * (len(table.columns) + 1) + "|")
+    for contender, scores in table.iterrows():
+        print(f"| {contender} | " + " | ".join(f"{v:.3f}" for v in scores) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["atlas", "pbmc", "step", "one"])
@@ -370,6 +392,9 @@ def main() -> None:
     parser.add_argument("--scvi-epochs", type=int, default=None)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-figure", action="store_true", help="skip the UMAPs")
+    parser.add_argument(
+        "--scib", action="store_true", help="also scib-metrics' scores (the scib extra)"
+    )
     parser.add_argument("--contenders", nargs="*", help="run only these (names as printed)")
     parser.add_argument("--contender"), parser.add_argument("--data"), parser.add_argument("--out")
     args = parser.parse_args()

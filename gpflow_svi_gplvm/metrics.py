@@ -4,8 +4,13 @@ an embedding of labelled cells."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "rmse",
@@ -13,6 +18,7 @@ __all__ = [
     "embedding_scores",
     "leiden_clusterings",
     "rare_type_f1",
+    "scib_scores",
     "RARE_SHARE",
     "NEIGHBOURS",
 ]
@@ -219,3 +225,78 @@ def rare_type_f1(
                 best = max(best, 2 * both / (inside.sum() + members.sum()))
         scores.append(best)
     return float(min(scores)) if scores else float("nan")
+
+
+SCIB_NEIGHBOURS = 90
+"""The neighbours scib-metrics' scores need at most (iLISI and cLISI take 90; Leiden 15)."""
+
+
+def scib_scores(
+    embeddings: Mapping[str, np.ndarray],
+    cell_type: np.ndarray,
+    batch: np.ndarray,
+    unintegrated: np.ndarray,
+) -> pd.DataFrame:
+    """The scIB benchmark's scores of each embedding [N, Q_e], by scib-metrics' ``Benchmarker``
+    (an optional dependency, the ``scib`` extra). Bio conservation: isolated labels, Leiden NMI
+    and ARI at the resolution that best matches the types, k-means NMI and ARI, silhouette label,
+    cLISI. Batch correction: BRAS, iLISI, kBET, graph connectivity and PCR comparison, the last
+    against ``unintegrated`` [N, P] (PCA of the log-normalised counts, as scIB takes it). Columns
+    add each group's mean and scIB's Total, 0.4 batch + 0.6 bio, of the raw scores: no min-max
+    scaling across embeddings, so a row does not change with the others scored. Nearest
+    neighbours are exact (scikit-learn) where scib-metrics defaults to pynndescent's approximate
+    ones. One row per embedding, in the order given."""
+    try:
+        from scib_metrics.benchmark import Benchmarker, BioConservation
+        from scib_metrics.nearest_neighbors import NeighborsResults
+    except ImportError as error:
+        raise ValueError(
+            "scIB scores need scib-metrics: pip install 'gpflow-svi-gplvm[scib]'."
+        ) from error
+    import anndata
+    import pandas as pd
+    from sklearn.neighbors import NearestNeighbors
+
+    cell_type, batch = np.asarray(cell_type).astype(str), np.asarray(batch).astype(str)
+    N = len(cell_type)
+    shapes = {name: np.shape(e) for name, e in {**embeddings, "unintegrated": unintegrated}.items()}
+    wrong = {name: shape for name, shape in shapes.items() if len(shape) != 2 or shape[0] != N}
+    if not embeddings or wrong or len(batch) != N:
+        raise ValueError(
+            f"scib_scores needs one or more embeddings and an unintegrated matrix, each [N, Q] "
+            f"with the N = {N} rows of cell_type, and batch [N]: got {wrong or 'no embedding'} "
+            f"and batch of {len(batch)}."
+        )
+    if N <= SCIB_NEIGHBOURS or len(np.unique(batch)) < 2:
+        raise ValueError(
+            f"scib_scores needs more than {SCIB_NEIGHBOURS} cells and two or more batches "
+            f"(the batch-mixing scores compare batches among {SCIB_NEIGHBOURS} neighbours): got "
+            f"{N} cells in {len(np.unique(batch))} batch(es)."
+        )
+
+    def neighbours(X: np.ndarray, k: int) -> NeighborsResults:
+        distances, indices = NearestNeighbors(n_neighbors=k).fit(X).kneighbors(X)
+        return NeighborsResults(indices=indices, distances=distances)
+
+    keys = [f"e{i}" for i in range(len(embeddings))]  # any names, whatever obsm allows
+    adata = anndata.AnnData(
+        np.zeros((N, 1)),
+        obs=pd.DataFrame({"cell_type": cell_type, "batch": batch}, index=np.arange(N).astype(str)),
+        obsm={"unintegrated": np.asarray(unintegrated, dtype=np.float64)},
+    )
+    for key, embedding in zip(keys, embeddings.values()):
+        adata.obsm[key] = np.asarray(embedding, dtype=np.float64)
+    benchmark = Benchmarker(
+        adata,
+        "batch",
+        "cell_type",
+        keys,
+        bio_conservation_metrics=BioConservation(nmi_ari_cluster_labels_leiden=True),
+        pre_integrated_embedding_obsm_key="unintegrated",
+        progress_bar=False,
+    )
+    benchmark.prepare(neighbor_computer=neighbours)
+    benchmark.benchmark()
+    table = benchmark.get_results(min_max_scale=False).drop(index="Metric Type")
+    table.index = list(embeddings)
+    return table.astype(float)

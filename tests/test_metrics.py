@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpflow_svi_gplvm.metrics import embedding_scores, leiden_clusterings, rare_type_f1
+from gpflow_svi_gplvm.metrics import (
+    embedding_scores,
+    leiden_clusterings,
+    rare_type_f1,
+    scib_scores,
+)
 
 
 def _cells(batch_apart: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -85,3 +90,57 @@ def test_leiden_without_igraph_says_what_to_install(monkeypatch):
     embedding, cell_type, _ = _cells(batch_apart=False)
     with pytest.raises(ValueError, match=r"python-igraph: pip install"):
         embedding_scores(embedding, cell_type, leiden=True)
+
+
+@pytest.fixture(scope="module")
+def scib_table():
+    """scIB's scores of the mixed and the split embedding of the same cells, in one call."""
+    pytest.importorskip("scib_metrics")
+    mixed, cell_type, batch = _cells(batch_apart=False)
+    split, _, _ = _cells(batch_apart=True)
+    embeddings = {"mixed": mixed, "split": split}
+    return scib_scores(embeddings, cell_type, batch, unintegrated=split), embeddings
+
+
+def test_scib_scores_agree_with_the_package_s_where_they_define_the_same_score(scib_table):
+    table, embeddings = scib_table
+    _, cell_type, batch = _cells(batch_apart=False)
+    assert list(table.index) == ["mixed", "split"]
+    for name, embedding in embeddings.items():
+        ours = embedding_scores(embedding, cell_type, batch)  # 300 cells: no subsample
+        assert table.loc[name, "Silhouette label"] == pytest.approx(ours["cell-type ASW"], abs=1e-5)
+        assert table.loc[name, "KMeans ARI"] == pytest.approx(ours["ARI"])
+    bio = table[
+        [
+            "Isolated labels",
+            "Leiden NMI",
+            "Leiden ARI",
+            "KMeans NMI",
+            "KMeans ARI",
+            "Silhouette label",
+            "cLISI",
+        ]
+    ].mean(axis=1)
+    batch_scores = table[["BRAS", "iLISI", "KBET", "Graph connectivity", "PCR comparison"]]
+    assert np.allclose(table["Bio conservation"], bio)
+    assert np.allclose(table["Batch correction"], batch_scores.mean(axis=1))
+    assert np.allclose(table["Total"], 0.4 * table["Batch correction"] + 0.6 * bio)
+
+
+def test_scib_scores_rank_mixed_batches_above_split_ones(scib_table):
+    table, _ = scib_table
+    for score in ["iLISI", "BRAS", "PCR comparison", "Batch correction"]:
+        assert table.loc["mixed", score] > table.loc["split", score] + 0.1, score
+    # Batches split to either side of each type are clusters of their own at some resolutions.
+    assert table.loc["mixed", "Leiden ARI"] == 1.0 > table.loc["split", "Leiden ARI"]
+
+
+def test_scib_scores_refuse_what_they_cannot_score(monkeypatch):
+    embedding, cell_type, batch = _cells(batch_apart=False)
+    with pytest.raises(ValueError, match=r"N = 300 rows.*'unintegrated': \(299, 2\)"):
+        scib_scores({"mixed": embedding}, cell_type, batch, unintegrated=embedding[1:])
+    with pytest.raises(ValueError, match=r"two or more batches.*300 cells in 1 batch"):
+        scib_scores({"mixed": embedding}, cell_type, np.zeros(300), unintegrated=embedding)
+    monkeypatch.setitem(sys.modules, "scib_metrics.benchmark", None)
+    with pytest.raises(ValueError, match=r"scib-metrics: pip install"):
+        scib_scores({"mixed": embedding}, cell_type, batch, unintegrated=embedding)
