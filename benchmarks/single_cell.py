@@ -3,6 +3,8 @@
     python benchmarks/single_cell.py atlas [--cells 10000 --genes 2000 --iterations 3000]
                                            [--de-scale 1.5 --batch-scale 0.5 --library-size 2000]
     python benchmarks/single_cell.py atlas --hard --de-scale 0.5 --batch-scale 1.0 [--scib]
+                                           [--atlas-seed 0 --num-inducing 100 --latent-dim 10]
+                                           [--distil-cells 10000]
     python benchmarks/single_cell.py pbmc  [--iterations 3000]
     python benchmarks/single_cell.py atlas --quick        # a smoke run: 600 cells, 100 genes
     python benchmarks/single_cell.py step --cells 100000  # seconds per step, peak memory
@@ -17,14 +19,17 @@ pbmc: the 700 PBMC cells that scanpy bundles (``scanpy.datasets.pbmc68k_reduced`
 ``.raw`` holds log-normalised values, not counts, so the package fits them with a Gaussian
 likelihood; cell types are ``bulk_labels``; there is no batch).
 Contenders: PCA with scanpy's defaults (normalize_total, log1p, 50 components; on PBMC the
-stored values, as scanpy's tutorial does), the package (``SingleCellGPLVM``, Q=10, M=50,
-minibatch 256, shared q(u) covariance) without and with the batch as covariates (B-SVI and
-AEB-SVI with a negative binomial likelihood, the latter's q(x) refined cell by cell or the
-encoder's alone, B-SVI with a Poisson one), and scVI (scvi-tools,
+stored values, as scanpy's tutorial does), the package (``SingleCellGPLVM``, Q = 10 unless
+--latent-dim, M its default unless --num-inducing: 100, and 50 in the results before the section
+on inducing points; minibatch 256, shared q(u) covariance) without and with the batch as
+covariates (B-SVI and AEB-SVI with a negative binomial likelihood, the latter's encoder
+distilled from B-SVI on --distil-cells cells (its default, all of 10,000 or fewer; jointly
+trained in the results before the section on distillation) and its q(x) refined cell by cell or
+the encoder's alone, B-SVI with a Poisson one), and scVI (scvi-tools,
 ``n_latent=10``, batch_key, its default epochs unless --scvi-epochs), run from the Python in
 $SCVI_PYTHON when set (a separate environment: scvi-tools is never a dependency).
 Every contender runs in a process of its own, so its wall time and peak memory (ru_maxrss) are
-its alone. Scores with scikit-learn (not the scib-metrics package): NMI and ARI of k-means
+its alone. Scores with scikit-learn: NMI and ARI of k-means
 (k = the number of cell types, 10 starts) against the cell types; cell-type ASW, (s + 1) / 2;
 batch ASW as scIB defines it, the mean over cell types of 1 - |s| with batch labels; graph
 connectivity, the mean over cell types of the share of their cells in the largest connected
@@ -139,16 +144,20 @@ def run_gplvm(adata, options: dict, args: argparse.Namespace) -> tuple[np.ndarra
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     counts = options["likelihood"] != "gaussian"
+    given = {"num_inducing": args.num_inducing}
+    if options["model"] == "aeb":
+        given["distil_cells"] = args.distil_cells
+    given = {k: v for k, v in given.items() if v is not None}
     model = SingleCellGPLVM(
-        10,
+        args.latent_dim,
         layer="counts" if counts else None,
         batch_key="batch" if options["batch"] else None,
         likelihood=options["likelihood"],
         size_factors="library" if counts else None,
         model=options["model"],
-        num_inducing=50,
         shared_covariance=True,
         refine_latents=options.get("refine_latents", True),
+        **given,
     )
     rate = {} if args.learning_rate is None else {"learning_rate": args.learning_rate}
     model.fit(adata, iterations=args.iterations, batch_size=256, progress=False, **rate)
@@ -313,8 +322,10 @@ def compare(args: argparse.Namespace) -> None:
             python = os.environ["SCVI_PYTHON"] if contender.startswith("scVI") else sys.executable
             command = [python, __file__, "one", "--contender", contender, "--data", str(data)]
             command += ["--out", str(out), "--iterations", str(args.iterations)]
-            if args.learning_rate is not None:
-                command += ["--learning-rate", str(args.learning_rate)]
+            for option in ("learning_rate", "num_inducing", "distil_cells"):
+                if getattr(args, option) is not None:
+                    command += [f"--{option.replace('_', '-')}", str(getattr(args, option))]
+            command += ["--latent-dim", str(args.latent_dim)]
             if args.scvi_epochs:
                 command += ["--scvi-epochs", str(args.scvi_epochs)]
             result = subprocess.run(command, capture_output=True, text=True)
@@ -388,6 +399,13 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3000)
     parser.add_argument(
         "--learning-rate", type=float, default=None, help="fit's (default: SingleCellGPLVM's)"
+    )
+    parser.add_argument("--latent-dim", type=int, default=10, help="the package's Q")
+    parser.add_argument(
+        "--num-inducing", type=int, default=None, help="the package's M (default: its default)"
+    )
+    parser.add_argument(
+        "--distil-cells", type=int, default=None, help="the amortised model's (default: its)"
     )
     parser.add_argument("--scvi-epochs", type=int, default=None)
     parser.add_argument("--quick", action="store_true")

@@ -33,8 +33,11 @@ MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
 LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "negative_binomial", "poisson")
 """``--likelihood``'s choices: the names of ``cli.LIKELIHOODS`` (a test keeps them equal)."""
 
-DEFAULT_NUM_INDUCING = 25
-"""``models.DEFAULT_NUM_INDUCING``, which this module cannot import (a test keeps them equal)."""
+DEFAULT_NUM_INDUCING, CELL_NUM_INDUCING = 25, 100
+"""``models.DEFAULT_NUM_INDUCING`` and ``singlecell.model.NUM_INDUCING`` (an ``.h5ad``'s), which
+this module cannot import (a test keeps them equal)."""
+
+INDUCING_HELP = f"M (default: {DEFAULT_NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
 
 MODEL_HELP = """models (--model):
   point  the paper's Point: a free latent point per row (a sparse GPLVM)
@@ -88,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         ".h5ad)",
     )
     parser.add_argument("--latent-dim", type=int, default=5, help="Q")
-    parser.add_argument("--num-inducing", type=int, default=DEFAULT_NUM_INDUCING, help="M")
+    parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
     parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
     parser.add_argument(

@@ -39,7 +39,7 @@ import tensorflow as tf
 from gpflow.likelihoods import Likelihood
 
 from . import __version__, datasets, plotting
-from ._command_line import build_parser
+from ._command_line import CELL_NUM_INDUCING, DEFAULT_NUM_INDUCING, build_parser
 from .checkpoint_folder import RunFolder
 from .cluster import multi_worker_strategy
 from .distributed import (
@@ -104,6 +104,8 @@ def _run(args: argparse.Namespace) -> int:
     cells = args.data is not None and args.data.suffix == ".h5ad"
     _check_cell_options(args, cells)
     args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
+    if args.num_inducing is None:
+        args.num_inducing = CELL_NUM_INDUCING if cells else DEFAULT_NUM_INDUCING
     if strategy is not None and args.export:
         raise ValueError(
             "--export is for a run on one machine: train with --distributed --save, then export "

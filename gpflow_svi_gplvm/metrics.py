@@ -259,20 +259,7 @@ def scib_scores(
 
     cell_type, batch = np.asarray(cell_type).astype(str), np.asarray(batch).astype(str)
     N = len(cell_type)
-    shapes = {name: np.shape(e) for name, e in {**embeddings, "unintegrated": unintegrated}.items()}
-    wrong = {name: shape for name, shape in shapes.items() if len(shape) != 2 or shape[0] != N}
-    if not embeddings or wrong or len(batch) != N:
-        raise ValueError(
-            f"scib_scores needs one or more embeddings and an unintegrated matrix, each [N, Q] "
-            f"with the N = {N} rows of cell_type, and batch [N]: got {wrong or 'no embedding'} "
-            f"and batch of {len(batch)}."
-        )
-    if N <= SCIB_NEIGHBOURS or len(np.unique(batch)) < 2:
-        raise ValueError(
-            f"scib_scores needs more than {SCIB_NEIGHBOURS} cells and two or more batches "
-            f"(the batch-mixing scores compare batches among {SCIB_NEIGHBOURS} neighbours): got "
-            f"{N} cells in {len(np.unique(batch))} batch(es)."
-        )
+    _check_scib_inputs(embeddings, batch, unintegrated, N)
 
     def neighbours(X: np.ndarray, k: int) -> NeighborsResults:
         distances, indices = NearestNeighbors(n_neighbors=k).fit(X).kneighbors(X)
@@ -300,3 +287,24 @@ def scib_scores(
     table = benchmark.get_results(min_max_scale=False).drop(index="Metric Type")
     table.index = list(embeddings)
     return table.astype(float)
+
+
+def _check_scib_inputs(
+    embeddings: Mapping[str, np.ndarray], batch: np.ndarray, unintegrated: np.ndarray, N: int
+) -> None:
+    """A ``ValueError`` unless every embedding and ``unintegrated`` is [N, Q] and ``batch`` [N]
+    holds two or more batches of more than :data:`SCIB_NEIGHBOURS` cells in all."""
+    shapes = {name: np.shape(e) for name, e in {**embeddings, "unintegrated": unintegrated}.items()}
+    wrong = {name: shape for name, shape in shapes.items() if len(shape) != 2 or shape[0] != N}
+    if not embeddings or wrong or len(batch) != N:
+        raise ValueError(
+            f"scib_scores needs one or more embeddings and an unintegrated matrix, each [N, Q] "
+            f"with the N = {N} rows of cell_type, and batch [N]: got {wrong or 'no embedding'} "
+            f"and batch of {len(batch)}."
+        )
+    if N <= SCIB_NEIGHBOURS or len(np.unique(batch)) < 2:
+        raise ValueError(
+            f"scib_scores needs more than {SCIB_NEIGHBOURS} cells and two or more batches "
+            f"(the batch-mixing scores compare batches among {SCIB_NEIGHBOURS} neighbours): got "
+            f"{N} cells in {len(np.unique(batch))} batch(es)."
+        )

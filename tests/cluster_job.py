@@ -273,8 +273,9 @@ def single_cell() -> dict:
     fitted = SingleCellGPLVM(2, **options).fit(
         SETTINGS["path"], 30, batch_size=16, strategy=strategy, output=output / "fitted"
     )
-    # An encoder's q(x), refined cell by cell on each worker before the chief assembles it.
-    SingleCellGPLVM(2, **{**options, "model": "aeb"}).fit(
+    # An encoder's q(x) (trained with the GP: distillation runs in one process), refined cell
+    # by cell on each worker before the chief assembles it.
+    SingleCellGPLVM(2, **{**options, "model": "aeb", "encoder_training": "joint"}).fit(
         SETTINGS["path"], 10, batch_size=16, strategy=strategy, output=output / "amortised"
     )
     genes = [f"g{j}" for j in range(12 - workers.index)]  # the second worker leaves one out

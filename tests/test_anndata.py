@@ -88,9 +88,10 @@ def test_new_cells_are_embedded_by_gene_name(fitted):
 @pytest.mark.filterwarnings("ignore:The embedding collapsed")  # 20 steps on 48 cells
 def test_an_encoders_embedding_is_each_cells_q_x_refined_from_the_encoders(capsys):
     cells = _cells()
-    face = SingleCellGPLVM(
-        Q, layer="counts", batch_key="batch", num_inducing=8, seed=1, model="aeb"
-    ).fit(cells, iterations=20, batch_size=16)
+    options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1, model="aeb")
+    face = SingleCellGPLVM(Q, encoder_training="joint", **options).fit(
+        cells, iterations=20, batch_size=16
+    )
     shown = capsys.readouterr().err
     assert "refine q(x): 100%" in shown and f"| {N}/{N} [" in shown.split("refine q(x)")[-1]
     model, counts = face.model, cells.layers["counts"].toarray().astype(np.float64)

@@ -18,6 +18,7 @@ from gpflow_svi_gplvm.cli import main
 from gpflow_svi_gplvm.datasets import load_array_file
 from gpflow_svi_gplvm.export_folder import MARKER
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
+from gpflow_svi_gplvm.singlecell import model as singlecell_model
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
 
@@ -171,6 +172,22 @@ def test_an_h5ad_genes_column_with_missing_values_is_refused_before_training(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_the_inducing_points_default_to_the_data_s_kind(tmp_path):
+    """25 for a table of rows, the single-cell face's 100 for an .h5ad (unless --num-inducing)."""
+    anndata = pytest.importorskip("anndata")
+    counts = np.random.default_rng(0).poisson(3.0, (12, 4)).astype(np.float32)
+    anndata.AnnData(X=counts).write_h5ad(tmp_path / "cells.h5ad")
+    table = ["--data", str(small_csv(tmp_path / "ok.csv")), "--latent-dim", "2"]
+    for data, expected in (
+        (table, DEFAULT_NUM_INDUCING),
+        (["--data", str(tmp_path / "cells.h5ad")], 100),
+    ):
+        out = tmp_path / f"out{expected}"
+        assert main([*data, "--iterations", "0", "--no-progress", "--output", str(out)]) == 0
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["settings"]["num_inducing"] == expected
+
+
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(ValueError, match="Unsupported data file type"):
         main([*bad_input(tmp_path, "unknown suffix")[0], "--debug"])
@@ -299,18 +316,23 @@ def test_help_shows_the_defaults_and_explains_the_models(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    assert f"M (default: {DEFAULT_NUM_INDUCING})" in text and "(default: bsvi)" in text
+    assert f"M (default: {DEFAULT_NUM_INDUCING}; 100 for an .h5ad)" in text
+    assert "(default: bsvi)" in text
     assert "AEB-SVI: q(x_n) from an encoder network" in text and "poisson" in text
 
 
 def test_a_library_user_keeps_tensorflow_s_log():
-    """Only the command line quiets TensorFlow: importing the package leaves the setting alone."""
+    """Only the command line quiets TensorFlow: importing the package leaves the setting as
+    importing TensorFlow leaves it (unset; "1" where jax is installed, which TensorFlow imports
+    and which sets it when unset)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
-    code = "import os, gpflow_svi_gplvm; print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))"
+    level = "os.environ.get('TF_CPP_MIN_LOG_LEVEL')"
+    code = f"import os, tensorflow; alone = {level}; import gpflow_svi_gplvm; print(alone, {level})"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment
     )
-    assert result.stdout.strip() == "None", result.stderr
+    alone, after = result.stdout.split()
+    assert after == alone in ("None", "1"), result.stderr
 
 
 def test_help_imports_no_tensorflow_and_shows_every_default():
@@ -331,3 +353,4 @@ def test_the_options_name_what_the_package_has():
     assert _command_line.MODEL_NAMES == tuple(sorted(MODELS))
     assert _command_line.LIKELIHOOD_NAMES == tuple(sorted(cli.LIKELIHOODS))
     assert _command_line.DEFAULT_NUM_INDUCING == DEFAULT_NUM_INDUCING
+    assert _command_line.CELL_NUM_INDUCING == singlecell_model.NUM_INDUCING

@@ -122,12 +122,17 @@ def test_every_model_shows_its_parameters_with_defaults_and_documents_each(model
         assert "q_diag" not in doc and "num_latent_gps" not in doc  # SVGP's own, refused here
 
 
-def test_one_default_for_the_inducing_points_everywhere():
+def test_one_default_for_the_inducing_points_everywhere_but_single_cells():
+    """Single cells take more (``singlecell.model.NUM_INDUCING``, measured on hard atlases);
+    the command line leaves M unset until it knows the data's kind (tests/test_cli.py)."""
     from gpflow_svi_gplvm.cli import build_parser
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.model import NUM_INDUCING
     from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
 
-    assert build_parser().get_default("num_inducing") == models.DEFAULT_NUM_INDUCING
+    assert build_parser().get_default("num_inducing") is None
     assert GPLVMEmbedding().num_inducing == models.DEFAULT_NUM_INDUCING
+    assert SingleCellGPLVM().num_inducing == NUM_INDUCING > models.DEFAULT_NUM_INDUCING
 
 
 def test_the_named_models_pass_every_option_on(Y):

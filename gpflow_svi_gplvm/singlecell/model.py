@@ -16,7 +16,7 @@ from ..covariates import new_row_inputs
 from ..distributed import RowShard, Workers, worker_rows
 from ..inference import TOLERANCE, LatentInference
 from ..likelihoods import NegativeBinomial
-from ..models import DEFAULT_NUM_INDUCING, SVIGPLVM, lookup_model
+from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
 from ..validation import check_integer, check_path, check_seed, check_writable_folder
@@ -31,6 +31,7 @@ from .cells import (
     size_factors_of,
     unique_genes,
 )
+from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
 from .spread import EmbeddingSpread
 from .start import initial_latents
@@ -40,6 +41,7 @@ __all__ = [
     "LIKELIHOODS",
     "TABLE_LEARNING_RATE",
     "ENCODER_LEARNING_RATE",
+    "NUM_INDUCING",
 ]
 
 LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
@@ -52,6 +54,13 @@ simulated atlases B-SVI's Leiden ARI was 0.976 and 0.905 with 0.03 against 0.867
 0.01; it mixed the default atlas's batches better and kept PBMC's scores); an encoder keeps 0.01
 (with 0.03 the amortised model lost the default atlas's cell types: ARI 0.100 against 1.000).
 benchmarks/results/single_cell.md has the tables."""
+
+NUM_INDUCING = 100
+"""The inducing points of :class:`SingleCellGPLVM` unless given (the package's other models take
+:data:`~gpflow_svi_gplvm.models.DEFAULT_NUM_INDUCING`, 25): on three hard simulated atlases (10
+types of very unequal sizes, 4 batches) B-SVI's Leiden ARI was 0.981, 0.967 and 0.974 with 100
+against 0.976, 0.905 and 0.913 with 50 (0.901 with 25 on the second), for about a fifth more
+CPU time. benchmarks/results/single_cell.md has the table."""
 
 INFERENCE_STEPS = 300
 """The most steps a cell's q(x) takes when inferred (by :meth:`SingleCellGPLVM.transform`, and by
@@ -75,7 +84,13 @@ class SingleCellGPLVM:
     :data:`~gpflow_svi_gplvm.inference.TOLERANCE` of it (semi-amortised inference: the encoder's
     q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch out of the
     embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the encoder's alone,
-    one pass of its networks. Latents start at a PCA of
+    one pass of its networks. ``encoder_training`` (``model="aeb"``): "distilled" (default)
+    fits B-SVI to ``distil_cells`` cells drawn at random (all of them when fewer), hands its GP to
+    the amortised model and trains the encoder to reproduce those cells' q(x)
+    (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
+    process); "joint": the encoder and the GP together on the ELBO, as the paper's AEB-SVI
+    (on a hard simulated atlas it lost the cell types that distillation keeps,
+    benchmarks/results/single_cell.md). Latents start at a PCA of
     :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
 
     Unusual cells and genes: a cell with no counts in the chosen genes is a ``ValueError`` under
@@ -108,10 +123,12 @@ class SingleCellGPLVM:
         likelihood: str = "negative_binomial",
         size_factors: str | None = "library",
         model: str = "bsvi",
-        num_inducing: int = DEFAULT_NUM_INDUCING,
+        num_inducing: int = NUM_INDUCING,
         key_added: str = "gplvm",
         seed: int = 0,
         refine_latents: bool = True,
+        encoder_training: str = "distilled",
+        distil_cells: int = DISTIL_CELLS,
         **model_options: Any,
     ):
         if likelihood not in LIKELIHOODS:
@@ -125,6 +142,12 @@ class SingleCellGPLVM:
         if not isinstance(refine_latents, (bool, np.bool_)):
             raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
         self.refine_latents = bool(refine_latents)
+        if encoder_training not in ENCODER_TRAINING:
+            raise ValueError(
+                f"encoder_training must be one of {ENCODER_TRAINING}, got {encoder_training!r}."
+            )
+        self.encoder_training = encoder_training
+        self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
         if isinstance(covariate_keys, str):  # one column's name, not its letters
             covariate_keys = [covariate_keys]
         columns = ([batch_key] if batch_key else []) + list(covariate_keys)
@@ -173,26 +196,30 @@ class SingleCellGPLVM:
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         progress = progress and workers.count == 1  # the bars of one process
-        self.model, rows, data = self._build(adata, cells, workers, strategy)
+        distils = _distils(self, strategy)
+        self.model, rows, data, inputs = self._build(adata, cells, workers, strategy)
         batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
-        learning_rate = _step_size(self.model, learning_rate)
-        self.history = fit(
-            cast(SVIGPLVM, self.model),
-            data,
-            iterations,
+        learning_rate = _step_size(self.model, learning_rate, distils)
+        training: dict[str, Any] = dict(
             batch_size=batch_size,
             learning_rate=learning_rate,
             seed=self.seed,
             progress=progress,
-            strategy=strategy,
             callback=callback,
             callback_every=callback_every,
             checkpoint_dir=checkpoint_dir,
             checkpoint_every=checkpoint_every,
             resume=resume,
         )
+        if distils:
+            self.history = fit_distilled(
+                self.model, rows, inputs, self.distil_cells, iterations, **training
+            )
+        else:
+            model = cast(SVIGPLVM, self.model)
+            self.history = fit(model, data, iterations, strategy=strategy, **training)
         self._inference = None
-        summary = self._summary(iterations, batch_size, learning_rate)
+        summary = _summary(self, iterations, batch_size, learning_rate)
         self._write_embedding(adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
@@ -241,10 +268,11 @@ class SingleCellGPLVM:
         cells: np.ndarray,
         workers: Workers,
         strategy: tf.distribute.Strategy | None,
-    ) -> tuple[SVIGPLVM, RowReader, RowShard | RowStream]:
+    ) -> tuple[SVIGPLVM, RowReader, RowShard | RowStream, dict]:
         """The model of this worker's ``cells`` [n] (a block), from sums over every worker's
-        cells; their rows, and what to train on: rows on disk stream in shuffled blocks, rows in
-        memory are a shard of CSR rows, each minibatch densified on its own."""
+        cells; their rows; what to train on (rows on disk stream in shuffled blocks, rows in
+        memory are a shard of CSR rows, each minibatch densified on its own); and the model
+        class's keyword inputs, one row a cell (start, covariates, size factors) or shared."""
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
         rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, cells=block)
         obs = adata.obs.iloc[block]
@@ -261,19 +289,19 @@ class SingleCellGPLVM:
             cells=cells,
         )
         data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
+        inputs = dict(
+            latent_dim=self.latent_dim,
+            num_inducing=min(self.num_inducing, adata.n_obs),
+            likelihood=_likelihood(self.likelihood, rows.shape[1]),
+            latent_init=initial,
+            seed=self.seed,
+            covariates=covariates,
+            size_factors=sizes,
+            **self.model_options,
+        )
         with strategy.scope() if strategy is not None else nullcontext():
-            model = lookup_model(self.model_name)(
-                data,
-                self.latent_dim,
-                min(self.num_inducing, adata.n_obs),
-                likelihood=_likelihood(self.likelihood, rows.shape[1]),
-                latent_init=initial,
-                seed=self.seed,
-                covariates=covariates,
-                size_factors=sizes,
-                **self.model_options,
-            )
-        return model, rows, data
+            model = lookup_model(self.model_name)(data, **inputs)
+        return model, rows, data, inputs
 
     def _check_same_inputs(self, adata, workers: Workers) -> None:
         """A ``ValueError`` on every worker, naming what differs and each worker's value, when the
@@ -286,6 +314,7 @@ class SingleCellGPLVM:
             "obs columns": list(self.encoding.columns),
             "size_factors": self.size_factors,
             "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
+            "encoder": [self.encoder_training, self.distil_cells],
             "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
         }
         workers.agree("were given other inputs than the chief", inputs)
@@ -380,34 +409,38 @@ class SingleCellGPLVM:
             )
         return self._inference
 
-    def _summary(self, iterations: int, batch_size: int, learning_rate: float) -> dict:
-        """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
-        model = self.model
-        assert model is not None and self.history is not None
-        kernel = getattr(model.kernel, "covariate_kernel", None)
-        variance = getattr(kernel, "variance", None)
-        return {
-            "settings": {
-                "model": self.model_name,
-                "likelihood": self.likelihood,
-                "latent_dim": self.latent_dim,
-                "num_inducing": int(model.inducing_variable.num_inducing),
-                "layer": self.layer or "X",
-                "size_factors": self.size_factors or "none",
-                "iterations": iterations,
-                "batch_size": batch_size,
-                "learning_rate": learning_rate,
-                "seed": self.seed,
-                "refine_latents": self.refine_latents,
-            },
-            "genes": np.array(self.gene_names, dtype=object),
-            "elbo": np.asarray(self.history.elbo),
-            "ard_lengthscales": 1.0 / model.ard_relevance(),
-            "covariates": np.array(self.encoding.names, dtype=object),
-            "covariate_variances": (
-                np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
-            ),
-        }
+
+def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_rate: float) -> dict:
+    """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
+    model = face.model
+    assert model is not None and face.history is not None
+    kernel = getattr(model.kernel, "covariate_kernel", None)
+    variance = getattr(kernel, "variance", None)
+    settings = {
+        "model": face.model_name,
+        "likelihood": face.likelihood,
+        "latent_dim": face.latent_dim,
+        "num_inducing": int(model.inducing_variable.num_inducing),
+        "layer": face.layer or "X",
+        "size_factors": face.size_factors or "none",
+        "iterations": iterations,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "seed": face.seed,
+        "refine_latents": face.refine_latents,
+    }
+    if face.model_name == "aeb":
+        settings.update(encoder_training=face.encoder_training, distil_cells=face.distil_cells)
+    return {
+        "settings": settings,
+        "genes": np.array(face.gene_names, dtype=object),
+        "elbo": np.asarray(face.history.elbo),
+        "ard_lengthscales": 1.0 / model.ard_relevance(),
+        "covariates": np.array(face.encoding.names, dtype=object),
+        "covariate_variances": (
+            np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
+        ),
+    }
 
 
 def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
@@ -420,8 +453,23 @@ def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | No
     return None
 
 
-def _step_size(model: SVIGPLVM, given: float | None) -> float:
-    """``given``, or Adam's default step for ``model``'s latents (a table's or an encoder's)."""
+def _distils(face: SingleCellGPLVM, strategy: tf.distribute.Strategy | None) -> bool:
+    """Whether ``face`` distils an encoder from B-SVI; a ``ValueError`` where it would with a
+    ``strategy`` (it fits B-SVI to the cells of one process)."""
+    distils = face.model_name == "aeb" and face.encoder_training == "distilled"
+    if distils and strategy is not None:
+        raise ValueError(
+            "encoder_training='distilled' fits B-SVI to cells of one process, without a "
+            "strategy: with a strategy pass encoder_training='joint', or fit model='bsvi' (on "
+            "the command line: --model bsvi)."
+        )
+    return distils
+
+
+def _step_size(model: SVIGPLVM, given: float | None, distils: bool) -> float:
+    """``given``, or Adam's default step for the latents trained: a table's (``model``'s, or the
+    B-SVI fit that an encoder is distilled from) or an encoder's."""
     if given is not None:
         return given
-    return ENCODER_LEARNING_RATE if model.latent.amortised else TABLE_LEARNING_RATE
+    encoder = model.latent.amortised and not distils
+    return ENCODER_LEARNING_RATE if encoder else TABLE_LEARNING_RATE
