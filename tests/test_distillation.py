@@ -104,12 +104,15 @@ def test_the_face_distils_from_the_b_svi_fit_it_would_make(capsys):
 
 
 @pytest.mark.filterwarnings("ignore:The embedding collapsed")
-def test_a_few_cells_drawn_serve_every_cell():
-    cells = _cells()
+def test_a_few_cells_drawn_from_a_file_serve_every_cell(tmp_path):
+    """Out of core: the drawn cells are read from the .h5ad, every cell's q(x) written."""
+    _cells().write_h5ad(tmp_path / "cells.h5ad")
     options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1, model="aeb")
-    SingleCellGPLVM(Q, distil_cells=20, **options).fit(cells, 10, batch_size=16, progress=False)
-    assert cells.obsm["X_gplvm"].shape == (N, Q) and np.isfinite(cells.obsm["X_gplvm"]).all()
-    assert cells.uns["gplvm"]["settings"]["distil_cells"] == 20
+    face = SingleCellGPLVM(Q, distil_cells=20, **options)
+    face.fit(tmp_path / "cells.h5ad", 10, batch_size=16, progress=False, output=tmp_path / "out")
+    embedding = np.load(tmp_path / "out" / "X_gplvm.npy")
+    assert embedding.shape == (N, Q) and np.isfinite(embedding).all()
+    assert len(face.history.elbo) == 10
 
 
 def test_distillation_s_options_are_checked():

@@ -88,9 +88,9 @@ class SingleCellGPLVM:
     fits B-SVI to ``distil_cells`` cells drawn at random (all of them when fewer), hands its GP to
     the amortised model and trains the encoder to reproduce those cells' q(x)
     (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
-    process); "joint": the encoder and the GP together on the ELBO, as the paper's AEB-SVI
-    (on a hard simulated atlas it lost the cell types that distillation keeps,
-    benchmarks/results/single_cell.md). Latents start at a PCA of
+    process; the ELBO trace is that B-SVI fit's); "joint": the encoder and the GP together on
+    the ELBO, as the paper's AEB-SVI (on a hard simulated atlas it lost the cell types that
+    distillation keeps, benchmarks/results/single_cell.md). Latents start at a PCA of
     :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
 
     Unusual cells and genes: a cell with no counts in the chosen genes is a ``ValueError`` under
