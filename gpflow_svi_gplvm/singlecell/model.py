@@ -289,17 +289,17 @@ class SingleCellGPLVM:
             cells=cells,
         )
         data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
-        inputs = dict(
-            latent_dim=self.latent_dim,
-            num_inducing=min(self.num_inducing, adata.n_obs),
-            likelihood=_likelihood(self.likelihood, rows.shape[1]),
-            latent_init=initial,
-            seed=self.seed,
-            covariates=covariates,
-            size_factors=sizes,
-            **self.model_options,
-        )
-        with strategy.scope() if strategy is not None else nullcontext():
+        with strategy.scope() if strategy is not None else nullcontext():  # the likelihood too
+            inputs = dict(
+                latent_dim=self.latent_dim,
+                num_inducing=min(self.num_inducing, adata.n_obs),
+                likelihood=_likelihood(self.likelihood, rows.shape[1]),
+                latent_init=initial,
+                seed=self.seed,
+                covariates=covariates,
+                size_factors=sizes,
+                **self.model_options,
+            )
             model = lookup_model(self.model_name)(data, **inputs)
         return model, rows, data, inputs
 
