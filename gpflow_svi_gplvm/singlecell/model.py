@@ -70,9 +70,11 @@ INFERENCE_STEPS = 300
 class SingleCellGPLVM:
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
 
-    ``layer``: the layer holding the values (None: ``X``; "raw": ``adata.raw.X``, with the genes
-    of ``adata.raw``); ``genes``: var names to keep, or the
-    name of a boolean ``var`` column (e.g. "highly_variable"), or None for all;
+    ``latent_dim``: Q, 10 by default, as scVI's latent space (on hard simulated atlases 20 kept
+    the cell types better still, ARD leaving unneeded dimensions at the prior:
+    benchmarks/results/single_cell.md); ``layer``: the layer holding the values (None: ``X``;
+    "raw": ``adata.raw.X``, with the genes of ``adata.raw``); ``genes``: var names to keep, or
+    the name of a boolean ``var`` column (e.g. "highly_variable"), or None for all;
     ``batch_key`` and ``covariate_keys``: ``obs`` columns that join the latents in the GP input
     (categories one-hot, numbers standardised), summed with a linear ARD kernel on them;
     ``likelihood``: "negative_binomial" (a dispersion per gene), "poisson" or "gaussian";
