@@ -39,6 +39,10 @@ this module cannot import (a test keeps them equal)."""
 
 INDUCING_HELP = f"M (default: {DEFAULT_NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
 
+DEFAULT_LATENT_DIM, CELL_LATENT_DIM = 5, 10
+"""Q for a table of rows, and ``SingleCellGPLVM``'s default for an ``.h5ad`` (a test keeps it
+equal)."""
+
 MODEL_HELP = """models (--model):
   point  the paper's Point: a free latent point per row (a sparse GPLVM)
   map    MAP: a free point per row under the prior N(0, I)
@@ -90,7 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the likelihood of each entry (below; default: gaussian, negative_binomial for an "
         ".h5ad)",
     )
-    parser.add_argument("--latent-dim", type=int, default=5, help="Q")
+    parser.add_argument(
+        "--latent-dim",
+        type=int,
+        help=f"Q (default: {DEFAULT_LATENT_DIM}; {CELL_LATENT_DIM} for an .h5ad)",
+    )
     parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
     parser.add_argument("--batch-size", type=int, default=100, help="rows per step")

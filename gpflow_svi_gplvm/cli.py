@@ -39,7 +39,13 @@ import tensorflow as tf
 from gpflow.likelihoods import Likelihood
 
 from . import __version__, datasets, plotting
-from ._command_line import CELL_NUM_INDUCING, DEFAULT_NUM_INDUCING, build_parser
+from ._command_line import (
+    CELL_LATENT_DIM,
+    CELL_NUM_INDUCING,
+    DEFAULT_LATENT_DIM,
+    DEFAULT_NUM_INDUCING,
+    build_parser,
+)
 from .checkpoint_folder import RunFolder
 from .cluster import multi_worker_strategy
 from .distributed import (
@@ -106,6 +112,8 @@ def _run(args: argparse.Namespace) -> int:
     args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
     if args.num_inducing is None:
         args.num_inducing = CELL_NUM_INDUCING if cells else DEFAULT_NUM_INDUCING
+    if args.latent_dim is None:
+        args.latent_dim = CELL_LATENT_DIM if cells else DEFAULT_LATENT_DIM
     if strategy is not None and args.export:
         raise ValueError(
             "--export is for a run on one machine: train with --distributed --save, then export "

@@ -1,5 +1,6 @@
 """The main job (``python -m gpflow_svi_gplvm``) end to end, with few iterations."""
 
+import inspect
 import json
 import os
 import re
@@ -172,12 +173,13 @@ def test_an_h5ad_genes_column_with_missing_values_is_refused_before_training(tmp
     assert not (tmp_path / "out").exists()
 
 
-def test_the_inducing_points_default_to_the_data_s_kind(tmp_path):
-    """25 for a table of rows, the single-cell face's 100 for an .h5ad (unless --num-inducing)."""
+def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
+    """M 25 and Q 5 for a table of rows, the single-cell face's 100 and 10 for an .h5ad (unless
+    --num-inducing and --latent-dim)."""
     anndata = pytest.importorskip("anndata")
     counts = np.random.default_rng(0).poisson(3.0, (12, 4)).astype(np.float32)
     anndata.AnnData(X=counts).write_h5ad(tmp_path / "cells.h5ad")
-    table = ["--data", str(small_csv(tmp_path / "ok.csv")), "--latent-dim", "2"]
+    table = ["--data", str(small_csv(tmp_path / "ok.csv"))]
     for data, expected in (
         (table, DEFAULT_NUM_INDUCING),
         (["--data", str(tmp_path / "cells.h5ad")], 100),
@@ -186,6 +188,7 @@ def test_the_inducing_points_default_to_the_data_s_kind(tmp_path):
         assert main([*data, "--iterations", "0", "--no-progress", "--output", str(out)]) == 0
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["settings"]["num_inducing"] == expected
+        assert metrics["settings"]["latent_dim"] == (5 if expected == DEFAULT_NUM_INDUCING else 10)
 
 
 def test_debug_shows_the_traceback(tmp_path):
@@ -354,3 +357,5 @@ def test_the_options_name_what_the_package_has():
     assert _command_line.LIKELIHOOD_NAMES == tuple(sorted(cli.LIKELIHOODS))
     assert _command_line.DEFAULT_NUM_INDUCING == DEFAULT_NUM_INDUCING
     assert _command_line.CELL_NUM_INDUCING == singlecell_model.NUM_INDUCING
+    face_defaults = inspect.signature(singlecell_model.SingleCellGPLVM).parameters
+    assert _command_line.CELL_LATENT_DIM == face_defaults["latent_dim"].default
