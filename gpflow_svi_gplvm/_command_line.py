@@ -43,6 +43,8 @@ DEFAULT_LATENT_DIM, CELL_LATENT_DIM = 5, 10
 """Q for a table of rows, and ``SingleCellGPLVM``'s default for an ``.h5ad`` (a test keeps it
 equal)."""
 
+LATENT_HELP = f"Q (default: {DEFAULT_LATENT_DIM}; {CELL_LATENT_DIM} for an .h5ad)"
+
 MODEL_HELP = """models (--model):
   point  the paper's Point: a free latent point per row (a sparse GPLVM)
   map    MAP: a free point per row under the prior N(0, I)
@@ -94,11 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the likelihood of each entry (below; default: gaussian, negative_binomial for an "
         ".h5ad)",
     )
-    parser.add_argument(
-        "--latent-dim",
-        type=int,
-        help=f"Q (default: {DEFAULT_LATENT_DIM}; {CELL_LATENT_DIM} for an .h5ad)",
-    )
+    parser.add_argument("--latent-dim", type=int, help=LATENT_HELP)
     parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
     parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
