@@ -507,12 +507,16 @@ def check_strategy(
         )
 
 
-def sum_over_replicas(loss: tf.Tensor, gradients: list, tables: frozenset[int]) -> tuple:
+def sum_over_replicas(
+    loss: tf.Tensor, gradients: list, tables: frozenset[int], mirrored: frozenset[int]
+) -> tuple:
     """In a replica: the ``loss`` and the gradients of the global parameters summed over all
-    replicas of all workers, the same on every replica, from one all-reduce; the gradients of
-    the ``tables`` (positions in ``gradients``) stay this replica's own, and only the count of
-    their non-finite entries joins the all-reduce, so that every worker takes the same decision
-    to apply the step. What crosses the network does not grow with N or the batch."""
+    replicas of all workers, the same on every replica, from one all-reduce. Of the ``tables``
+    (positions in ``gradients``), the ``mirrored`` ones (a table every worker holds whole: a
+    model built from all of Y) take every replica's batch rows, gathered, so that every copy
+    takes the same update; the others (each worker's own rows) stay this replica's own, and
+    only the count of their non-finite entries joins the all-reduce, so that every worker takes
+    the same decision to apply the step. What crosses the network does not grow with N."""
     faults = tf.add_n(
         [tf.constant(0.0, loss.dtype)]
         + [
@@ -524,16 +528,24 @@ def sum_over_replicas(loss: tf.Tensor, gradients: list, tables: frozenset[int]) 
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return loss, faults, gradients
+    present = [i for i, g in enumerate(gradients) if g is not None]
+    gathered = [
+        i for i in present if i in mirrored and isinstance(gradients[i], tf.IndexedSlices)
+    ]  # a mirrored table's batch rows, from every replica
     shared = [
-        i for i, g in enumerate(gradients) if g is not None and i not in tables
-    ]  # global parameters; an IndexedSlices of one is summed densely (they are small)
+        i for i in present if i not in gathered and (i not in tables or i in mirrored)
+    ]  # global parameters (an IndexedSlices of one is summed densely: they are small)
     loss, faults, *sums = context.all_reduce(
         tf.distribute.ReduceOp.SUM,
         [loss, faults] + [tf.convert_to_tensor(gradients[i]) for i in shared],
     )
+    rows = [(gradients[i].values, gradients[i].indices) for i in gathered]
+    rows = context.all_gather(rows, axis=0) if rows else rows
     summed = list(gradients)
     for i, total in zip(shared, sums):
         summed[i] = total
+    for i, (values, indices) in zip(gathered, rows):
+        summed[i] = tf.IndexedSlices(values, indices, gradients[i].dense_shape)
     return loss, faults, summed
 
 

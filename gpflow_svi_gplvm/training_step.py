@@ -99,6 +99,9 @@ class TrainingStep:
         self.optimizer_variables = self.variables[: len(self.variables) - self._num_natural]
         rows = {variable.ref() for variable in self.model.table_variables}
         self._tables = frozenset(i for i, v in enumerate(self.variables) if v.ref() in rows)
+        # Tables held whole by every worker (a model built from all of Y): every copy must take
+        # every replica's rows.
+        self._mirrored = frozenset(i for i in self._tables if not worker_owned(self.variables[i]))
         if optimizer is not None and any(worker_owned(v) for v in self.variables):
             raise ValueError(
                 f"{self.workers.name}: the latent tables are each worker's own, which only the "
@@ -130,7 +133,7 @@ class TrainingStep:
         (:func:`~gpflow_svi_gplvm.distributed.sum_over_replicas`)."""
         idx, Y = self.rows.gather(element)
         loss, gradients = self._gradients(idx, Y)
-        return sum_over_replicas(loss, gradients, self._tables)
+        return sum_over_replicas(loss, gradients, self._tables, self._mirrored)
 
     @check_shapes("idx: [batch]", "Y: [batch, D]", "return[0]: []")
     def _gradients(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, list]:
@@ -169,12 +172,12 @@ class TrainingStep:
         then applies nothing)."""
         element = self.rows.for_replicas(element)
         loss, faults, gradients = self.strategy.run(self._replica_gradients, args=(element,))
-        # Every replica of every worker holds the same sums: each worker updates from its first;
-        # the tables' rows of this worker's replicas are all its own.
+        # Every replica of every worker holds the same sums and gathered rows: each worker
+        # updates from its first; the rows of a worker's own tables are its replicas' together.
         local = self.strategy.experimental_local_results
+        own = self._tables - self._mirrored
         gradients = [
-            local_sum(local(g)) if i in self._tables else local(g)[0]
-            for i, g in enumerate(gradients)
+            local_sum(local(g)) if i in own else local(g)[0] for i, g in enumerate(gradients)
         ]
         loss = local(loss)[0]
         finite = [tf.math.is_finite(loss), tf.equal(local(faults)[0], 0)] + [

@@ -149,6 +149,20 @@ def agree() -> dict:
     results = {"rows": shard.rows, "held": np.array(shard.Y.shape)}
     for name in MODELS:
         results.update(train(name, shard, SETTINGS["iterations"]))
+    # All of Y on every worker (the model's latent tables mirrored, not each worker's own): the
+    # same run as from the shards, every worker holding every row.
+    model = build("bsvi", data())
+    history = package.fit(
+        model,
+        data(),
+        SETTINGS["iterations"],
+        batch_size=BATCH,
+        strategy=STRATEGY,
+        seed=1,
+        progress=False,
+    )
+    results.update(whole_final=parameters(model), whole_table=table(model))
+    results["whole_elbo"] = history.elbo
     trainer = package.Trainer(build("bsvi", shard), shard, batch_size=BATCH, strategy=STRATEGY)
     results["trainer_rows"] = np.array(trainer.rows.shard.Y.shape)
     results["worker"] = workers.index

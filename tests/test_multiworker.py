@@ -161,6 +161,21 @@ def test_each_worker_owns_the_latent_rows_of_its_cells_alone(agreed, name):
 
 
 @pytest.mark.slow
+def test_a_model_built_from_all_rows_on_every_worker_keeps_every_row_equal(agreed):
+    """All of Y on every worker (mirrored latent tables): every worker's copy takes every
+    worker's batch rows, so the run equals the one from the shards, every row on every worker."""
+    workers, _ = agreed
+    first, second = workers
+    np.testing.assert_array_equal(first["whole_table"], second["whole_table"])
+    np.testing.assert_array_equal(first["whole_final"], second["whole_final"])
+    assert first["whole_table"].shape[0] == 80
+    sharded = np.concatenate([worker["bsvi_table"] for worker in workers])
+    assert relative(first["whole_table"], sharded) <= 1e-9
+    assert relative(first["whole_final"], first["bsvi_final"]) <= 1e-9
+    np.testing.assert_allclose(first["whole_elbo"], first["bsvi_elbo"], rtol=1e-9)
+
+
+@pytest.mark.slow
 def test_each_worker_holds_only_its_own_rows(agreed):
     workers, _ = agreed
     rows = [worker["rows"] for worker in workers]
