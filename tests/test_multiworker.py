@@ -251,7 +251,7 @@ def test_the_command_line_trains_on_every_worker_and_only_the_chief_writes(tmp_p
     np.save(tmp_path / "mine.npy", Y)
     options = ["--data", str(tmp_path / "mine.npy"), "--latent-dim", "2", "--num-inducing", "8"]
     options += ["--iterations", "20", "--batch-size", "20", "--no-progress", "--distributed"]
-    options += ["--model", "aeb"]  # an encoder's model has no row tables to gather (bsvi: below)
+    options += ["--model", "bsvi"]  # each worker's latent rows, gathered for the chief's outputs
     processes = start_command(
         lambda i: [
             sys.executable,
@@ -269,7 +269,11 @@ def test_the_command_line_trains_on_every_worker_and_only_the_chief_writes(tmp_p
     assert "worker 1 of 2: trained on rows 30-59" in outputs[1]
     assert "wrote metrics.json" in outputs[0] and "wrote" not in outputs[1]
     metrics = json.loads((tmp_path / "out0" / "metrics.json").read_text())
-    assert metrics["N"] == 60 and metrics["model"] == "AmortisedBayesianGPLVM"
+    assert metrics["N"] == 60 and metrics["model"] == "BayesianSVIGPLVM"
+    # Every row's q(x) reached the chief: a row left at zero would not reconstruct its data.
+    assert (
+        metrics["reconstruction_rmse"] < 0.5 and (tmp_path / "out0" / "latent_space.png").exists()
+    )
     assert not (tmp_path / "out1").exists()
 
 
