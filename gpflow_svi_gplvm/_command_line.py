@@ -11,7 +11,7 @@ computation raises a Python exception of its own), and imports TensorFlow and GP
 process's standard error sent to the null device, since TensorFlow writes a block of start-up
 lines before it reads that variable. A library user's process is left as it is: importing the
 package sets nothing, and TensorFlow's own start-up lines (information, not errors, on a CPU
-machine) are shown or filtered by the user's ``TF_CPP_MIN_LOG_LEVEL``.
+machine) show, whatever the user's ``TF_CPP_MIN_LOG_LEVEL``, as the README says.
 """
 
 from __future__ import annotations

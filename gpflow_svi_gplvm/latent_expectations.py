@@ -49,6 +49,7 @@ __all__ = [
     "closed_form_data_term",
     "closed_form_predictive",
     "diagonal_psi_statistics",
+    "full_psi_2",
 ]
 
 LATENT_EXPECTATIONS = ("auto", "closed-form", "monte-carlo")
@@ -223,8 +224,55 @@ def _psi_statistics(
     distribution = Gaussian(mean, covariance)
     psi_0 = expectation(distribution, kernel)
     psi_1 = expectation(distribution, (kernel, inducing))
-    psi_2 = expectation(distribution, (kernel, inducing), (kernel, inducing))
-    return psi_0, psi_1, psi_2
+    return psi_0, psi_1, full_psi_2(kernel, inducing.Z, mean, covariance)
+
+
+@check_shapes(
+    "Z: [M, Q]",
+    "mean: [batch, Q]",
+    "covariance: [batch, Q, Q]",
+    "return: [batch, M, M]",
+)
+def full_psi_2(
+    kernel: SquaredExponential, Z: tf.Tensor, mean: tf.Tensor, covariance: tf.Tensor
+) -> tf.Tensor:
+    r""":math:`\Psi_2` [B, M, M] of a squared-exponential (ARD) kernel under
+    :math:`q(x_n) = N(\mu_n, S_n)` (``mean`` [B, Q], ``covariance`` [B, Q, Q]), Z [M, Q]: with
+    :math:`C_n = L_n L_n^T = \mathrm{diag}(l^2) / 2 + S_n` and :math:`\bar z = (z_m + z_k) / 2`,
+
+    .. math::
+
+        \Psi_{2,nmk} = \sigma^4 e^{-\sum_q (z_{mq} - z_{kq})^2 / 4 l_q^2}
+        \frac{\prod_q l_q / \sqrt 2}{|L_n|}
+        e^{-\frac12 (\mu_n - \bar z)^T C_n^{-1} (\mu_n - \bar z)},
+
+    GPflow's ``expectation`` written with einsum products, which TensorFlow's oneDNN graph
+    rewrite leaves alone (a batched matmul followed by additions it tries to fuse, and logs at
+    every trace that it cannot for float64)."""
+    lengthscales = tf.broadcast_to(kernel.lengthscales, tf.shape(mean)[-1:])
+    squared = tf.square(lengthscales)  # [Q]
+    C = tf.linalg.cholesky(0.5 * tf.linalg.diag(squared) + covariance)  # [B, Q, Q]
+    log_det = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(C)), axis=-1)  # [B]
+    scale = tf.exp(0.5 * tf.reduce_sum(tf.math.log(0.5 * squared)) - log_det)  # [B]
+    B = tf.shape(mean)[0]
+    mu = tf.linalg.triangular_solve(C, mean[:, :, None], lower=True)[:, :, 0]  # [B, Q]
+    half_z = tf.tile(0.5 * tf.transpose(Z)[None], tf.stack([B, 1, 1]))
+    z = tf.linalg.triangular_solve(C, half_z, lower=True)  # [B, Q, M]: L^-1 z_m / 2
+    # |L^-1 (mu - z_m / 2 - z_k / 2)|^2, expanded
+    offset = tf.reduce_sum(tf.square(z), axis=1) - 2.0 * tf.einsum("bq,bqm->bm", mu, z)  # [B, M]
+    exponent = (
+        tf.reduce_sum(tf.square(mu), axis=-1)[:, None, None]
+        + offset[:, :, None]
+        + offset[:, None, :]
+        + 2.0 * tf.einsum("bqm,bqk->bmk", z, z)
+    )
+    separations = tf.reduce_sum(tf.square((Z[:, None, :] - Z[None, :, :]) / lengthscales), -1)
+    return (
+        tf.square(kernel.variance)
+        * tf.exp(-0.25 * separations)
+        * scale[:, None, None]
+        * tf.exp(-0.5 * exponent)
+    )
 
 
 @check_shapes(

@@ -370,3 +370,29 @@ def test_encoder_input_standardisation_is_checked(location, scale):
 def test_a_map_prior_that_is_not_a_distribution_is_refused_by_name():
     with pytest.raises(ValueError, match="prior must be a TFP distribution .* got 'normal'"):
         MAPLatent(np.zeros((4, 2)), prior="normal")
+
+
+AMORTISED_FIT = """
+import numpy as np
+import gpflow_svi_gplvm as package
+Y = np.random.default_rng(0).standard_normal((60, 4))
+Y[:5, 0] = np.nan
+model = package.AmortisedBayesianGPLVM(Y, 2, num_inducing=6)
+package.fit(model, Y, 20, batch_size=20, progress=False)
+model.reconstruct(Y[:10], iterations=3)
+"""
+
+
+def test_an_amortised_fit_prints_no_line_per_trace_at_tensorflow_s_default_log_level():
+    """TensorFlow's oneDNN graph rewrite logs "Not handling type DT_DOUBLE" at every trace of a
+    float64 matmul it would fuse with a bias and activation (or additions): the encoder and the
+    full-covariance psi statistics are written so that it has nothing to try."""
+    import os
+    import subprocess
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
+    command = [sys.executable, "-c", AMORTISED_FIT]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Not handling type" not in result.stderr, result.stderr[-3000:]

@@ -70,10 +70,12 @@ class MLP(_Network):
 
     @check_shapes("inputs: [batch, input_size]", "return: [batch, output_size]")
     def __call__(self, inputs: tf.Tensor) -> tf.Tensor:
+        # Einsum, not matmul: TensorFlow's oneDNN graph rewrite would try to fuse matmul, bias
+        # and activation, and log a line at every trace that it cannot for float64.
         hidden = inputs
         for weight, bias in zip(self.weights[:-1], self.biases[:-1]):
-            hidden = self.activate(tf.matmul(hidden, weight) + bias)
-        return tf.matmul(hidden, self.weights[-1]) + self.biases[-1]
+            hidden = self.activate(tf.einsum("bi,io->bo", hidden, weight) + bias)
+        return tf.einsum("bi,io->bo", hidden, self.weights[-1]) + self.biases[-1]
 
 
 class SetPooling(_Network):

@@ -11,13 +11,14 @@ import pytest
 import tensorflow as tf
 from builders import move_q_u
 from gpflow.expectations import expectation
-from gpflow.probability_distributions import DiagonalGaussian
+from gpflow.probability_distributions import DiagonalGaussian, Gaussian
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.latent_expectations import (
     closed_form_data_term,
     closed_form_predictive,
     diagonal_psi_statistics,
+    full_psi_2,
 )
 from gpflow_svi_gplvm.likelihoods import MaskedLikelihood, base_likelihood
 
@@ -147,6 +148,19 @@ def test_diagonal_psi_statistics_are_gpflows_expectations():
     )
     for value, expected in zip(ours, reference):
         np.testing.assert_allclose(value.numpy(), expected.numpy(), rtol=1e-11, atol=1e-14)
+
+
+def test_full_covariance_psi_2_is_gpflows_expectation():
+    rng = np.random.default_rng(4)
+    kernel = gpflow.kernels.SquaredExponential(variance=1.7, lengthscales=[0.6, 1.3, 2.1])
+    Z = tf.constant(rng.standard_normal((M, 3)))
+    mean = tf.constant(rng.standard_normal((N, 3)))
+    factors = rng.standard_normal((N, 3, 3))
+    covariance = tf.constant(factors @ factors.transpose(0, 2, 1) / 3 + 0.01 * np.eye(3))
+    inducing = gpflow.inducing_variables.InducingPoints(Z)
+    reference = expectation(Gaussian(mean, covariance), (kernel, inducing), (kernel, inducing))
+    ours = full_psi_2(kernel, Z, mean, covariance)
+    np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-11, atol=1e-14)
 
 
 def reference_data_term(model, likelihood, mean, variance, Y):
