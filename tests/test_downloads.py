@@ -124,6 +124,8 @@ def test_a_missing_remote_file_says_where_to_put_it(server, monkeypatch, _empty_
         fetch("movielens100k/u.data")
     assert url in str(info.value)
     assert str(_empty_folders / "movielens100k" / "u.data") in str(info.value)
+    # Offline, the data folder is the other place to put it: the message names its variable.
+    assert f"${datasets.DATA_ENV_VAR}" in str(info.value)
 
 
 def _matlab_ascii(values: np.ndarray) -> bytes:

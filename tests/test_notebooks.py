@@ -35,23 +35,63 @@ NEEDED_DATA = {
 }
 
 # The optional packages a notebook imports ("singlecell" extra); it is skipped without them.
-NEEDED_MODULES = {"09_single_cell.py": ["anndata", "scanpy"]}
+NEEDED_MODULES = {"09_single_cell.py": ["anndata", "scanpy", "igraph"]}
 
 DOCS_SITE = os.environ.get("GPFLOW_SVI_GPLVM_DOCS_SITE")
 
 
+# The notebooks run as scripts by the test below, and the figures each draws.
+SCRIPT_FIGURES = {"01_quickstart.py": 5, "09_single_cell.py": 4}
+
+
 @pytest.mark.slow
-def test_the_quickstart_run_as_a_script_keeps_its_figures(tmp_path):
-    """``python notebooks/01_quickstart.py`` headless: the folder it prints holds its figures,
+@pytest.mark.parametrize("name", sorted(SCRIPT_FIGURES))
+def test_a_notebook_run_as_a_script_keeps_each_of_its_figures(tmp_path, name):
+    """``python notebooks/<name>`` headless: the folder it prints holds each figure it draws,
+    each on its own (a plot drawn into the current axes of an earlier figure would merge two),
     and nothing meant for Jupyter's display is printed."""
+    for module in NEEDED_MODULES.get(name, []):
+        pytest.importorskip(module)
     environment = {**os.environ, "GPFLOW_SVI_GPLVM_FAST": "1", "MPLBACKEND": "Agg"}
-    script = [sys.executable, str(NOTEBOOK_DIR / "01_quickstart.py")]
+    script = [sys.executable, str(NOTEBOOK_DIR / name)]
     run = {"cwd": tmp_path, "env": environment, "timeout": 900}
     result = subprocess.run(script, capture_output=True, text=True, **run)
     assert result.returncode == 0, result.stderr[-3000:]
     (folder,) = re.findall(r"^figures: saved to (\S+)/ when", result.stdout, flags=re.M)
-    assert len(list((tmp_path / folder).glob("figure_*.png"))) >= 4
+    assert len(list((tmp_path / folder).glob("figure_*.png"))) == SCRIPT_FIGURES[name]
     assert "IPython" not in result.stdout
+
+
+MEASURES = re.compile(r"\b(RMSE|NLPD|ELBO|ARI|NMI|ASW|accuracy|seconds)\b")
+RESULTS_PAGE = re.compile(r"benchmarks/results/(\w+)\.md")
+
+
+def _prose(name: str) -> list[str]:
+    """The paragraphs of a notebook's markdown cells (jupytext percent format: "# %% [markdown]"
+    cells whose lines start with "# ")."""
+    cells = (NOTEBOOK_DIR / name).read_text().split("# %%")
+    markdown = [cell.split("\n", 1)[1] for cell in cells if cell.startswith(" [markdown]")]
+    text = "\n".join(re.sub(r"^# ?", "", line, flags=re.M) for line in markdown)
+    return [" ".join(paragraph.split()) for paragraph in re.split(r"\n\s*\n", text)]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_measured_number_in_a_notebook_s_prose_is_on_the_results_page_it_names(name):
+    """A run of the notebook (in CI a short one) cannot check the full-budget numbers its prose
+    quotes, so a paragraph quoting a measurement (RMSE, NLPD, ...) names the results page that
+    holds it, made by a written command, and each of its decimals is on that page."""
+    for paragraph in _prose(name):
+        numbers = re.findall(r"(?<![\w.])\d+\.\d+", paragraph)
+        if not numbers or not MEASURES.search(paragraph):
+            continue
+        pages = RESULTS_PAGE.findall(paragraph)
+        assert pages, f"{name}: a measurement without its results page: {paragraph}"
+        held = " ".join(
+            (NOTEBOOK_DIR.parent / "benchmarks" / "results" / f"{page}.md").read_text()
+            for page in pages
+        )
+        missing = [number for number in numbers if number not in held]
+        assert not missing, f"{name}: {missing} are not on {pages}: {paragraph}"
 
 
 jupytext = pytest.importorskip("jupytext")

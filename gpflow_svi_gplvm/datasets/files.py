@@ -231,9 +231,12 @@ def locate(name: str, data_home: str | Path | None = None, verify: bool = True) 
     return None
 
 
-def _download(name: str, url: str, destination: Path, sha256: str) -> None:
+def _download(
+    name: str, url: str, destination: Path, sha256: str, data_home: str | Path | None
+) -> None:
     """Download ``url`` to ``destination`` through a ``.part`` file, which is renamed only once
-    its sha256 matches (a failed, interrupted or corrupt download leaves nothing behind)."""
+    its sha256 matches (a failed, interrupted or corrupt download leaves nothing behind); a
+    failure says where else the file may be put (``data_home``'s data folder)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".part")
     digest = hashlib.sha256()
@@ -250,7 +253,8 @@ def _download(name: str, url: str, destination: Path, sha256: str) -> None:
     except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as error:
         raise ValueError(
             f"Could not download {name} from {url} ({error!r}). If this machine is offline, "
-            f"download it elsewhere and put it at {destination}."
+            f"download it elsewhere and put it at {destination}, or in the data folder: "
+            f"{_where_to_put(name, data_home)}"
         ) from error
     finally:  # whatever stopped the download (Ctrl-C too), no partial file stays
         if digest.hexdigest() != sha256:
@@ -291,7 +295,7 @@ def fetch(
             f"{entry.url}. {_where_to_put(name, data_home)}"
         )
     destination = cache_dir() / name
-    _download(name, entry.url, destination, entry.sha256)
+    _download(name, entry.url, destination, entry.sha256, data_home)
     return destination
 
 
