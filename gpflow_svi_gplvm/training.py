@@ -86,7 +86,8 @@ class Trainer:
     latent tables' rows each in their replica's block), so that every worker applies the same
     update and all hold the same parameters. A model built from all of Y on every worker holds
     its latent tables whole on each (mirrored): every replica's batch rows are gathered to all
-    of them, so every copy stays equal; one built from a ``RowShard`` keeps only its rows. A worker that stops makes the others raise
+    of them, so every copy stays equal; one built from a ``RowShard`` keeps only its rows. A
+    worker that stops makes the others raise
     :class:`~gpflow_svi_gplvm.distributed.WorkerLostError`; with checkpoints, restarting every
     worker with ``resume=True`` continues the run exactly.
 
