@@ -20,19 +20,10 @@ from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
 from ..validation import check_integer, check_path, check_seed, check_writable_folder
-from .cells import (
-    CellsFile,
-    assembled,
-    check_anndata,
-    gene_names,
-    genes_of,
-    opened,
-    read_cells,
-    size_factors_of,
-    unique_genes,
-)
+from .cells import CellsFile, assembled, check_anndata, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
+from .registration import CellRegistration
 from .spread import EmbeddingSpread
 from .start import initial_latents
 
@@ -137,9 +128,12 @@ class SingleCellGPLVM:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
         if size_factors is not None and likelihood == "gaussian":
             raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
-        self.latent_dim, self.layer, self.genes = latent_dim, layer, genes
-        self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
-        self.likelihood, self.size_factors = likelihood, size_factors
+        self.latent_dim, self.model_name = latent_dim, model
+        self.num_inducing, self.key_added = num_inducing, key_added
+        self.likelihood = likelihood
+        self.registration = CellRegistration(
+            layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
+        )
         self.seed = check_seed(seed)
         if not isinstance(refine_latents, (bool, np.bool_)):
             raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
@@ -150,19 +144,8 @@ class SingleCellGPLVM:
             )
         self.encoder_training = encoder_training
         self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
-        if isinstance(covariate_keys, str):  # one column's name, not its letters
-            covariate_keys = [covariate_keys]
-        columns = ([batch_key] if batch_key else []) + list(covariate_keys)
-        repeated = sorted({column for column in columns if columns.count(column) > 1})
-        if repeated:  # a column twice in the GP input is two identical covariates
-            raise ValueError(
-                f"obs column(s) {repeated} given more than once (batch_key and covariate_keys "
-                "together): name each column once; the batch_key is already a covariate."
-            )
-        self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
-        self.gene_names: list[str] = []
         self.history: History | None = None
         self._inference: LatentInference | None = None
 
@@ -194,7 +177,7 @@ class SingleCellGPLVM:
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers)
         adata = opened(adata)
-        self.gene_names = gene_names(genes_of(adata, self.layer), self.genes)
+        self.registration.register_genes(adata)
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         progress = progress and workers.count == 1  # the bars of one process
@@ -276,14 +259,15 @@ class SingleCellGPLVM:
         memory are a shard of CSR rows, each minibatch densified on its own); and the model
         class's keyword inputs, one row a cell (start, covariates, size factors) or shared."""
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, cells=block)
+        registration = self.registration
+        rows, library = registration.read(adata, cells=block)
         obs = adata.obs.iloc[block]
-        covariates = self.encoding.fit(obs, workers).transform(obs)
-        sizes = size_factors_of(self.size_factors, obs, library, workers)
+        covariates = registration.fit_covariates(obs, workers)
+        sizes = registration.training_size_factors(obs, library, workers)
         initial = initial_latents(
             rows,
             self.latent_dim,
-            counts=self._counts,
+            counts=registration.counts,
             sizes=sizes,
             covariates=covariates,
             seed=self.seed,
@@ -312,9 +296,9 @@ class SingleCellGPLVM:
         inputs = {
             "cells (N)": adata.n_obs,
             "genes": self.gene_names,
-            "layer": self.layer,
-            "obs columns": list(self.encoding.columns),
-            "size_factors": self.size_factors,
+            "layer": self.registration.layer,
+            "obs columns": self.registration.columns,
+            "size_factors": self.registration.size_factors,
             "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
             "encoder": [self.encoder_training, self.distil_cells],
             "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
@@ -333,22 +317,10 @@ class SingleCellGPLVM:
         check_anndata(adata)
         if adata.n_obs == 0:
             raise ValueError("adata holds no cells to embed: give transform at least one cell.")
-        names = unique_genes(genes_of(adata, self.layer).var_names)
-        missing = [g for g in self.gene_names if g not in set(names)]
-        if missing:
-            raise ValueError(
-                f"The new cells lack {len(missing)} of the fitted genes (e.g. {missing[:5]}): "
-                "give them every gene the model was fitted with (zeros where not measured)."
-            )
-        position = {g: i for i, g in enumerate(names)}
-        columns = np.array([position[g] for g in self.gene_names])
-        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, columns)
-        covariates = self.encoding.transform(adata.obs)
-        sizes = (
-            size_factors_of(self.size_factors, adata.obs, library)
-            if self.size_factors != "library"
-            else None
-        )
+        registration = self.registration
+        rows, library = registration.read_new(adata)
+        covariates = registration.encoding.transform(adata.obs)
+        sizes = registration.new_size_factors(adata.obs, library)
         inference = self._latent_inference(iterations)
         means, variances = [], []
         for start in range(0, rows.shape[0], chunk_size):
@@ -368,8 +340,14 @@ class SingleCellGPLVM:
         return adata.obsm[f"X_{self.key_added}"]
 
     @property
-    def _counts(self) -> bool:
-        return self.likelihood != "gaussian"
+    def gene_names(self) -> list[str]:
+        """The genes fitted, in the order of the model's outputs (empty before :meth:`fit`)."""
+        return self.registration.gene_names
+
+    @property
+    def encoding(self) -> CovariateEncoding:
+        """How the ``obs`` columns of the GP input are encoded (:attr:`registration`'s)."""
+        return self.registration.encoding
 
     @property
     def _refines(self) -> bool:
@@ -423,8 +401,8 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
         "likelihood": face.likelihood,
         "latent_dim": face.latent_dim,
         "num_inducing": int(model.inducing_variable.num_inducing),
-        "layer": face.layer or "X",
-        "size_factors": face.size_factors or "none",
+        "layer": face.registration.layer or "X",
+        "size_factors": face.registration.size_factors or "none",
         "iterations": iterations,
         "batch_size": batch_size,
         "learning_rate": learning_rate,
