@@ -7,7 +7,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, cast
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
@@ -15,7 +14,6 @@ from tqdm.auto import tqdm
 from ..covariates import new_row_inputs
 from ..distributed import RowShard, Workers, worker_rows
 from ..inference import TOLERANCE, LatentInference
-from ..likelihoods import NegativeBinomial
 from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
@@ -23,7 +21,9 @@ from ..validation import check_integer, check_path, check_seed, check_writable_f
 from .cells import CellsFile, assembled, check_anndata, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
+from .likelihoods import LIKELIHOODS, model_likelihood
 from .registration import CellRegistration
+from .saving import load_model, save_model
 from .spread import EmbeddingSpread
 from .start import initial_latents
 
@@ -34,9 +34,6 @@ __all__ = [
     "ENCODER_LEARNING_RATE",
     "NUM_INDUCING",
 ]
-
-LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
-"""The values of ``likelihood``: counts (with or without overdispersion) or continuous values."""
 
 TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = 0.03, 0.01
 """Adam's step size in :meth:`SingleCellGPLVM.fit` unless given: latent tables (B-SVI, MAP,
@@ -146,6 +143,10 @@ class SingleCellGPLVM:
         self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
+        self.training_record: dict | None = None
+        """How the model was trained (``uns[key_added]["settings"]`` and the final ELBO)."""
+        self.reference = None
+        """A loaded model's minified training cells (:meth:`load`), when saved with them."""
         self.history: History | None = None
         self._inference: LatentInference | None = None
 
@@ -205,6 +206,9 @@ class SingleCellGPLVM:
             self.history = fit(model, data, iterations, strategy=strategy, **training)
         self._inference = None
         summary = _summary(self, iterations, batch_size, learning_rate)
+        elbo = summary["elbo"]
+        final = float(np.mean(elbo[-100:])) if len(elbo) else None
+        self.training_record = {**summary["settings"], "elbo_final": final}
         self._write_embedding(adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
@@ -279,7 +283,7 @@ class SingleCellGPLVM:
             inputs = dict(
                 latent_dim=self.latent_dim,
                 num_inducing=min(self.num_inducing, adata.n_obs),
-                likelihood=_likelihood(self.likelihood, rows.shape[1]),
+                likelihood=model_likelihood(self.likelihood, rows.shape[1]),
                 latent_init=initial,
                 seed=self.seed,
                 covariates=covariates,
@@ -338,6 +342,19 @@ class SingleCellGPLVM:
         adata.obsm[f"X_{self.key_added}"] = np.concatenate(means)
         adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
         return adata.obsm[f"X_{self.key_added}"]
+
+    def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
+        """Write the fitted model to ``folder`` (created; an earlier saved model there is
+        replaced only with ``overwrite``), all :meth:`load` needs to embed new cells without the
+        training data (:mod:`~gpflow_svi_gplvm.singlecell.saving`); ``adata``: the cells it was
+        fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no counts)."""
+        return save_model(self, folder, adata, overwrite)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> SingleCellGPLVM:
+        """The model :meth:`save` wrote to ``folder`` (in this or another process), ready for
+        :meth:`transform`; its minified training cells, if saved, are :attr:`reference`."""
+        return load_model(folder, cls)
 
     @property
     def gene_names(self) -> list[str]:
@@ -421,16 +438,6 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
             np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
         ),
     }
-
-
-def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
-    """The likelihood ``name`` (one of :data:`LIKELIHOODS`) of ``num_genes`` genes; None for the
-    model's default, a Gaussian."""
-    if name == "negative_binomial":
-        return NegativeBinomial(num_outputs=num_genes)
-    if name == "poisson":
-        return gpflow.likelihoods.Poisson()
-    return None
 
 
 def _distils(face: SingleCellGPLVM, strategy: tf.distribute.Strategy | None) -> bool:
