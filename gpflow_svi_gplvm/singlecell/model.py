@@ -7,32 +7,28 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, cast
 
-import gpflow
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
 
-from ..covariates import new_row_inputs
 from ..distributed import RowShard, Workers, worker_rows
-from ..inference import TOLERANCE, LatentInference
-from ..likelihoods import NegativeBinomial
 from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
 from ..validation import check_integer, check_path, check_seed, check_writable_folder
-from .cells import (
-    CellsFile,
-    assembled,
-    check_anndata,
-    gene_names,
-    genes_of,
-    opened,
-    read_cells,
-    size_factors_of,
-    unique_genes,
-)
+from .cells import CellsFile, assembled, check_anndata, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
+from .likelihoods import LIKELIHOODS, model_likelihood
+from .mapping import (
+    BLOCK,
+    FIT_CELLS,
+    INFERENCE_STEPS,
+    BatchOffsets,
+    CellMapper,
+    read_query,
+)
+from .registration import CellRegistration
+from .saving import load_model, save_model
 from .spread import EmbeddingSpread
 from .start import initial_latents
 
@@ -43,9 +39,6 @@ __all__ = [
     "ENCODER_LEARNING_RATE",
     "NUM_INDUCING",
 ]
-
-LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
-"""The values of ``likelihood``: counts (with or without overdispersion) or continuous values."""
 
 TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = 0.03, 0.01
 """Adam's step size in :meth:`SingleCellGPLVM.fit` unless given: latent tables (B-SVI, MAP,
@@ -62,10 +55,6 @@ types of very unequal sizes, 4 batches) B-SVI's Leiden ARI was 0.981, 0.967 and 
 against 0.976, 0.905 and 0.913 with 50 (0.901 with 25 on the second), for about a fifth more
 CPU time. benchmarks/results/single_cell.md has the table."""
 
-INFERENCE_STEPS = 300
-"""The most steps a cell's q(x) takes when inferred (by :meth:`SingleCellGPLVM.transform`, and by
-:meth:`SingleCellGPLVM.fit` when it refines an encoder's); most cells stop far sooner."""
-
 
 class SingleCellGPLVM:
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
@@ -80,16 +69,17 @@ class SingleCellGPLVM:
     ``likelihood``: "negative_binomial" (a dispersion per gene), "poisson" or "gaussian";
     ``size_factors``: "library" (each cell's total count over the mean), an ``obs`` column, or
     None (counts only); ``model``: "bsvi" (B-SVI), "aeb" (AEB-SVI), "map" or "point";
-    further keyword options go to the model class. ``refine_latents`` (``model="aeb"``): the
-    q(x) that :meth:`fit` writes and :meth:`transform` returns is the encoder's, refined cell by
-    cell by damped Newton steps on the cell's own bound until a step would add less than
-    :data:`~gpflow_svi_gplvm.inference.TOLERANCE` of it (semi-amortised inference: the encoder's
-    q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch out of the
-    embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the encoder's alone,
-    one pass of its networks. ``encoder_training`` (``model="aeb"``): "distilled" (default)
-    fits B-SVI to ``distil_cells`` cells drawn at random (all of them when fewer), hands its GP to
-    the amortised model and trains the encoder to reproduce those cells' q(x)
-    (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
+    further keyword options go to the model class (q(u) has one covariance shared by the genes
+    unless ``shared_covariance=False``: the Laplace embedding of new cells and serving need it).
+    ``refine_latents`` (``model="aeb"``): the q(x) that :meth:`fit` writes and :meth:`transform`
+    returns is the encoder's, refined cell by cell by Newton steps to the Laplace approximation
+    at the cell's mode (:mod:`~gpflow_svi_gplvm.singlecell.mapping`; semi-amortised inference:
+    the encoder's q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch
+    out of the embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the
+    encoder's alone, one pass of its networks. ``encoder_training`` (``model="aeb"``):
+    "distilled" (default) fits B-SVI to ``distil_cells`` cells drawn at random (all of them when
+    fewer), hands its GP to the amortised model and trains the encoder to reproduce those cells'
+    q(x) (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
     process; the ELBO trace is that B-SVI fit's); "joint": the encoder and the GP together on
     the ELBO, as the paper's AEB-SVI (on a hard simulated atlas it lost the cell types that
     distillation keeps, benchmarks/results/single_cell.md). Latents start at a PCA of
@@ -137,9 +127,12 @@ class SingleCellGPLVM:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
         if size_factors is not None and likelihood == "gaussian":
             raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
-        self.latent_dim, self.layer, self.genes = latent_dim, layer, genes
-        self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
-        self.likelihood, self.size_factors = likelihood, size_factors
+        self.latent_dim, self.model_name = latent_dim, model
+        self.num_inducing, self.key_added = num_inducing, key_added
+        self.likelihood = likelihood
+        self.registration = CellRegistration(
+            layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
+        )
         self.seed = check_seed(seed)
         if not isinstance(refine_latents, (bool, np.bool_)):
             raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
@@ -150,21 +143,19 @@ class SingleCellGPLVM:
             )
         self.encoder_training = encoder_training
         self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
-        if isinstance(covariate_keys, str):  # one column's name, not its letters
-            covariate_keys = [covariate_keys]
-        columns = ([batch_key] if batch_key else []) + list(covariate_keys)
-        repeated = sorted({column for column in columns if columns.count(column) > 1})
-        if repeated:  # a column twice in the GP input is two identical covariates
-            raise ValueError(
-                f"obs column(s) {repeated} given more than once (batch_key and covariate_keys "
-                "together): name each column once; the batch_key is already a covariate."
-            )
-        self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
+        if model_options.get("shared_covariance") is None:  # what mapping and serving need
+            model_options["shared_covariance"] = True
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
-        self.gene_names: list[str] = []
+        self.training_record: dict | None = None
+        """How the model was trained (``uns[key_added]["settings"]`` and the final ELBO)."""
+        self.reference = None
+        """A loaded model's minified training cells (:meth:`load`), when saved with them."""
         self.history: History | None = None
-        self._inference: LatentInference | None = None
+        self._cell_mapper: CellMapper | None = None
+        self.batch_offsets = BatchOffsets()
+        """The effects (offsets on f [K, D]) of batches the model was not fitted with, learnt
+        by :meth:`map_query`."""
 
     def fit(
         self,
@@ -194,7 +185,7 @@ class SingleCellGPLVM:
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers)
         adata = opened(adata)
-        self.gene_names = gene_names(genes_of(adata, self.layer), self.genes)
+        self.registration.register_genes(adata)
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         progress = progress and workers.count == 1  # the bars of one process
@@ -220,8 +211,11 @@ class SingleCellGPLVM:
         else:
             model = cast(SVIGPLVM, self.model)
             self.history = fit(model, data, iterations, strategy=strategy, **training)
-        self._inference = None
+        self.batch_offsets = BatchOffsets()
         summary = _summary(self, iterations, batch_size, learning_rate)
+        elbo = summary["elbo"]
+        final = float(np.mean(elbo[-100:])) if len(elbo) else None
+        self.training_record = {**summary["settings"], "elbo_final": final}
         self._write_embedding(adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
@@ -276,14 +270,15 @@ class SingleCellGPLVM:
         memory are a shard of CSR rows, each minibatch densified on its own); and the model
         class's keyword inputs, one row a cell (start, covariates, size factors) or shared."""
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, cells=block)
+        registration = self.registration
+        rows, library = registration.read(adata, cells=block)
         obs = adata.obs.iloc[block]
-        covariates = self.encoding.fit(obs, workers).transform(obs)
-        sizes = size_factors_of(self.size_factors, obs, library, workers)
+        covariates = registration.fit_covariates(obs, workers)
+        sizes = registration.training_size_factors(obs, library, workers)
         initial = initial_latents(
             rows,
             self.latent_dim,
-            counts=self._counts,
+            counts=registration.counts,
             sizes=sizes,
             covariates=covariates,
             seed=self.seed,
@@ -295,7 +290,7 @@ class SingleCellGPLVM:
             inputs = dict(
                 latent_dim=self.latent_dim,
                 num_inducing=min(self.num_inducing, adata.n_obs),
-                likelihood=_likelihood(self.likelihood, rows.shape[1]),
+                likelihood=model_likelihood(self.likelihood, rows.shape[1]),
                 latent_init=initial,
                 seed=self.seed,
                 covariates=covariates,
@@ -312,9 +307,9 @@ class SingleCellGPLVM:
         inputs = {
             "cells (N)": adata.n_obs,
             "genes": self.gene_names,
-            "layer": self.layer,
-            "obs columns": list(self.encoding.columns),
-            "size_factors": self.size_factors,
+            "layer": self.registration.layer,
+            "obs columns": self.registration.columns,
+            "size_factors": self.registration.size_factors,
             "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
             "encoder": [self.encoder_training, self.distil_cells],
             "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
@@ -322,54 +317,76 @@ class SingleCellGPLVM:
         workers.agree("were given other inputs than the chief", inputs)
 
     def transform(
-        self, adata, iterations: int = INFERENCE_STEPS, chunk_size: int = 4096
+        self, adata, iterations: int = INFERENCE_STEPS, progress: bool = False
     ) -> np.ndarray:
-        """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name, and
-        the fitted ``obs`` columns) with the model frozen, written to ``obsm`` as in
-        :meth:`fit`; returns the means [N*, Q]."""
-        if self.model is None:
+        """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name in any
+        order, and the fitted ``obs`` columns) with the model frozen, each cell's the Laplace
+        approximation at its mode, ``iterations`` Newton steps at most
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`;
+        returns the means [N*, Q]. Cells of batches the model was not fitted with are refused
+        unless :meth:`map_query` has learnt them."""
+        return self._embed(adata, iterations, progress)
+
+    def map_query(
+        self,
+        adata,
+        iterations: int = INFERENCE_STEPS,
+        fit_cells: int = FIT_CELLS,
+        progress: bool = True,
+    ) -> np.ndarray:
+        """Map a query onto the fitted reference: its cells of batches the model was not fitted
+        with get their batch's effect, an offset per gene fitted by MAP with every parameter of
+        the model frozen from up to ``fit_cells`` cells of each new batch, kept for later
+        :meth:`transform`, :meth:`save` and :meth:`export_saved_model`; then every cell is
+        embedded as :meth:`transform` does (the reference cells' embedding is unchanged:
+        :mod:`~gpflow_svi_gplvm.singlecell.mapping`). Returns the means [N*, Q]."""
+        fit_cells = check_integer(fit_cells, "fit_cells", hint="e.g. 2000 cells of each batch")
+        return self._embed(adata, iterations, progress, fit_cells)
+
+    def _embed(
+        self, adata, iterations: int, progress: bool, fit_cells: int | None = None
+    ) -> np.ndarray:
+        """:meth:`transform`, and :meth:`map_query` with ``fit_cells``."""
+        iterations = check_integer(iterations, "iterations", hint="e.g. 50 Newton steps")
+        model = self.model
+        if model is None:
             raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
-        chunk_size = check_integer(chunk_size, "chunk_size", hint="e.g. 4096 cells at a time")
         check_anndata(adata)
         if adata.n_obs == 0:
-            raise ValueError("adata holds no cells to embed: give transform at least one cell.")
-        names = unique_genes(genes_of(adata, self.layer).var_names)
-        missing = [g for g in self.gene_names if g not in set(names)]
-        if missing:
-            raise ValueError(
-                f"The new cells lack {len(missing)} of the fitted genes (e.g. {missing[:5]}): "
-                "give them every gene the model was fitted with (zeros where not measured)."
-            )
-        position = {g: i for i, g in enumerate(names)}
-        columns = np.array([position[g] for g in self.gene_names])
-        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, columns)
-        covariates = self.encoding.transform(adata.obs)
-        sizes = (
-            size_factors_of(self.size_factors, adata.obs, library)
-            if self.size_factors != "library"
-            else None
+            raise ValueError("adata holds no cells to embed: give at least one cell.")
+        query = read_query(self, adata, learn=fit_cells is not None)
+        mapper = self._mapper(iterations)
+        if query.new:
+            learnt = mapper.learn_offsets(query, self.encoding, fit_cells or 0, self.seed)
+            self.batch_offsets.add(query.new, learnt)
+        moments = mapper.embed(
+            query.rows, query.inputs, query.offsets(self.batch_offsets), progress
         )
-        inference = self._latent_inference(iterations)
-        means, variances = [], []
-        for start in range(0, rows.shape[0], chunk_size):
-            block = rows[start : start + chunk_size]
-            part = slice(start, start + len(block))
-            inputs = new_row_inputs(
-                self.model,
-                block,
-                None if covariates is None else covariates[part],
-                None if sizes is None else sizes[part],
-            )
-            mean, variance = inference.infer(block, inputs)
-            means.append(mean.numpy())
-            variances.append(variance.numpy())
-        adata.obsm[f"X_{self.key_added}"] = np.concatenate(means)
-        adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
+        adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
         return adata.obsm[f"X_{self.key_added}"]
 
+    def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
+        """Write the fitted model to ``folder`` (created; an earlier saved model there is
+        replaced only with ``overwrite``), all :meth:`load` needs to embed new cells without the
+        training data (:mod:`~gpflow_svi_gplvm.singlecell.saving`); ``adata``: the cells it was
+        fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no counts)."""
+        return save_model(self, folder, adata, overwrite)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> SingleCellGPLVM:
+        """The model :meth:`save` wrote to ``folder`` (in this or another process), ready for
+        :meth:`transform`; its minified training cells, if saved, are :attr:`reference`."""
+        return load_model(folder, cls)
+
     @property
-    def _counts(self) -> bool:
-        return self.likelihood != "gaussian"
+    def gene_names(self) -> list[str]:
+        """The genes fitted, in the order of the model's outputs (empty before :meth:`fit`)."""
+        return self.registration.gene_names
+
+    @property
+    def encoding(self) -> CovariateEncoding:
+        """How the ``obs`` columns of the GP input are encoded (:attr:`registration`'s)."""
+        return self.registration.encoding
 
     @property
     def _refines(self) -> bool:
@@ -377,39 +394,33 @@ class SingleCellGPLVM:
         return self.refine_latents and cast(SVIGPLVM, self.model).latent.amortised
 
     def _training_moments(
-        self, rows: RowReader, progress: bool = False, block_size: int = 4096
+        self, rows: RowReader, progress: bool = False
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Means and variances [b, Q] of q(x_n) of the training cells, a block of rows at a time
         (an encoder reads their values, and with ``refine_latents`` each cell's q(x) is then
         refined as in :meth:`transform`; a latent table is read a block of its rows at a time)."""
-        model = self.model
-        assert model is not None
-        refine, inputs = self._refines, model.row_inputs
-        inference = self._latent_inference(INFERENCE_STEPS) if refine else None
-        shown = progress and refine  # the other cases are one quick pass
-        with tqdm(total=rows.shape[0], disable=not shown, desc="refine q(x)", unit="cell") as bar:
-            for start in range(0, rows.shape[0], block_size):
-                stop = min(start + block_size, rows.shape[0])
-                if inference is not None:
-                    block_inputs = None if inputs is None else inputs[start:stop].numpy()
-                    mean, variance = inference.infer(rows[start:stop], block_inputs)
-                else:
-                    idx = tf.range(start, stop, dtype=tf.int64)
-                    values = tf.constant(rows[start:stop]) if model.latent.amortised else None
-                    mean, variance = model.latent.moments(idx, values)
-                bar.update(stop - start)
-                yield mean.numpy(), variance.numpy()
+        model = cast(SVIGPLVM, self.model)
+        if self._refines:
+            inputs = None if model.row_inputs is None else model.row_inputs.numpy()
+            mapper = self._mapper(INFERENCE_STEPS)
+            yield from mapper.blocks(rows, inputs, progress=progress, desc="refine q(x)")
+            return
+        for start in range(0, rows.shape[0], BLOCK):
+            stop = min(start + BLOCK, rows.shape[0])
+            idx = tf.range(start, stop, dtype=tf.int64)
+            values = tf.constant(rows[start:stop]) if model.latent.amortised else None
+            mean, variance = model.latent.moments(idx, values)
+            yield mean.numpy(), variance.numpy()
 
-    def _latent_inference(self, iterations: int) -> LatentInference:
-        """The inference of cells' q(x) in at most ``iterations`` steps, kept: its compiled graphs
-        serve later calls with as many steps. An encoder's q(x) is refined by Newton steps with
-        ``refine_latents``; otherwise as :class:`LatentInference` does by default."""
-        if self._inference is None or self._inference.iterations != iterations:
-            tolerance = TOLERANCE if self._refines else "auto"
-            self._inference = LatentInference(
-                cast(SVIGPLVM, self.model), iterations, seed=self.seed, tolerance=tolerance
+    def _mapper(self, iterations: int) -> CellMapper:
+        """The embedding of cells with the model frozen, in at most ``iterations`` steps a cell,
+        kept: its compiled graphs serve later calls with as many steps."""
+        mapper = self._cell_mapper
+        if mapper is None or mapper.model is not self.model or mapper.iterations != iterations:
+            mapper = self._cell_mapper = CellMapper(
+                cast(SVIGPLVM, self.model), self.seed, iterations
             )
-        return self._inference
+        return mapper
 
 
 def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_rate: float) -> dict:
@@ -423,8 +434,8 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
         "likelihood": face.likelihood,
         "latent_dim": face.latent_dim,
         "num_inducing": int(model.inducing_variable.num_inducing),
-        "layer": face.layer or "X",
-        "size_factors": face.size_factors or "none",
+        "layer": face.registration.layer or "X",
+        "size_factors": face.registration.size_factors or "none",
         "iterations": iterations,
         "batch_size": batch_size,
         "learning_rate": learning_rate,
@@ -443,16 +454,6 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
             np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
         ),
     }
-
-
-def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
-    """The likelihood ``name`` (one of :data:`LIKELIHOODS`) of ``num_genes`` genes; None for the
-    model's default, a Gaussian."""
-    if name == "negative_binomial":
-        return NegativeBinomial(num_outputs=num_genes)
-    if name == "poisson":
-        return gpflow.likelihoods.Poisson()
-    return None
 
 
 def _distils(face: SingleCellGPLVM, strategy: tf.distribute.Strategy | None) -> bool:
