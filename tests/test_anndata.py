@@ -226,6 +226,21 @@ def test_a_gene_never_observed_and_a_batch_of_one_cell_fit_to_finite_latents():
     assert np.isfinite(model.history.elbo).all()
 
 
+def test_a_category_without_cells_is_dropped_with_a_warning_and_refused_at_transform(fitted):
+    _, cells = fitted
+    cells = cells.copy()
+    cells.obs["batch"] = cells.obs["batch"].cat.add_categories(["empty"])  # used by no cell
+    model = SingleCellGPLVM(Q, layer="counts", batch_key="batch", num_inducing=8, seed=1)
+    with pytest.warns(UserWarning, match=r"'batch' has 1 categories without cells \(\['empty'\]"):
+        model.fit(cells, iterations=2, batch_size=16, progress=False)
+    assert model.encoding.names == ["batch=a", "batch=b"]
+    assert model.model.input_dim == Q + 2 + 1  # no covariate column for it
+    new = cells[:4].copy()
+    new.obs["batch"] = pd.Categorical(["empty"] * 4)
+    with pytest.raises(ValueError, match=r"not fitted with: \['empty'\]"):
+        model.transform(new)
+
+
 @pytest.mark.parametrize("splits", [[], [1], [5, 17], [3, 4, 30]])
 def test_the_embeddings_spread_is_summed_over_blocks_as_over_the_whole(splits):
     rng = np.random.default_rng(0)

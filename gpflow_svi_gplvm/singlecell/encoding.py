@@ -38,8 +38,10 @@ class CovariateEncoding:
             values = obs_column(obs, column)
             if _categorical(values) or column in self.categorical:
                 seen = list(values.astype("category").cat.categories)
-                self.categories[column] = _agreed_categories(seen, workers)
-                _warn_of_single_cell_categories(column, values, self.categories[column], workers)
+                categories = _agreed_categories(seen, workers)
+                codes = _codes(values, categories).dropna().astype(int)
+                held = workers.sum(np.bincount(codes, minlength=len(categories)).astype(float))
+                self.categories[column] = _held_categories(column, categories, held)
             else:
                 numbers = values.to_numpy(dtype=float)
                 if np.isinf(numbers).any():  # NaN is named by transform, as missing
@@ -104,13 +106,23 @@ def _agreed_categories(seen: list, workers: Workers) -> list:
     return [by_text.get(text, text) for text in sorted(set().union(*lists))]
 
 
-def _warn_of_single_cell_categories(column: str, values, categories: list, workers: Workers):
-    """A warning naming the categories of ``column`` that one cell alone holds (over every
-    worker's cells): the kernel learns their effect from that cell, and its latent position
-    absorbs whatever the category would have explained."""
-    codes = _codes(values, categories)
-    held = np.bincount(codes.dropna().astype(int), minlength=len(categories))
-    single = [categories[i] for i in np.flatnonzero(workers.sum(held.astype(float)) == 1)]
+def _held_categories(column: str, categories: list, held: np.ndarray) -> list:
+    """The ``categories`` of ``column`` that some cell holds (``held`` [K]: the cells of each,
+    over every worker's): a category of no cell (a pandas category no cell uses) would be a
+    covariate never trained, so it is dropped with a warning naming it, and cells of it are
+    then refused as of an unknown category. A category of a single cell is kept with a warning:
+    the kernel learns its effect from that cell, whose latent position absorbs whatever the
+    category would have explained."""
+    empty = [c for c, count in zip(categories, held) if count == 0]
+    if empty:
+        warnings.warn(
+            f"obs column {column!r} has {len(empty)} categories without cells ({empty[:5]}): "
+            "they are left out of the covariates (cells of them are refused later as of an "
+            "unknown category). Drop them first to silence this, e.g. "
+            f"adata.obs[{column!r}] = adata.obs[{column!r}].cat.remove_unused_categories().",
+            stacklevel=4,
+        )
+    single = [c for c, count in zip(categories, held) if count == 1]
     if single:
         warnings.warn(
             f"obs column {column!r} has {len(single)} categories of a single cell "
@@ -118,6 +130,7 @@ def _warn_of_single_cell_categories(column: str, values, categories: list, worke
             "merge such categories with others or drop their cells if that is not intended.",
             stacklevel=4,
         )
+    return [c for c, count in zip(categories, held) if count > 0]
 
 
 def obs_column(obs, column: str, option: str = "batch_key or in covariate_keys"):
