@@ -70,7 +70,7 @@ class _Source:
             self.file = h5py.File(self.path, "r")
         except OSError as error:
             raise ValueError(unreadable_h5ad(self.path, error)) from error
-        self.name = "X" if layer is None else f"layers/{layer}"
+        self.name = _element_name(self.file, layer)
         self.element = self._element(layer)
         self.sparse = isinstance(self.element, h5py.Group)
         self.shape = self._shape()
@@ -80,10 +80,11 @@ class _Source:
         return status.st_ino, status.st_size, status.st_mtime_ns
 
     def _element(self, layer: str | None) -> h5py.Group | h5py.Dataset:
-        if layer is not None and layer not in self.file.get("layers", {}):
+        if layer is not None and self.name not in self.file:
             layers = list(self.file.get("layers", {}))
+            raw = " and no raw (raw/X)" if layer == "raw" else ""
             raise ValueError(
-                f"{self.path!r} has no layer {layer!r}; its layers are {layers}. Pass "
+                f"{self.path!r} has no layer {layer!r}{raw}; its layers are {layers}. Pass "
                 "layer=None to read X."
             )
         if self.name not in self.file:
@@ -497,9 +498,20 @@ def _joined(
     return sp.csr_matrix((data, indices, indptr), shape=(num_rows, num_columns))
 
 
-def read_frames(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _element_name(file: h5py.File, layer: str | None) -> str:
+    """Where ``layer`` is in an ``.h5ad`` file: None is ``X``; "raw" is ``raw/X`` (where scanpy
+    keeps the unprocessed values) unless the file has a layer of that name."""
+    if layer is None:
+        return "X"
+    if layer == "raw" and "raw" not in file.get("layers", {}):
+        return "raw/X"
+    return f"layers/{layer}"
+
+
+def read_frames(path: str | os.PathLike, raw: bool = False) -> tuple[pd.DataFrame, ...]:
     """``obs`` [N rows] and ``var`` [D' rows] of an ``.h5ad`` file, read without its matrices
-    (e.g. to choose ``columns`` for :meth:`DiskRows.open` from ``var``)."""
+    (e.g. to choose ``columns`` for :meth:`DiskRows.open` from ``var``); with ``raw``, also
+    ``raw/var``, the genes of ``raw/X`` (None when the file has no raw)."""
     try:
         from anndata.io import read_elem
     except ImportError:  # anndata < 0.11
@@ -514,7 +526,10 @@ def read_frames(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
                 f"{os.fspath(path)} is an HDF5 file but not an AnnData (.h5ad): it has no obs "
                 "and var. Write the cells with adata.write_h5ad(path)."
             )
-        return read_elem(file["obs"]), read_elem(file["var"])
+        frames = read_elem(file["obs"]), read_elem(file["var"])
+        if not raw:
+            return frames
+        return *frames, read_elem(file["raw/var"]) if "raw/var" in file else None
 
 
 def unreadable_h5ad(path: str, error: OSError) -> str:

@@ -120,8 +120,10 @@ def test_a_sparse_shard_trains_exactly_as_its_dense_rows():
     assert histories[1].tracing_count == 1
 
 
-def test_layer_raw_reads_adata_raw_with_its_own_genes():
-    """scanpy's habit: X filtered to fewer genes and normalised, the counts of all in .raw."""
+def test_layer_raw_reads_adata_raw_with_its_own_genes(tmp_path):
+    """scanpy's habit: X filtered to fewer genes and normalised, the counts of all in .raw, and
+    the highly variable genes marked in adata.var (not in adata.raw.var); in memory and from
+    the .h5ad's path alike."""
     cells = count_cells()
     counts = anndata.AnnData(X=cells.layers["counts"], obs=cells.obs, var=cells.var)
     filtered = cells[:, : D - 2].copy()
@@ -130,6 +132,16 @@ def test_layer_raw_reads_adata_raw_with_its_own_genes():
     model.fit(filtered, iterations=1, batch_size=16, progress=False)
     assert model.gene_names == list(counts.var_names)  # all D genes of .raw, not X's D - 2
     assert filtered.obsm["X_gplvm"].shape == (N, Q)
+
+    filtered.var["highly_variable"] = np.arange(D - 2) % 2 == 0
+    path = tmp_path / "cells.h5ad"
+    filtered.write_h5ad(path)
+    options = dict(layer="raw", genes="highly_variable", num_inducing=4, seed=1)
+    in_memory = SingleCellGPLVM(Q, **options).fit(filtered, iterations=0)
+    on_disk = SingleCellGPLVM(Q, **options).fit(path, iterations=0, output=tmp_path / "o")
+    assert in_memory.gene_names == on_disk.gene_names == list(filtered.var_names[::2])
+    for ours, theirs in zip(on_disk.model.trainable_variables, in_memory.model.trainable_variables):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_bad_single_cell_input_is_named():

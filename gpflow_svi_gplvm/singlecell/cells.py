@@ -114,17 +114,19 @@ class _RowRange:
 
 class CellsFile:
     """The cells of an ``.h5ad`` file as :meth:`SingleCellGPLVM.fit` reads them: ``obs`` and
-    ``var`` in memory, the matrix (X or a layer) left on disk for each worker to read its own
-    cells (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`)."""
-
-    raw = None  # of a file, X and the layers are read from disk (not raw/X)
-    layers: tuple[str, ...] = ()
+    ``var`` (and :attr:`raw`'s ``var``) in memory, the matrix (X, a layer or raw/X) left on disk
+    for each worker to read its own cells (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`)."""
 
     def __init__(self, path: Path):
+        import h5py
+
         from ..disk_rows import read_frames
 
         self.path = path
-        self.obs, self.var = read_frames(path)
+        self.obs, self.var, raw_var = read_frames(path, raw=True)
+        self.raw = None if raw_var is None else _Genes(raw_var)
+        with h5py.File(path, "r") as file:  # readable: read_frames has read it
+            self.layers = tuple(file.get("layers", {}))
 
     @property
     def obs_names(self):
@@ -137,6 +139,17 @@ class CellsFile:
     @property
     def n_obs(self) -> int:
         return len(self.obs)
+
+
+class _Genes:
+    """The genes (``var``) of a file's raw matrix, as ``adata.raw`` shows them."""
+
+    def __init__(self, var):
+        self.var = var
+
+    @property
+    def var_names(self):
+        return self.var.index
 
 
 def opened(adata):

@@ -57,8 +57,14 @@ class CellRegistration:
         return ([self.batch_key] if self.batch_key else []) + list(self.covariate_keys)
 
     def register_genes(self, adata) -> list[str]:
-        """Choose :attr:`gene_names` among ``adata``'s genes (of :attr:`layer`) and return them."""
-        self.gene_names = chosen_genes(genes_of(adata, self.layer), self.genes)
+        """Choose :attr:`gene_names` among ``adata``'s genes (of :attr:`layer`) and return them.
+        A ``var`` column that marks the genes (e.g. "highly_variable") is read from
+        ``adata.var`` when ``adata.raw.var`` lacks it, as scanpy leaves them."""
+        holder, genes = genes_of(adata, self.layer), self.genes
+        if isinstance(genes, str) and holder is not adata:
+            if genes not in holder.var.columns and genes in adata.var.columns:
+                genes = chosen_genes(adata, genes)  # names, found among the raw genes below
+        self.gene_names = chosen_genes(holder, genes)
         return self.gene_names
 
     def read(self, adata, cells: slice = slice(None)) -> tuple[RowReader, np.ndarray]:
