@@ -99,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--latent-dim", type=int, help=LATENT_HELP)
     parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
-    parser.add_argument("--batch-size", type=int, default=100, help="rows per step")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        help="rows per step (default: fit's; for an .h5ad, SingleCellGPLVM.fit's)",
+    )
     parser.add_argument(
         "--learning-rate",
         type=float,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import sys
@@ -59,7 +60,7 @@ from .initialisation import column_location_and_scale
 from .likelihoods import NegativeBinomial
 from .metrics import rmse
 from .models import SVIGPLVM, lookup_model
-from .training import History, fit
+from .training import History, Trainer, fit
 from .validation import check_observations, check_writable_folder
 
 __all__ = ["LIKELIHOODS", "RELEVANCE_KEPT", "build_parser", "main"]
@@ -114,6 +115,8 @@ def _run(args: argparse.Namespace) -> int:
         args.num_inducing = CELL_NUM_INDUCING if cells else DEFAULT_NUM_INDUCING
     if args.latent_dim is None:
         args.latent_dim = CELL_LATENT_DIM if cells else DEFAULT_LATENT_DIM
+    if args.batch_size is None:  # the Python face's default, which owns it
+        args.batch_size = _batch_size_default(cells)
     if strategy is not None and args.export:
         raise ValueError(
             "--export is for a run on one machine: train with --distributed --save, then export "
@@ -157,6 +160,15 @@ def _run(args: argparse.Namespace) -> int:
     _print_summary(args, metrics, seconds, len(history.elbo))
     print(f"wrote {', '.join(written)} to {args.output}/")
     return 0
+
+
+def _batch_size_default(cells: bool) -> int:
+    """``fit``'s default batch size, or ``SingleCellGPLVM.fit``'s for single cells."""
+    if cells:
+        from .singlecell.model import BATCH_SIZE
+
+        return BATCH_SIZE
+    return int(inspect.signature(Trainer.__init__).parameters["batch_size"].default)
 
 
 def _check_cell_options(args: argparse.Namespace, cells: bool) -> None:
@@ -220,7 +232,8 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
         return 0
     history = cast(History, face.history)
     cells, genes = int(cast(SVIGPLVM, face.model).num_data or 0), len(face.gene_names)
-    metrics = {"cells": cells, "genes": genes, "settings": _settings(args)}
+    settings = _settings(args, cast(SVIGPLVM, face.model))
+    metrics = {"cells": cells, "genes": genes, "settings": settings}
     metrics.update(versions=_versions(), seconds=round(seconds, 2), steps=len(history.elbo))
     metrics["elbo_final"] = float(np.mean(history.elbo[-100:])) if len(history.elbo) else None
     (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -373,7 +386,7 @@ def _metrics(
         "data": _described(data, args.labels) or str(args.data),
         "N": int(Y.shape[0]),
         "D": int(Y.shape[1]),
-        "settings": _settings(args),
+        "settings": _settings(args, model),
         "standardised": _standardised(args),
         "standardisation": _standardisation(data),
         "shared_covariance": model.shared_covariance,
@@ -388,13 +401,16 @@ def _metrics(
     }
 
 
-def _settings(args: argparse.Namespace) -> dict:
-    """Every option of the run, as ``metrics.json`` records them."""
-    return {
+def _settings(args: argparse.Namespace, model: SVIGPLVM) -> dict:
+    """Every option of the run, as ``metrics.json`` records them: as given, or as ``model``
+    took it (M, at most one inducing point per row)."""
+    settings = {
         name: str(value) if isinstance(value, Path) else value
         for name, value in vars(args).items()
         if name not in ("debug", "no_progress")
     }
+    settings["num_inducing"] = int(model.inducing_variable.num_inducing)
+    return settings
 
 
 def _standardisation(data: datasets.DataSet) -> dict | None:

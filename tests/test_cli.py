@@ -174,21 +174,24 @@ def test_an_h5ad_genes_column_with_missing_values_is_refused_before_training(tmp
 
 
 def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
-    """M 25 and Q 5 for a table of rows, the single-cell face's 100 and 10 for an .h5ad (unless
-    --num-inducing and --latent-dim)."""
+    """M 25, Q 5 and fit's batch size for a table of rows; the single-cell face's M 100, Q 10
+    and batch size for an .h5ad (unless --num-inducing, --latent-dim and --batch-size);
+    metrics.json records M as the model took it, at most one per cell."""
     anndata = pytest.importorskip("anndata")
-    counts = np.random.default_rng(0).poisson(3.0, (12, 4)).astype(np.float32)
+    counts = np.random.default_rng(0).poisson(3.0, (120, 4)).astype(np.float32)
     anndata.AnnData(X=counts).write_h5ad(tmp_path / "cells.h5ad")
+    anndata.AnnData(X=counts[:40]).write_h5ad(tmp_path / "few.h5ad")
     table = ["--data", str(small_csv(tmp_path / "ok.csv"))]
-    for data, expected in (
-        (table, DEFAULT_NUM_INDUCING),
-        (["--data", str(tmp_path / "cells.h5ad")], 100),
+    for name, data, expected, latent_dim, batch_size in (
+        ("table", table, DEFAULT_NUM_INDUCING, 5, 100),
+        ("cells", ["--data", str(tmp_path / "cells.h5ad")], 100, 10, singlecell_model.BATCH_SIZE),
+        ("few", ["--data", str(tmp_path / "few.h5ad")], 40, 10, singlecell_model.BATCH_SIZE),
     ):
-        out = tmp_path / f"out{expected}"
+        out = tmp_path / name
         assert main([*data, "--iterations", "0", "--no-progress", "--output", str(out)]) == 0
-        metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["settings"]["num_inducing"] == expected
-        assert metrics["settings"]["latent_dim"] == (5 if expected == DEFAULT_NUM_INDUCING else 10)
+        settings = json.loads((out / "metrics.json").read_text())["settings"]
+        assert settings["num_inducing"] == expected
+        assert settings["latent_dim"] == latent_dim and settings["batch_size"] == batch_size
 
 
 def test_debug_shows_the_traceback(tmp_path):

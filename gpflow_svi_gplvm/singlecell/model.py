@@ -38,6 +38,7 @@ __all__ = [
     "TABLE_LEARNING_RATE",
     "ENCODER_LEARNING_RATE",
     "NUM_INDUCING",
+    "BATCH_SIZE",
 ]
 
 TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = 0.03, 0.01
@@ -47,6 +48,10 @@ simulated atlases B-SVI's Leiden ARI was 0.976 and 0.905 with 0.03 against 0.867
 0.01; it mixed the default atlas's batches better and kept PBMC's scores); an encoder keeps 0.01
 (with 0.03 the amortised model lost the default atlas's cell types: ARI 0.100 against 1.000).
 benchmarks/results/single_cell.md has the tables."""
+
+BATCH_SIZE = 256
+"""The cells of a step in :meth:`SingleCellGPLVM.fit` unless given (the command line's for an
+``.h5ad`` too)."""
 
 NUM_INDUCING = 100
 """The inducing points of :class:`SingleCellGPLVM` unless given (the package's other models take
@@ -163,7 +168,7 @@ class SingleCellGPLVM:
         self,
         adata,
         iterations: int = 2000,
-        batch_size: int = 256,
+        batch_size: int = BATCH_SIZE,
         learning_rate: float | None = None,
         progress: bool = True,
         *,
