@@ -206,6 +206,12 @@ def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
         help="continue the run saved in OUTPUT/checkpoints (same options, up to --iterations)",
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier run's outputs in OUTPUT (metrics.json, figures, the embedding "
+        "and checkpoints; without it a folder holding them is refused before training)",
+    )
+    parser.add_argument(
         "--export",
         action="store_true",
         help="write the trained model to OUTPUT/saved_model, a SavedModel that serves with "

@@ -127,6 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     with workers.agreeing():  # a folder that cannot be written is found now, not after training
         if workers.chief:
             check_writable_folder(args.output, "--output")
+            _check_earlier_outputs(args)
     if cells:
         return _run_single_cell(args, strategy)
     data = _load_data(args)
@@ -160,6 +161,22 @@ def _run(args: argparse.Namespace) -> int:
     _print_summary(args, metrics, seconds, len(history.elbo))
     print(f"wrote {', '.join(written)} to {args.output}/")
     return 0
+
+
+OUTPUTS = ("metrics.json", "latent_space.png", "ard.png", "elbo.png", "X_gplvm.npy")
+"""What a run writes to ``--output`` (and ``X_gplvm_var.npy`` beside the embedding)."""
+
+
+def _check_earlier_outputs(args: argparse.Namespace) -> None:
+    """A ``ValueError`` when ``--output`` holds an earlier run's outputs, unless ``--overwrite``
+    replaces them or ``--resume`` continues that run."""
+    earlier = [name for name in OUTPUTS if (args.output / name).exists()]
+    if earlier and not (args.overwrite or args.resume):
+        raise ValueError(
+            f"--output {args.output} holds an earlier run's outputs ({', '.join(earlier)}): pass "
+            "--overwrite to replace them, --resume to continue that run (with --save), or "
+            "choose another --output."
+        )
 
 
 def _batch_size_default(cells: bool) -> int:
@@ -225,6 +242,7 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
         output=args.output,
         checkpoint_dir=args.output / "checkpoints" if args.save or args.resume else None,
         resume=args.resume,
+        overwrite=args.overwrite,
     )
     seconds = time.perf_counter() - start
     if not workers.chief:
@@ -297,10 +315,10 @@ def _train(
     """The model that ``--model`` names, built on Y [N, D] (this worker's block of its rows under
     a ``strategy``) and trained, keeping checkpoints with ``--save``; with the seconds taken."""
     saved = RunFolder(args.output / "checkpoints")
-    if args.save and not args.resume and saved.holds_checkpoints():
+    if args.save and not (args.resume or args.overwrite) and saved.holds_checkpoints():
         raise ValueError(
             f"--output {args.output} holds a saved run ({saved.describe()}): pass --resume to "
-            "continue it, or choose another --output."
+            "continue it, --overwrite to start afresh, or choose another --output."
         )
     data = Y if strategy is None else RowShard.for_worker(Y, strategy)
     with strategy.scope() if strategy is not None else contextlib.nullcontext():
@@ -318,6 +336,7 @@ def _train(
         strategy=strategy,
         checkpoint_dir=args.output / "checkpoints" if keep else None,
         resume=args.resume,
+        overwrite=bool(args.overwrite and keep and not args.resume),
     )
     return _whole(args, Y, model, Workers.of(strategy)), history, time.perf_counter() - start
 

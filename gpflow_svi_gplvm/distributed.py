@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import numpy as np
@@ -194,6 +196,30 @@ class Workers:
             refusal = ValueError("; ".join(f"worker {i}: {text}" for i, text in failed))
             refusal.__cause__ = error
             self.refuse(refusal)
+
+    def check_shared_folder(self, folder: Path, name: str) -> None:
+        """A ``ValueError`` on every worker unless ``folder`` (which the chief has made) is one
+        folder that every worker sees: the chief leaves a file of its own there and each worker
+        looks for it (a folder of the same path on each machine is not enough). One worker:
+        nothing to share."""
+        if self.count == 1:
+            return
+        token = secrets.token_hex(8) if self.chief else ""
+        probe = Path(folder) / f".shared-folder-check-{token}"
+        if self.chief:
+            probe.touch()
+        probe = Path(folder) / f".shared-folder-check-{self.texts(token)[0]}"  # after the touch
+        try:
+            with self.agreeing():
+                if not probe.exists():
+                    raise ValueError(
+                        f"{name} {folder} is not the chief's folder here (its file is not "
+                        "there): it must be one folder that every worker reads and writes (a "
+                        "shared file system), with the same path on each."
+                    )
+        finally:
+            if self.chief:  # every worker has looked
+                probe.unlink(missing_ok=True)
 
     def finish(self) -> None:
         """Return once every worker has reached this point, the end of a run (or of a call after

@@ -300,8 +300,16 @@ def single_cell() -> dict:
         mistake = "no error"
     except ValueError as error:
         mistake = str(error)
+    try:  # each worker its own folder: refused before the first step
+        SingleCellGPLVM(2, **options).fit(
+            SETTINGS["path"], 1, strategy=strategy, output=output / f"own{workers.index}"
+        )
+        own_output = "no error"
+    except ValueError as error:
+        own_output = str(error)
     return {
         "mistake": mistake,
+        "own_output": own_output,
         "initial": parameters(built.model),
         "initial_table": table(built.model),
         "categories": json.dumps(built.encoding.names),

@@ -191,6 +191,50 @@ def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path, exchan
         SingleCellGPLVM(Q, **options).fit(path, iterations=1)
 
 
+def test_an_output_holding_an_earlier_embedding_is_replaced_only_with_overwrite(tmp_path):
+    path = tmp_path / "cells.h5ad"
+    count_cells().write_h5ad(path)
+    options = dict(layer="counts", num_inducing=8, seed=1)
+    output = tmp_path / "out"
+    SingleCellGPLVM(Q, **options).fit(path, iterations=0, output=output)
+    first = np.load(output / "X_gplvm.npy")
+    with pytest.raises(ValueError, match="holds an earlier run's embedding .*overwrite=True"):
+        SingleCellGPLVM(Q, **options).fit(path, iterations=2, output=output)
+    np.testing.assert_array_equal(np.load(output / "X_gplvm.npy"), first)
+    SingleCellGPLVM(Q, **options).fit(path, iterations=2, output=output, overwrite=True)
+    assert not np.array_equal(np.load(output / "X_gplvm.npy"), first)
+    with pytest.raises(ValueError, match="key_added names obsm keys and files"):
+        SingleCellGPLVM(Q, key_added="runs/a")
+
+
+def test_the_means_and_variances_are_replaced_as_a_pair(tmp_path, monkeypatch):
+    """A run stopped between moving its means and its variances into place leaves the means
+    without variances: never this run's means beside an earlier run's variances."""
+    from pathlib import Path
+
+    from gpflow_svi_gplvm.distributed import Workers
+    from gpflow_svi_gplvm.singlecell.cells import assembled
+
+    def moments(value: float):
+        return [(np.full((4, Q), value), np.full((4, Q), value))]
+
+    assembled(tmp_path, "gplvm", moments(1.0), np.arange(4), Workers())
+    moves = []
+    original = Path.replace
+
+    def stopped(self, target):
+        moves.append(target)
+        if len(moves) == 2:
+            raise KeyboardInterrupt  # the second move never happens
+        return original(self, target)
+
+    monkeypatch.setattr(Path, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        assembled(tmp_path, "gplvm", moments(2.0), np.arange(4), Workers())
+    assert (np.load(tmp_path / "X_gplvm.npy") == 2.0).all()
+    assert not (tmp_path / "X_gplvm_var.npy").exists()
+
+
 def test_an_out_of_core_fit_resumes_where_an_uninterrupted_one_ends(tmp_path):
     path = tmp_path / "cells.h5ad"
     count_cells().write_h5ad(path)

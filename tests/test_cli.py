@@ -206,6 +206,21 @@ def test_zero_iterations_writes_its_outputs_and_exits_0(tmp_path, capsys):
     assert "trained 0 steps" in capsys.readouterr().out
 
 
+def test_an_earlier_run_s_outputs_are_replaced_only_with_overwrite(tmp_path, capsys):
+    args = ["--data", str(small_csv(tmp_path / "ok.csv")), "--iterations", "0", "--no-progress"]
+    args += ["--latent-dim", "2", "--num-inducing", "4", "--output", str(tmp_path / "out")]
+    assert main(args) == 0
+    written = (tmp_path / "out" / "metrics.json").read_text()
+    capsys.readouterr()
+    assert main([*args, "--seed", "3"]) == 2  # refused before training: nothing replaced
+    said = capsys.readouterr().err
+    assert "holds an earlier run's outputs (metrics.json, latent_space.png" in said
+    assert "pass --overwrite" in said
+    assert (tmp_path / "out" / "metrics.json").read_text() == written
+    assert main([*args, "--seed", "3", "--overwrite"]) == 0
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["settings"]["seed"] == 3
+
+
 def labelled_csv(path, counts=False):
     """A 40 x 4 CSV with a header, a text column "kind" and (unless ``counts``) some gaps."""
     rng = np.random.default_rng(2)

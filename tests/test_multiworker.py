@@ -376,7 +376,9 @@ def test_single_cell_workers_given_other_genes_are_refused_by_name(single_cells)
         mistake = str(worker["mistake"])
         assert "other inputs than the chief (genes: worker 0 " in mistake, mistake
         assert "; " not in mistake.split("(genes: ")[1]  # genes alone differ
-    assert str(alone["mistake"]) == "no error"
+        own_output = str(worker["own_output"])
+        assert "other inputs than the chief (output: worker 0 " in own_output, own_output
+    assert str(alone["mistake"]) == str(alone["own_output"]) == "no error"
 
 
 @pytest.mark.slow

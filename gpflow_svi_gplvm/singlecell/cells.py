@@ -202,8 +202,11 @@ def assembled(
     sizes = workers.stack(written)
     if workers.chief:
         order = [w for w in np.argsort(starts, kind="stable") if sizes[w] > 0]
-        for name in names:
+        staged = [
             _concatenate(folder, name, [folder / f".{name}-worker{w}.npy" for w in order])
+            for name in names
+        ]
+        _replace_pair(folder, names, staged)
         for part in folder.glob(f".X_{key}*-worker*.npy"):
             part.unlink()
     workers.sum(0)  # the chief has assembled them
@@ -218,9 +221,19 @@ def _write_header(file: BinaryIO, shape: tuple[int, int]) -> None:
     np.lib.format.write_array_header_1_0(file, header)
 
 
-def _concatenate(folder: Path, name: str, parts: list[Path]) -> None:
-    """``<name>.npy`` from the rows of the ``.npy`` files ``parts`` [n_w, Q] in order, written
-    beside it and moved into place once whole."""
+def _replace_pair(folder: Path, names: tuple[str, str], staged: list[Path]) -> None:
+    """Move the ``staged`` means and variances into place as ``<name>.npy``, an earlier pair
+    removed first: a run stopped between the two moves leaves a pair missing a file, never one
+    run's means beside another's variances."""
+    for name in reversed(names):
+        (folder / f"{name}.npy").unlink(missing_ok=True)
+    for name, path in zip(names, staged):
+        path.replace(folder / f"{name}.npy")
+
+
+def _concatenate(folder: Path, name: str, parts: list[Path]) -> Path:
+    """``.<name>.partial.npy`` beside ``<name>.npy``, from the rows of the ``.npy`` files
+    ``parts`` [n_w, Q] in order; returns its path."""
     staging = folder / f".{name}.partial.npy"
     with contextlib.ExitStack() as stack:
         sources = [stack.enter_context(part.open("rb")) for part in parts]
@@ -232,7 +245,7 @@ def _concatenate(folder: Path, name: str, parts: list[Path]) -> None:
             _write_header(table, (sum(shape[0] for shape in shapes), shapes[0][1]))
             for source in sources:
                 shutil.copyfileobj(source, table, 2**24)
-    staging.replace(folder / f"{name}.npy")
+    return staging
 
 
 def _layer(adata, layer: str | None):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -135,7 +136,7 @@ class SingleCellGPLVM:
         if size_factors is not None and likelihood == "gaussian":
             raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
         self.latent_dim, self.model_name = latent_dim, model
-        self.num_inducing, self.key_added = num_inducing, key_added
+        self.num_inducing, self.key_added = num_inducing, _check_key(key_added)
         self.likelihood = likelihood
         self.registration = CellRegistration(
             layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
@@ -179,6 +180,7 @@ class SingleCellGPLVM:
         checkpoint_dir: str | Path | None = None,
         checkpoint_every: int = 1000,
         resume: bool = False,
+        overwrite: bool = False,
     ) -> SingleCellGPLVM:
         """Fit to ``adata`` (an AnnData, or the path of an ``.h5ad`` file, read a block at a
         time) and write ``obsm`` and ``uns`` there (an AnnData), or to ``output`` (reading a path
@@ -186,11 +188,15 @@ class SingleCellGPLVM:
         for :data:`TABLE_LEARNING_RATE` (an encoder: :data:`ENCODER_LEARNING_RATE`);
         ``batch_size``: the global batch. ``callback``, ``checkpoint_dir``, ``checkpoint_every``
         and ``resume`` act as in :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells'
-        latent rows). An embedding that collapsed (no latent dimension whose means spread across
+        latent rows). An ``output`` folder holding an earlier run's embedding is a
+        ``ValueError`` before training unless ``overwrite`` (or ``resume``) replaces it (and
+        ``overwrite`` the checkpoints of an earlier run in ``checkpoint_dir``); the means and
+        variances are replaced as a pair (a run stopped between leaves one of them missing,
+        never two runs' halves). An embedding that collapsed (no latent dimension whose means spread across
         the cells: :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning saying
         so, and ``uns[key_added]["collapsed"]`` is True."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
-        self._check_output(adata, output, workers)
+        self._check_output(adata, output, workers, replace=bool(overwrite or resume))
         adata = opened(adata)
         self.registration.register_genes(adata)
         self._check_same_inputs(adata, workers)
@@ -211,6 +217,8 @@ class SingleCellGPLVM:
             checkpoint_every=checkpoint_every,
             resume=resume,
         )
+        if checkpoint_dir is not None:  # an earlier run's checkpoints are replaced alike
+            training["overwrite"] = overwrite
         if distils:
             self.history = fit_distilled(
                 self.model, rows, inputs, self.distil_cells, iterations, **training
@@ -252,18 +260,43 @@ class SingleCellGPLVM:
             adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
             adata.uns[self.key_added] = summary
 
-    def _check_output(self, adata, output: str | Path | None, workers: Workers) -> None:
+    def _check_output(
+        self, adata, output: str | Path | None, workers: Workers, replace: bool
+    ) -> None:
+        """A ``ValueError`` on every worker, before training, for an ``output`` that is missing
+        where needed, cannot be written, or holds an earlier run's embedding (unless
+        ``replace``)."""
         if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
             raise ValueError(
                 "Pass output=, a folder (one every worker writes, on several workers): the "
                 f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
                 "by its path is never changed."
             )
+        if output is None:
+            return
+        folder = check_path(output, "output").absolute()
+        workers.agree("were given other inputs than the chief", {"output": str(folder)})
         # Found now, not after training; by the chief alone (the others learn its verdict): a
         # worker's try could otherwise find the folder another's try made and is removing.
+        made = False
         with workers.agreeing():
-            if output is not None and workers.chief:
-                check_writable_folder(check_path(output, "output"), "output")
+            if workers.chief:
+                check_writable_folder(folder, "output")
+                names = [f"X_{self.key_added}.npy", f"X_{self.key_added}_var.npy"]
+                earlier = [name for name in names if (folder / name).exists()]
+                if earlier and not replace:
+                    raise ValueError(
+                        f"output {folder} holds an earlier run's embedding ({', '.join(earlier)}):"
+                        " pass overwrite=True to replace it, or choose another output."
+                    )
+                made = not folder.exists()
+                folder.mkdir(parents=True, exist_ok=True)  # for the others to see
+        try:  # every worker writes its cells' rows there
+            workers.check_shared_folder(folder, "output")
+        except ValueError:
+            if made:
+                folder.rmdir()
+            raise
 
     def _build(
         self,
@@ -461,6 +494,17 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
             np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
         ),
     }
+
+
+def _check_key(key: str) -> str:
+    """``key_added``, which names ``obsm`` keys and the files ``X_<key>.npy``: a ``ValueError``
+    for one that is not a plain name."""
+    if not isinstance(key, str) or not re.fullmatch(r"\w[\w.-]*", key):
+        raise ValueError(
+            f"key_added names obsm keys and files (X_<key_added>.npy), so it must be a plain "
+            f"name of letters, digits, '_', '-' or '.', got {key!r}: e.g. key_added='gplvm'."
+        )
+    return key
 
 
 def _distils(face: SingleCellGPLVM, strategy: tf.distribute.Strategy | None) -> bool:
