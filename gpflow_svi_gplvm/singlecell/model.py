@@ -192,9 +192,9 @@ class SingleCellGPLVM:
         ``ValueError`` before training unless ``overwrite`` (or ``resume``) replaces it (and
         ``overwrite`` the checkpoints of an earlier run in ``checkpoint_dir``); the means and
         variances are replaced as a pair (a run stopped between leaves one of them missing,
-        never two runs' halves). An embedding that collapsed (no latent dimension whose means spread across
-        the cells: :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning saying
-        so, and ``uns[key_added]["collapsed"]`` is True."""
+        never two runs' halves). An embedding that collapsed (no latent dimension whose means
+        spread across the cells: :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a
+        warning saying so, and ``uns[key_added]["collapsed"]`` is True."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers, replace=bool(overwrite or resume))
         adata = opened(adata)
