@@ -46,10 +46,15 @@ class TrainingData(tf.train.experimental.PythonState):
         batch_size: int,
         rows: np.ndarray | None = None,
         workers: Workers | None = None,
+        inputs: np.ndarray | None = None,
+        names: dict[str, list[str]] | None = None,
     ) -> TrainingData:
         """The record of training on Y [N, D] with a (checked) ``batch_size``; or, with
         ``workers``, on their shards: Y [n, D] is this worker's, ``rows`` [n] its row numbers,
-        and the record (the same on every worker) holds a hash per worker."""
+        and the record (the same on every worker) holds a hash per worker. ``inputs`` [N, R]:
+        the rows' observed inputs (covariates, size factors), hashed into the record apart;
+        ``names``: what the data's parts are called (e.g. genes, covariate columns), each list
+        recorded by its length, first names and a hash."""
         workers = workers or Workers()
         digest = hashlib.blake2b(digest_size=16)
         if rows is not None:
@@ -65,10 +70,12 @@ class TrainingData(tf.train.experimental.PythonState):
             "values and gaps": digest.hexdigest(),
         }
         if workers.count > 1:
-            hashes = workers.stack(np.frombuffer(digest.digest(), np.uint8).astype(np.int64))
-            shards = [bytes(row.astype(np.uint8)).hex() for row in hashes]
-            record["values and gaps"] = hashlib.blake2b("".join(shards).encode()).hexdigest()[:32]
-            record["shards"] = shards
+            record["values and gaps"], record["shards"] = _agreed(digest, workers)
+        if inputs is not None:
+            inputs_digest = hashlib.blake2b(np.asarray(inputs).tobytes(), digest_size=16)
+            record["covariates and size factors"] = _agreed(inputs_digest, workers)[0]
+        for name, values in (names or {}).items():
+            record[name] = _listed(values)
         return cls(record)
 
     def serialize(self) -> str:
@@ -114,6 +121,23 @@ class TrainingData(tf.train.experimental.PythonState):
                 "in the same order), pass allow_new_data=True to continue from it on this data "
                 "on purpose, or use another checkpoint_dir."
             )
+
+
+def _agreed(digest, workers: Workers) -> tuple[str, list[str]]:
+    """One worker's hash ``digest`` (16 bytes) as the hash of every worker's together, and each
+    worker's (the same on every worker)."""
+    if workers.count == 1:
+        return digest.hexdigest(), [digest.hexdigest()]
+    hashes = workers.stack(np.frombuffer(digest.digest(), np.uint8).astype(np.int64))
+    shards = [bytes(row.astype(np.uint8)).hex() for row in hashes]
+    return hashlib.blake2b("".join(shards).encode()).hexdigest()[:32], shards
+
+
+def _listed(names: list[str]) -> str:
+    """A list of names in a record: its length, first names and a hash of all."""
+    digest = hashlib.blake2b("\n".join(map(str, names)).encode(), digest_size=4).hexdigest()
+    shown = ", ".join(map(str, names[:3])) + (", ..." if len(names) > 3 else "")
+    return f"{len(names)} ({shown}; {digest})"
 
 
 def write_history(directory: Path, elbo: np.ndarray) -> None:
@@ -367,6 +391,7 @@ class Checkpoints:
         except (tf.errors.OpError, OSError, IndexError, ValueError) as error:
             unreadable.append(f"{path} ({_first_line(error)})")
             return False
+        _check_same_model(self.model, self.folder.run(), path)
         _check_model_shapes(model, path, shapes)
         _check_trained_shapes(self.checkpoint, model, path, shapes)
         if not self.allow_new_data:
@@ -420,6 +445,24 @@ def _step_of(path: str) -> int:
 
 def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _check_same_model(model: dict, record: dict | None, path: str) -> None:
+    """A ``ValueError`` naming the class or likelihood of the model that wrote the folder's
+    run (its ``record``) where they differ from this run's ``model``: a checkpoint of one
+    restores into another of the same shapes without a word (a negative binomial's dispersion
+    has no place in a Poisson model)."""
+    written = (record or {}).get("model", {})
+    differ = [
+        f"{key} {written[key]} there, {model[key]} here"
+        for key in ("class", "likelihood")
+        if key in written and key in model and written[key] != model[key]
+    ]
+    if differ:
+        raise ValueError(
+            f"The checkpoint {path} was written by another model ({'; '.join(differ)}): resume "
+            "with the model that wrote it, or use another checkpoint_dir."
+        )
 
 
 def _check_trained_shapes(

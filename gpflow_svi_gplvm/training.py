@@ -27,6 +27,7 @@ from .distributed import (
     check_strategy,
     lost_worker_message,
 )
+from .likelihoods import base_likelihood
 from .models import SVIGPLVM
 from .options import takes_options_of
 from .schedules import StepSize
@@ -119,7 +120,11 @@ class Trainer:
     which the batches follow; a user's dataset's iterator besides) every ``checkpoint_every``
     steps and at the end of each :meth:`train`, beside the ELBO history; :meth:`restore` resumes
     exactly where the latest checkpoint left off. Under several workers only the chief (worker
-    0) writes to the folder, which every worker must be able to read.
+    0) writes to the folder, which every worker must be able to read. The checkpoints record
+    what the run trains on (the rows' values and gaps, the model's observed inputs, and
+    ``data_names``: what the data's parts are called, e.g. ``{"genes": [...], "covariates":
+    [...]}``) and the model (its class and likelihood), and a resume on other ones is refused
+    naming them.
     """
 
     def __init__(
@@ -143,6 +148,7 @@ class Trainer:
         overwrite: bool = False,
         row_updates: str = "auto",
         device: str | None = None,
+        data_names: dict[str, list[str]] | None = None,
     ) -> None:
         _check_kinds(model, optimizer, strategy)
         seed, self.device = check_seed(seed), check_device(device)
@@ -176,7 +182,7 @@ class Trainer:
         if checkpoint_dir is not None:
             self.checkpoints = self._checkpoints(
                 checkpoint_dir,
-                self.rows.record(batch_size),
+                self.rows.record(batch_size, data_names),
                 checkpoint_every,
                 max_to_keep,
                 allow_new_data,
@@ -447,6 +453,7 @@ def _description(model: SVIGPLVM, q_u_optimizer: str) -> dict:
     """A model in a few numbers, for the run record of a checkpoint folder."""
     return {
         "class": type(model).__name__,
+        "likelihood": type(base_likelihood(model.likelihood)).__name__,
         "N": model.num_data,
         "D": model.data_dim,
         "Q": model.latent_dim,

@@ -231,15 +231,24 @@ class TrainingRows:
         with tf.control_dependencies(checks):
             return tf.identity(idx), tf.identity(Y)
 
-    def record(self, batch_size: int) -> TrainingData:
-        """What the run trains on, for its checkpoints (nothing to record of a user's dataset)."""
+    def record(
+        self, batch_size: int, names: dict[str, list[str]] | None = None
+    ) -> TrainingData:
+        """What the run trains on, for its checkpoints: the rows, the model's observed inputs
+        of them and the ``names`` of their parts (nothing to record of a user's dataset)."""
+        table = self.model.row_inputs
+        inputs = None if table is None else table.numpy()
         if self.on_disk is not None:
-            return TrainingData.of(cast(np.ndarray, self.on_disk), batch_size)
+            return TrainingData.of(
+                cast(np.ndarray, self.on_disk), batch_size, inputs=inputs, names=names
+            )
         if self.shard is None:
             return TrainingData({})
         rows = self.shard.rows
         whole = self.workers.count == 1 and np.array_equal(rows, np.arange(len(rows)))
-        return TrainingData.of(self.shard.Y, batch_size, None if whole else rows, self.workers)
+        return TrainingData.of(
+            self.shard.Y, batch_size, None if whole else rows, self.workers, inputs, names
+        )
 
 
 def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.ndarray:

@@ -207,6 +207,21 @@ def test_an_output_holding_an_earlier_embedding_is_replaced_only_with_overwrite(
         SingleCellGPLVM(Q, key_added="runs/a")
 
 
+def test_a_resume_on_other_covariates_or_another_likelihood_is_refused_naming_them(tmp_path):
+    cells = count_cells()
+    cells.obs["donor"] = pd.Categorical(np.where(np.arange(N) % 3 == 0, "x", "y"))
+    options = dict(layer="counts", num_inducing=8, seed=1)
+    run = dict(batch_size=16, progress=False, checkpoint_dir=tmp_path / "ckpt")
+    SingleCellGPLVM(Q, batch_key="batch", **options).fit(cells.copy(), 2, **run)
+    with pytest.raises(
+        ValueError, match=r"covariates 2 \(batch=a, batch=b; \w+\) there, 2 \(donor"
+    ):
+        SingleCellGPLVM(Q, batch_key="donor", **options).fit(cells.copy(), 4, resume=True, **run)
+    poisson = SingleCellGPLVM(Q, batch_key="batch", likelihood="poisson", **options)
+    with pytest.raises(ValueError, match="likelihood NegativeBinomial there, Poisson here"):
+        poisson.fit(cells.copy(), 4, resume=True, **run)
+
+
 def test_the_means_and_variances_are_replaced_as_a_pair(tmp_path, monkeypatch):
     """A run stopped between moving its means and its variances into place leaves the means
     without variances: never this run's means beside an earlier run's variances."""

@@ -12,6 +12,7 @@ import pytest
 from builders import smooth_data
 
 from gpflow_svi_gplvm import (
+    MAPGPLVM,
     AmortisedBayesianGPLVM,
     BayesianSVIGPLVM,
     MaskedLikelihood,
@@ -192,6 +193,59 @@ def test_a_checkpoint_of_another_d_names_both_ds(checkpointed, data, tmp_path, s
                 **SETTINGS,
             )
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
+
+
+@pytest.mark.parametrize(
+    "other, named",
+    [
+        (
+            lambda data: MAPGPLVM(data, Q, num_inducing=M),
+            "class BayesianSVIGPLVM there, MAPGPLVM here",
+        ),
+        (
+            lambda data: BayesianSVIGPLVM(
+                data, Q, num_inducing=M, likelihood=gpflow.likelihoods.StudentT()
+            ),
+            "likelihood Gaussian there, StudentT here",
+        ),
+    ],
+    ids=["another class", "another likelihood"],
+)
+def test_a_checkpoint_of_another_model_names_what_differs(
+    checkpointed, data, tmp_path, other, named
+):
+    """Restored into a model of the same shapes, it would continue without a word (the new
+    likelihood's parameters left as built)."""
+    directory = copy_of(checkpointed, tmp_path)
+    files = {p.name: p.read_bytes() for p in directory.iterdir()}
+    for allow_new_data in (False, True):
+        with pytest.raises(ValueError, match=rf"written by another model \({named}\)"):
+            fit(
+                other(data),
+                data,
+                iterations=40,
+                checkpoint_dir=directory,
+                resume=True,
+                allow_new_data=allow_new_data,
+                **SETTINGS,
+            )
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
+
+
+def test_resume_with_other_covariates_or_names_is_refused_naming_them(data, tmp_path):
+    rng = np.random.default_rng(0)
+    batch = np.eye(2)[rng.integers(0, 2, N)]
+    model = BayesianSVIGPLVM(data, Q, num_inducing=M, covariates=batch)
+    names = {"covariates": ["batch=a", "batch=b"]}
+    options = dict(checkpoint_dir=tmp_path, data_names=names, **SETTINGS)
+    fit(model, data, iterations=10, **options)
+    swapped = BayesianSVIGPLVM(data, Q, num_inducing=M, covariates=batch[:, ::-1])
+    with pytest.raises(ValueError, match=r"other data \(covariates and size factors [0-9a-f]+ "):
+        fit(swapped, data, iterations=20, resume=True, **options)
+    renamed = {"covariates": ["donor=a", "donor=b"]}
+    again = BayesianSVIGPLVM(data, Q, num_inducing=M, covariates=batch)
+    with pytest.raises(ValueError, match=r"covariates 2 \(batch=a, batch=b; [0-9a-f]+\) there, 2 "):
+        fit(again, data, iterations=20, resume=True, **{**options, "data_names": renamed})
 
 
 def test_resume_with_another_batch_size_names_both(checkpointed, data, tmp_path):

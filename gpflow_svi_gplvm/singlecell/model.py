@@ -219,6 +219,9 @@ class SingleCellGPLVM:
         )
         if checkpoint_dir is not None:  # an earlier run's checkpoints are replaced alike
             training["overwrite"] = overwrite
+            # Recorded in the checkpoints, so that a resume on others is refused naming them.
+            names = {"genes": self.gene_names, "covariates": self.encoding.names}
+            training["data_names"] = names
         if distils:
             self.history = fit_distilled(
                 self.model, rows, inputs, self.distil_cells, iterations, **training
