@@ -231,9 +231,7 @@ class TrainingRows:
         with tf.control_dependencies(checks):
             return tf.identity(idx), tf.identity(Y)
 
-    def record(
-        self, batch_size: int, names: dict[str, list[str]] | None = None
-    ) -> TrainingData:
+    def record(self, batch_size: int, names: dict[str, list[str]] | None = None) -> TrainingData:
         """What the run trains on, for its checkpoints: the rows, the model's observed inputs
         of them and the ``names`` of their parts (nothing to record of a user's dataset)."""
         table = self.model.row_inputs
