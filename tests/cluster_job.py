@@ -292,24 +292,30 @@ def single_cell() -> dict:
     SingleCellGPLVM(2, **{**options, "model": "aeb", "encoder_training": "joint"}).fit(
         SETTINGS["path"], 10, batch_size=16, strategy=strategy, output=output / "amortised"
     )
+
+    def refusal(path: str, output_folder: Path, **changed) -> str:
+        """The message of the ValueError that a 1-step fit raises, or "no error"."""
+        try:
+            SingleCellGPLVM(2, **{**options, **changed}).fit(
+                path, 1, batch_size=16, strategy=strategy, output=output_folder
+            )
+            return "no error"
+        except ValueError as error:
+            return str(error)
+
     genes = [f"g{j}" for j in range(12 - workers.index)]  # the second worker leaves one out
-    try:
-        SingleCellGPLVM(2, genes=genes, **options).fit(
-            SETTINGS["path"], 1, batch_size=16, strategy=strategy, output=output / "mistake"
-        )
-        mistake = "no error"
-    except ValueError as error:
-        mistake = str(error)
-    try:  # each worker its own folder: refused before the first step
-        SingleCellGPLVM(2, **options).fit(
-            SETTINGS["path"], 1, strategy=strategy, output=output / f"own{workers.index}"
-        )
-        own_output = "no error"
-    except ValueError as error:
-        own_output = str(error)
+    mistake = refusal(SETTINGS["path"], output / "mistake", genes=genes)
+    # Each worker its own folder; the second worker another file of the same names (its
+    # counts changed); a NaN count in the second worker's cells: refused before the first step.
+    own_output = refusal(SETTINGS["path"], output / f"own{workers.index}")
+    path = SETTINGS["other" if workers.index else "path"]
+    other_file = refusal(path, output / "other")
+    nan_count = refusal(SETTINGS["nan"], output / "nan")
     return {
         "mistake": mistake,
         "own_output": own_output,
+        "other_file": other_file,
+        "nan_count": nan_count,
         "initial": parameters(built.model),
         "initial_table": table(built.model),
         "categories": json.dumps(built.encoding.names),

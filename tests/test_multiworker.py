@@ -332,9 +332,22 @@ def single_cells(folder) -> tuple[list[dict], dict, Path]:
     adata.layers["counts"] = sp.csr_matrix(counts)
     path = folder / "cells.h5ad"
     adata.write_h5ad(path)
+    # The same cells and genes with other counts; and with a NaN count in the second half.
+    other, nan = adata.copy(), adata.copy()
+    other.layers["counts"] = sp.csr_matrix(counts + (np.arange(cells) % 2)[:, None])
+    gaps = counts.copy()
+    gaps[50, 3] = np.nan
+    nan.layers["counts"] = sp.csr_matrix(gaps)
+    other.write_h5ad(folder / "other.h5ad")
+    nan.write_h5ad(folder / "nan.h5ad")
+    files = {
+        "path": str(path),
+        "other": str(folder / "other.h5ad"),
+        "nan": str(folder / "nan.h5ad"),
+    }
     output = folder / "single_cell"
-    workers = run("single_cell", {"path": str(path), "output": str(output / "two")}, folder)
-    alone = run("single_cell", {"path": str(path), "output": str(output / "one")}, folder, 1)[0]
+    workers = run("single_cell", {**files, "output": str(output / "two")}, folder)
+    alone = run("single_cell", {**files, "output": str(output / "one")}, folder, 1)[0]
     return workers, alone, output
 
 
@@ -378,7 +391,13 @@ def test_single_cell_workers_given_other_genes_are_refused_by_name(single_cells)
         assert "; " not in mistake.split("(genes: ")[1]  # genes alone differ
         own_output = str(worker["own_output"])
         assert "other inputs than the chief (output: worker 0 " in own_output, own_output
+        other_file = str(worker["other_file"])
+        assert "other inputs than the chief (what the data holds (a hash): worker 0 " in other_file
+        # The second worker's own message, on both workers.
+        nan_count = str(worker["nan_count"])
+        assert "worker 1: layer 'counts' holds nan for cell 'cell50', gene 'g3'" in nan_count
     assert str(alone["mistake"]) == str(alone["own_output"]) == "no error"
+    assert "holds nan for cell 'cell50'" in str(alone["nan_count"])
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ every worker's cells."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shutil
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -15,9 +16,18 @@ import numpy as np
 
 from ..distributed import Workers
 from ..sparse_rows import RowReader, SparseRows, row_blocks
+from ..validation import check_path, check_writable_folder
 from .encoding import obs_column
 
-__all__ = ["read_cells", "size_factors_of", "opened", "CellsFile"]
+__all__ = [
+    "read_cells",
+    "size_factors_of",
+    "opened",
+    "CellsFile",
+    "content_hash",
+    "check_output",
+    "assembled",
+]
 
 
 def read_cells(
@@ -52,7 +62,10 @@ def read_cells(
     disk = DiskRows.open(adata.path, layer, columns)
     start, stop, _ = cells.indices(adata.n_obs)
     # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
-    held: RowReader = disk if (start, stop) == (0, adata.n_obs) else disk.load(start, stop)
+    held: RowReader = disk
+    if (start, stop) != (0, adata.n_obs):
+        with disk:  # closed once read
+            held = disk.load(start, stop)
     library, first = np.empty(held.shape[0]), 0
     for block in row_blocks(cast(np.ndarray, held)):
         check(block, first)
@@ -166,6 +179,34 @@ def opened(adata):
     return CellsFile(path)  # a file h5py cannot read is a ValueError of read_frames
 
 
+HASHED_PIECES, PIECE_BYTES = 64, 2**16
+""":func:`content_hash` reads this many pieces of a file (of this many bytes), or rows of a
+matrix, spread evenly over it: a few MB, however large the atlas."""
+
+
+def content_hash(adata, layer: str | None) -> str:
+    """A cheap hash of what ``adata`` holds, for workers to compare their copies: of an
+    ``.h5ad`` file (:class:`CellsFile`), its size and :data:`HASHED_PIECES` pieces of its
+    bytes; of an AnnData, its matrix's shape, stored entries and as many of its rows."""
+    digest = hashlib.blake2b(digest_size=8)
+    if isinstance(adata, CellsFile):
+        size = adata.path.stat().st_size
+        digest.update(str(size).encode())
+        with adata.path.open("rb") as file:
+            for piece in range(HASHED_PIECES):
+                file.seek(piece * size // HASHED_PIECES)
+                digest.update(file.read(PIECE_BYTES))
+        return digest.hexdigest()
+    matrix = _layer(adata, layer)
+    digest.update(repr((matrix.shape, getattr(matrix, "nnz", None))).encode())
+    rows = np.unique(np.linspace(0, adata.n_obs - 1, HASHED_PIECES).astype(int))
+    for row in rows:
+        values = matrix[row : row + 1]
+        values = values.toarray() if hasattr(values, "toarray") else np.asarray(values)
+        digest.update(np.asarray(values, np.float64).tobytes())
+    return digest.hexdigest()
+
+
 def check_anndata(adata, alternative: str = "") -> None:
     """A ``ValueError`` unless ``adata`` is an AnnData (or reads as one)."""
     if not all(hasattr(adata, name) for name in ("obs", "var_names", "n_obs")):
@@ -173,6 +214,52 @@ def check_anndata(adata, alternative: str = "") -> None:
             f"adata is a {type(adata).__name__}: give an AnnData (anndata.AnnData(X=counts, "
             f"obs=..., var=...)){' ' + alternative if alternative else ''}."
         )
+
+
+def check_output(
+    output: str | Path | None, key: str, workers: Workers, replace: bool, needed: bool
+) -> None:
+    """A ``ValueError`` on every worker, before training, for an ``output`` folder that is
+    ``needed`` but not given (on several workers, or for cells read from a path), cannot be
+    written, is not one folder every worker sees (the same path, shared), or holds an earlier
+    run's embedding ``X_<key>.npy`` (unless ``replace``). On several workers the chief makes
+    the folder, for the others to see."""
+    if output is None and needed:
+        raise ValueError(
+            "Pass output=, a folder (one every worker writes, on several workers): the "
+            f"embedding of every cell is written there (X_{key}.npy); a file given by its path "
+            "is never changed."
+        )
+    if output is None:
+        return
+    folder = check_path(output, "output").absolute()
+    workers.agree("were given other inputs than the chief", {"output": str(folder)})
+    # By the chief alone (the others learn its verdict): a worker's try could otherwise find
+    # the folder another's try made and is removing.
+    made = False
+    with workers.agreeing():
+        if workers.chief:
+            check_writable_folder(folder, "output")
+            earlier = [name for name in _embedding_files(key) if (folder / name).exists()]
+            if earlier and not replace:
+                raise ValueError(
+                    f"output {folder} holds an earlier run's embedding ({', '.join(earlier)}): "
+                    "pass overwrite=True to replace it, or choose another output."
+                )
+            made = workers.count > 1 and not folder.exists()
+            if made:
+                folder.mkdir(parents=True)
+    try:  # every worker writes its cells' rows there
+        workers.check_shared_folder(folder, "output")
+    except ValueError:
+        if made:
+            folder.rmdir()
+        raise
+
+
+def _embedding_files(key: str) -> list[str]:
+    """The files of an embedding: the means and the variances of q(x)."""
+    return [f"X_{key}.npy", f"X_{key}_var.npy"]
 
 
 def assembled(

@@ -34,8 +34,12 @@ class CovariateEncoding:
         of every worker's ``obs`` together: the union of the categories they see, in one order
         (sorted, as pandas orders the categories of strings), and the moments of all cells."""
         workers = workers or Workers()
-        for column in self.columns:
-            values = obs_column(obs, column)
+        with workers.agreeing():  # every worker's columns checked before any exchange
+            columns = {column: obs_column(obs, column) for column in self.columns}
+            for column, values in columns.items():
+                if not (_categorical(values) or column in self.categorical):
+                    _check_finite(column, values)
+        for column, values in columns.items():
             if _categorical(values) or column in self.categorical:
                 seen = list(values.astype("category").cat.categories)
                 categories = _agreed_categories(seen, workers)
@@ -44,19 +48,16 @@ class CovariateEncoding:
                 self.categories[column] = _held_categories(column, categories, held)
             else:
                 numbers = values.to_numpy(dtype=float)
-                if np.isinf(numbers).any():  # NaN is named by transform, as missing
-                    raise ValueError(
-                        f"obs column {column!r} holds {numbers[np.isinf(numbers)][0]} for "
-                        f"cell {values.index[np.argmax(np.isinf(numbers))]!r}: a numeric "
-                        "covariate must be finite. Fix or drop those cells, or leave it out."
-                    )
+                # Moments of the values over their largest size, so that no square overflows
+                # (a column near 1e300 standardises as one near 1 does).
+                peak = workers.stack(np.max(np.abs(numbers), initial=0.0)).max() or 1.0
                 count, total, squares = workers.sum(
-                    [len(numbers), np.sum(numbers), np.sum(numbers**2)]
+                    [len(numbers), np.sum(numbers / peak), np.sum((numbers / peak) ** 2)]
                 )
                 mean = total / max(count, 1)
-                self.location[column] = float(mean)
-                self.scale[column] = float(np.sqrt(max(squares / max(count, 1) - mean**2, 0)))
-                self.scale[column] = self.scale[column] or 1.0
+                self.location[column] = float(mean * peak)
+                spread = np.sqrt(max(squares / max(count, 1) - mean**2, 0))
+                self.scale[column] = float(spread * peak) or 1.0
         return self
 
     @property
@@ -94,6 +95,18 @@ class CovariateEncoding:
                 numbers = values.to_numpy(dtype=float)
                 parts.append(((numbers - self.location[column]) / self.scale[column])[:, None])
         return np.concatenate(parts, axis=1)
+
+
+def _check_finite(column: str, values) -> None:
+    """A ``ValueError`` naming the first cell whose numeric covariate is infinite (NaN is named
+    by :meth:`CovariateEncoding.transform`, as missing)."""
+    numbers = values.to_numpy(dtype=float)
+    if np.isinf(numbers).any():
+        raise ValueError(
+            f"obs column {column!r} holds {numbers[np.isinf(numbers)][0]} for "
+            f"cell {values.index[np.argmax(np.isinf(numbers))]!r}: a numeric "
+            "covariate must be finite. Fix or drop those cells, or leave it out."
+        )
 
 
 def _agreed_categories(seen: list, workers: Workers) -> list:

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
 
+from ..disk_rows import DiskRows
 from ..distributed import RowShard, Workers, worker_rows
 from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
-from ..validation import check_integer, check_path, check_seed, check_writable_folder
-from .cells import CellsFile, assembled, check_anndata, opened
+from ..validation import check_integer, check_seed
+from .cells import CellsFile, assembled, check_anndata, check_output, content_hash, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
 from .likelihoods import LIKELIHOODS, model_likelihood
@@ -182,26 +183,25 @@ class SingleCellGPLVM:
         resume: bool = False,
         overwrite: bool = False,
     ) -> SingleCellGPLVM:
-        """Fit to ``adata`` (an AnnData, or the path of an ``.h5ad`` file, read a block at a
-        time) and write ``obsm`` and ``uns`` there (an AnnData), or to ``output`` (reading a path
-        out of core, ``strategy`` and ``output``: see the class). ``learning_rate``: Adam's, None
-        for :data:`TABLE_LEARNING_RATE` (an encoder: :data:`ENCODER_LEARNING_RATE`);
-        ``batch_size``: the global batch. ``callback``, ``checkpoint_dir``, ``checkpoint_every``
-        and ``resume`` act as in :func:`~gpflow_svi_gplvm.fit` (each worker keeps its cells'
-        latent rows). An ``output`` folder holding an earlier run's embedding is a
-        ``ValueError`` before training unless ``overwrite`` (or ``resume``) replaces it (and
-        ``overwrite`` the checkpoints of an earlier run in ``checkpoint_dir``); the means and
-        variances are replaced as a pair (a run stopped between leaves one of them missing,
-        never two runs' halves). An embedding that collapsed (no latent dimension whose means
-        spread across the cells: :mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a
-        warning saying so, and ``uns[key_added]["collapsed"]`` is True."""
+        """Fit to ``adata`` (an AnnData, or an ``.h5ad`` path, read a block at a time) and write
+        ``obsm`` and ``uns`` there (an AnnData), or to ``output`` (see the class).
+        ``learning_rate``: Adam's, None for :data:`TABLE_LEARNING_RATE` (an encoder:
+        :data:`ENCODER_LEARNING_RATE`); ``batch_size``: the global batch. ``callback``,
+        ``checkpoint_dir``, ``checkpoint_every``, ``resume`` and ``overwrite`` act as in
+        :func:`~gpflow_svi_gplvm.fit`; an ``output`` holding an earlier run's embedding is
+        refused unless ``overwrite`` (or ``resume``), and means and variances are replaced as a
+        pair (a stop between leaves one missing, never two runs' halves). An embedding that
+        collapsed (:mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning, and
+        ``uns[key_added]["collapsed"]`` is True."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
-        self._check_output(adata, output, workers, replace=bool(overwrite or resume))
-        adata = opened(adata)
-        self.registration.register_genes(adata)
-        self._check_same_inputs(adata, workers)
+        path = isinstance(adata, (str, Path))
+        with workers.agreeing():  # a worker's mistake stops every worker, with its message
+            adata = opened(adata)
+            self.registration.register_genes(adata)
+        replace, needed = bool(overwrite or resume), workers.count > 1 or path
+        check_output(output, self.key_added, workers, replace, needed)  # now, not after training
+        _check_same_inputs(self, adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
-        progress = progress and workers.count == 1  # the bars of one process
         distils = _distils(self, strategy)
         self.model, rows, data, inputs = self._build(adata, cells, workers, strategy)
         batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
@@ -210,31 +210,20 @@ class SingleCellGPLVM:
             batch_size=batch_size,
             learning_rate=learning_rate,
             seed=self.seed,
-            progress=progress,
+            progress=progress and workers.count == 1,  # the bars of one process
             callback=callback,
             callback_every=callback_every,
-            checkpoint_dir=checkpoint_dir,
             checkpoint_every=checkpoint_every,
             resume=resume,
         )
-        if checkpoint_dir is not None:  # an earlier run's checkpoints are replaced alike
-            training["overwrite"] = overwrite
-            # Recorded in the checkpoints, so that a resume on others is refused naming them.
-            names = {"genes": self.gene_names, "covariates": self.encoding.names}
-            training["data_names"] = names
-        if distils:
-            self.history = fit_distilled(
-                self.model, rows, inputs, self.distil_cells, iterations, **training
+        with closing(rows) if isinstance(rows, DiskRows) else nullcontext():  # the user's file
+            built, run = (rows, data, inputs), (checkpoint_dir, overwrite)
+            self.history = _train(self, built, iterations, strategy, training, *run)
+            summary = _summary(self, iterations, batch_size, learning_rate)
+            self.training_record = {**summary["settings"], "elbo_final": _final(summary["elbo"])}
+            self._write_embedding(
+                adata, rows, cells, workers, output, summary, training["progress"]
             )
-        else:
-            model = cast(SVIGPLVM, self.model)
-            self.history = fit(model, data, iterations, strategy=strategy, **training)
-        self.batch_offsets = BatchOffsets()
-        summary = _summary(self, iterations, batch_size, learning_rate)
-        elbo = summary["elbo"]
-        final = float(np.mean(elbo[-100:])) if len(elbo) else None
-        self.training_record = {**summary["settings"], "elbo_final": final}
-        self._write_embedding(adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
 
@@ -263,44 +252,6 @@ class SingleCellGPLVM:
             adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
             adata.uns[self.key_added] = summary
 
-    def _check_output(
-        self, adata, output: str | Path | None, workers: Workers, replace: bool
-    ) -> None:
-        """A ``ValueError`` on every worker, before training, for an ``output`` that is missing
-        where needed, cannot be written, or holds an earlier run's embedding (unless
-        ``replace``)."""
-        if output is None and (workers.count > 1 or isinstance(adata, (str, Path))):
-            raise ValueError(
-                "Pass output=, a folder (one every worker writes, on several workers): the "
-                f"embedding of every cell is written there (X_{self.key_added}.npy); a file given "
-                "by its path is never changed."
-            )
-        if output is None:
-            return
-        folder = check_path(output, "output").absolute()
-        workers.agree("were given other inputs than the chief", {"output": str(folder)})
-        # Found now, not after training; by the chief alone (the others learn its verdict): a
-        # worker's try could otherwise find the folder another's try made and is removing.
-        made = False
-        with workers.agreeing():
-            if workers.chief:
-                check_writable_folder(folder, "output")
-                names = [f"X_{self.key_added}.npy", f"X_{self.key_added}_var.npy"]
-                earlier = [name for name in names if (folder / name).exists()]
-                if earlier and not replace:
-                    raise ValueError(
-                        f"output {folder} holds an earlier run's embedding ({', '.join(earlier)}):"
-                        " pass overwrite=True to replace it, or choose another output."
-                    )
-                made = not folder.exists()
-                folder.mkdir(parents=True, exist_ok=True)  # for the others to see
-        try:  # every worker writes its cells' rows there
-            workers.check_shared_folder(folder, "output")
-        except ValueError:
-            if made:
-                folder.rmdir()
-            raise
-
     def _build(
         self,
         adata,
@@ -314,7 +265,8 @@ class SingleCellGPLVM:
         class's keyword inputs, one row a cell (start, covariates, size factors) or shared."""
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
         registration = self.registration
-        rows, library = registration.read(adata, cells=block)
+        with workers.agreeing():  # e.g. a count that is not one, on one worker's cells
+            rows, library = registration.read(adata, cells=block)
         obs = adata.obs.iloc[block]
         covariates = registration.fit_covariates(obs, workers)
         sizes = registration.training_size_factors(obs, library, workers)
@@ -342,22 +294,6 @@ class SingleCellGPLVM:
             )
             model = lookup_model(self.model_name)(data, **inputs)
         return model, rows, data, inputs
-
-    def _check_same_inputs(self, adata, workers: Workers) -> None:
-        """A ``ValueError`` on every worker, naming what differs and each worker's value, when the
-        workers read other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns)
-        or were built with other settings: every worker must make the same call."""
-        inputs = {
-            "cells (N)": adata.n_obs,
-            "genes": self.gene_names,
-            "layer": self.registration.layer,
-            "obs columns": self.registration.columns,
-            "size_factors": self.registration.size_factors,
-            "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
-            "encoder": [self.encoder_training, self.distil_cells],
-            "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
-        }
-        workers.agree("were given other inputs than the chief", inputs)
 
     def transform(
         self, adata, iterations: int = INFERENCE_STEPS, progress: bool = False
@@ -466,6 +402,51 @@ class SingleCellGPLVM:
         return mapper
 
 
+def _check_same_inputs(face: SingleCellGPLVM, adata, workers: Workers) -> None:
+    """A ``ValueError`` on every worker, naming what differs and each worker's value, when the
+    workers read other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns;
+    a file of other values, told by a hash of its size and bytes sampled across it) or were
+    built with other settings: every worker must make the same call."""
+    inputs = {
+        "cells (N)": adata.n_obs,
+        "what the data holds (a hash)": content_hash(adata, face.registration.layer),
+        "genes": face.gene_names,
+        "layer": face.registration.layer,
+        "obs columns": face.registration.columns,
+        "size_factors": face.registration.size_factors,
+        "settings": [face.model_name, face.likelihood, face.latent_dim, face.num_inducing],
+        "encoder": [face.encoder_training, face.distil_cells],
+        "model options": sorted((k, repr(v)) for k, v in face.model_options.items()),
+    }
+    workers.agree("were given other inputs than the chief", inputs)
+
+
+def _train(
+    face: SingleCellGPLVM,
+    built: tuple[RowReader, RowShard | RowStream, dict],
+    iterations: int,
+    strategy: tf.distribute.Strategy | None,
+    training: dict[str, Any],
+    checkpoint_dir: str | Path | None,
+    overwrite: bool,
+) -> History:
+    """Train ``face``'s model for ``iterations`` steps on what ``_build`` made (its rows, what
+    to train on and the model's inputs), by :func:`~gpflow_svi_gplvm.fit` with ``training``'s
+    options or, for an encoder distilled from B-SVI, by :func:`~.distilled.fit_distilled`.
+    Checkpoints record the genes and covariates, so that a resume on others is refused naming
+    them."""
+    rows, data, inputs = built
+    if checkpoint_dir is not None:
+        names = {"genes": face.gene_names, "covariates": face.encoding.names}
+        training = dict(training, checkpoint_dir=checkpoint_dir, data_names=names)
+        training["overwrite"] = overwrite  # an earlier run's checkpoints replaced alike
+    face.batch_offsets = BatchOffsets()
+    model = cast(SVIGPLVM, face.model)
+    if _distils(face, strategy):
+        return fit_distilled(model, rows, inputs, face.distil_cells, iterations, **training)
+    return fit(model, data, iterations, strategy=strategy, **training)
+
+
 def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_rate: float) -> dict:
     """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
     model = face.model
@@ -497,6 +478,11 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
             np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
         ),
     }
+
+
+def _final(elbo: np.ndarray) -> float | None:
+    """The ELBO a run ends at: the mean of its last 100 steps (None for no step)."""
+    return float(np.mean(elbo[-100:])) if len(elbo) else None
 
 
 def _check_key(key: str) -> str:
