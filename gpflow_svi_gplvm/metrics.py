@@ -4,6 +4,7 @@ an embedding of labelled cells."""
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ __all__ = [
     "scib_scores",
     "RARE_SHARE",
     "NEIGHBOURS",
+    "check_labels",
 ]
 
 RARE_SHARE = 0.02
@@ -112,6 +114,9 @@ def embedding_scores(
     from sklearn.metrics import normalized_mutual_info_score, silhouette_score
     from sklearn.neighbors import kneighbors_graph
 
+    cell_type = check_labels(cell_type, "cell_type", len(embedding), kinds=2)
+    if batch is not None:
+        batch = check_labels(batch, "batch", len(embedding))
     types = np.unique(cell_type)
     clusters = KMeans(len(types), n_init=10, random_state=0).fit_predict(embedding)
     sample = np.random.default_rng(0).permutation(len(embedding))[:5000]
@@ -163,15 +168,46 @@ def _graph_connectivity(graph, cell_type: np.ndarray) -> float:
 
 def _batch_asw(embedding: np.ndarray, cell_type: np.ndarray, batch: np.ndarray) -> float:
     """The mean over types with two or more batches of :math:`1 - |s|`, s the batches'
-    silhouette within the type."""
+    silhouette within the type (a silhouette needs fewer batches than cells: a type whose
+    cells each sit in a batch of their own has none); NaN, with a warning, without such a
+    type."""
     from sklearn.metrics import silhouette_samples
 
     per_type = []
     for t in np.unique(cell_type):
         cells = cell_type == t
-        if len(np.unique(batch[cells])) > 1:
+        if 1 < len(np.unique(batch[cells])) < cells.sum():
             per_type.append(np.mean(1 - np.abs(silhouette_samples(embedding[cells], batch[cells]))))
+    if not per_type:
+        warnings.warn(
+            "batch ASW is NaN: no cell type has cells of two or more batches (and fewer batches "
+            "than cells), so no type's batches can be compared.",
+            stacklevel=3,
+        )
+        return float("nan")
     return float(np.mean(per_type))
+
+
+def check_labels(labels, name: str, N: int, kinds: int = 1) -> np.ndarray:
+    """``labels`` [N] as an array, or a ``ValueError``: another length, a missing label (None,
+    NaN), or fewer than ``kinds`` different labels."""
+    import pandas as pd
+
+    labels = np.asarray(labels)
+    if labels.shape != (N,):
+        raise ValueError(f"{name} must hold one label per cell, [N={N}], got shape {labels.shape}.")
+    missing = np.flatnonzero(pd.isna(labels))
+    if len(missing):
+        raise ValueError(
+            f"{name} has no label (None or NaN) for {len(missing)} cells, e.g. cell "
+            f"{int(missing[0])}: label them, or leave those cells out of the scores."
+        )
+    if len(np.unique(labels.astype(str))) < kinds:
+        raise ValueError(
+            f"{name} holds {len(np.unique(labels.astype(str)))} label(s): the scores compare "
+            f"{kinds} or more."
+        )
+    return labels
 
 
 def leiden_clusterings(
@@ -212,7 +248,14 @@ def rare_type_f1(
     cluster that best matches the type, :math:`\max_c 2 |c \cap t| / (|c| + |t|)`, taken over
     every clustering [N] given (as scIB's isolated-label F1 takes the clustering that best
     matches each label); NaN without such a type. 1: every rare type is a cluster of its own."""
-    cell_type = np.asarray(cell_type)
+    cell_type = check_labels(cell_type, "cell_type", len(np.asarray(cell_type)))
+    if not clusterings or any(np.shape(c) != cell_type.shape for c in clusterings):
+        raise ValueError(
+            f"rare_type_f1 needs one or more clusterings, each a cluster per cell [N="
+            f"{len(cell_type)}]: got {[np.shape(c) for c in clusterings]}."
+        )
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be a share of the cells in (0, 1], got {share}.")
     types, sizes = np.unique(cell_type, return_counts=True)
     scores = []
     for t in types[sizes < share * len(cell_type)]:
@@ -257,8 +300,9 @@ def scib_scores(
     import pandas as pd
     from sklearn.neighbors import NearestNeighbors
 
-    cell_type, batch = np.asarray(cell_type).astype(str), np.asarray(batch).astype(str)
-    N = len(cell_type)
+    N = len(np.asarray(cell_type))
+    cell_type = check_labels(cell_type, "cell_type", N, kinds=2).astype(str)
+    batch = check_labels(batch, "batch", N).astype(str)
     _check_scib_inputs(embeddings, batch, unintegrated, N)
 
     def neighbours(X: np.ndarray, k: int) -> NeighborsResults:

@@ -135,6 +135,27 @@ def test_scib_scores_rank_mixed_batches_above_split_ones(scib_table):
     assert table.loc["mixed", "Leiden ARI"] == 1.0 > table.loc["split", "Leiden ARI"]
 
 
+def test_labels_that_cannot_be_scored_are_refused_or_warned_of():
+    embedding, cell_type, batch = _cells(batch_apart=False)
+    unlabelled = cell_type.astype(object)
+    unlabelled[[7, 9]] = [None, np.nan]
+    for scores in (embedding_scores, lambda e, t, b: scib_scores({"e": e}, t, b, e)):
+        with pytest.raises(ValueError, match=r"cell_type has no label \(None or NaN\) for 2 "):
+            scores(embedding, unlabelled, batch)
+        with pytest.raises(ValueError, match=r"cell_type holds 1 label\(s\): .* 2 or more"):
+            scores(embedding, np.zeros(300), batch)
+    with pytest.raises(ValueError, match="one or more clusterings"):
+        rare_type_f1(cell_type, [])
+    with pytest.raises(ValueError, match=r"share must be a share of the cells in \(0, 1\]"):
+        rare_type_f1(cell_type, [cell_type], share=-1)
+    # Each type's cells each in a batch of their own, or one batch per type: no type's batches
+    # can be compared; the other scores stand.
+    for own in (np.arange(300), cell_type):
+        with pytest.warns(UserWarning, match="batch ASW is NaN: no cell type has cells of two"):
+            scores = embedding_scores(embedding, cell_type, own)
+        assert np.isnan(scores["batch ASW"]) and scores["ARI"] == 1.0
+
+
 def test_scib_scores_refuse_what_they_cannot_score(monkeypatch):
     embedding, cell_type, batch = _cells(batch_apart=False)
     with pytest.raises(ValueError, match=r"N = 300 rows.*'unintegrated': \(299, 2\)"):
