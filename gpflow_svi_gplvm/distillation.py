@@ -84,10 +84,13 @@ def distil_encoder(
     batch_size = check_integer(batch_size, "batch_size", hint="e.g. 256")
     means, variances = np.asarray(means, np.float64), np.asarray(variances, np.float64)
     S, Q = rows.shape[0], encoder.latent_dim
-    if means.shape != (S, Q) or variances.shape != (S, Q) or not np.all(variances > 0):
+    finite = np.all(np.isfinite(means)) and np.all(np.isfinite(variances))
+    if means.shape != (S, Q) or variances.shape != (S, Q) or not (finite and np.all(variances > 0)):
+        bad = "" if finite else " (some not finite)"
         raise ValueError(
-            f"distil_encoder needs means and positive variances [S, Q] = [{S}, {Q}] (a row of "
-            f"each per row of data, Q the encoder's), got {means.shape} and {variances.shape}."
+            f"distil_encoder needs finite means and positive, finite variances [S, Q] = [{S}, "
+            f"{Q}] (a row of each per row of data, Q the encoder's), got {means.shape} and "
+            f"{variances.shape}{bad}."
         )
     optimizer = tf.optimizers.Adam(learning_rate)
     step = _distillation_step(encoder, optimizer, rows.shape[1])

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
+from builders import count_cells as _cells
 from gpflow.utilities import parameter_dict
-from test_anndata import N, Q, _cells
+from test_anndata import N, Q
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
 from gpflow_svi_gplvm.distillation import (
@@ -78,8 +79,11 @@ def test_an_encoder_learns_the_q_x_it_is_given():
     (error_after, ratio_after) = gaps()
     assert error_after < 0.05 * np.var(means) < error
     assert ratio_after < 0.3 < ratio  # within a third of each variance, at the median
-    with pytest.raises(ValueError, match=r"positive variances \[S, Q\] = \[200, 2\]"):
+    with pytest.raises(ValueError, match=r"positive, finite variances \[S, Q\] = \[200, 2\]"):
         distil_encoder(encoder, rows, means, -variances, 10)
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"\(some not finite\)"):
+            distil_encoder(encoder, rows, np.where(means > 0, bad, means), variances, 10)
     with pytest.raises(ValueError, match=r"\[200, 2\].*got \(199, 2\)"):
         distil_encoder(encoder, rows, means[1:], variances, 10)
 
@@ -120,6 +124,9 @@ def test_distillation_s_options_are_checked():
         SingleCellGPLVM(Q, model="aeb", encoder_training="ELBO")
     with pytest.raises(ValueError, match="distil_cells must be a positive integer"):
         SingleCellGPLVM(Q, model="aeb", distil_cells=0)
+    few = SingleCellGPLVM(Q, layer="counts", model="aeb", num_inducing=8, distil_cells=5)
+    with pytest.raises(ValueError, match="distil_cells=5 is fewer than num_inducing=8"):
+        few.fit(_cells(), iterations=1)
     face = SingleCellGPLVM(Q, layer="counts", model="aeb", num_inducing=4)
     with pytest.raises(ValueError, match="encoder_training='joint', or fit model='bsvi'"):
         face.fit(_cells(), iterations=1, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))

@@ -50,6 +50,12 @@ def fit_distilled(
     amortised ``model`` and distil ``model``'s encoder from the drawn cells' q(x) in as many
     steps. Returns the B-SVI fit's history. ``options`` go to :func:`~gpflow_svi_gplvm.fit`."""
     N = rows.shape[0]
+    if min(N, distil_cells) < inputs["num_inducing"]:
+        raise ValueError(
+            f"distil_cells={distil_cells} is fewer than num_inducing={inputs['num_inducing']}: "
+            "B-SVI is fitted to the cells drawn, at least one for each inducing point. Raise "
+            "distil_cells or lower num_inducing."
+        )
     drawn = np.sort(np.random.default_rng(seed).permutation(N)[: min(N, distil_cells)])
     cells = SparseRows.from_matrix(_Drawn(rows, drawn))
     table_class = lookup_model("bsvi")
