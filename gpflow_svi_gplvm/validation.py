@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
+
+Method = TypeVar("Method", bound=Callable)
 
 __all__ = [
     "check_observations",
@@ -25,6 +29,7 @@ __all__ = [
     "check_chunk_size",
     "check_device",
     "check_layer_sizes",
+    "takes_a_batch",
 ]
 
 
@@ -284,3 +289,46 @@ def check_device(device: str | None) -> str | None:
         ):
             return device
     raise ValueError(f"device {device!r} does not exist here: {advice}")
+
+
+def takes_a_batch(method: Method) -> Method:
+    """A model's ``method(data, ...)`` of a minibatch ``data = (idx [B], Y [B, D])``, with a
+    ``ValueError`` saying so when ``data`` is not such a pair (e.g. Y alone): a shape checker
+    would report only the sizes it found."""
+
+    @functools.wraps(method)
+    def checked(model, data, *args, **kwargs):
+        _check_batch(data, model.data_dim, method.__name__)
+        return method(model, data, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+def _check_batch(data, num_columns: int, name: str) -> None:
+    """A ``ValueError`` unless ``data`` is ``(idx [B] integers, Y [B, D])`` as far as its static
+    shapes tell (inside a compiled function B may be unknown)."""
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        given = f"a {type(data).__name__} of shape {list(np.shape(data))}"
+    else:
+        idx, Y = (tf.TensorShape(_attribute(part, "shape")) for part in data)
+        kind = tf.as_dtype(_attribute(data[0], "dtype"))
+        rows = {idx[0] if idx.rank == 1 else None, Y[0] if Y.rank == 2 else None} - {None}
+        if (
+            idx.rank in (None, 1)
+            and Y.rank in (None, 2)
+            and (Y.rank is None or Y[1] in (None, num_columns))
+            and len(rows) <= 1
+            and kind.is_integer
+        ):
+            return
+        given = f"a pair of shapes {[idx.as_list(), Y.as_list()]}"
+    raise ValueError(
+        f"{name} takes a batch (idx, Y): idx [B] the rows' numbers in the training data (integers) "
+        f"and Y [B, D={num_columns}] their values, e.g. model.{name}((np.arange(len(Y)), Y)); "
+        f"got {given}."
+    )
+
+
+def _attribute(values, name: str):
+    """The ``shape`` or ``dtype`` of an array or tensor, or of what NumPy makes of a list."""
+    return getattr(values, name) if hasattr(values, name) else getattr(np.asarray(values), name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -32,6 +33,23 @@ def test_predict_f_at_draws_is_predict_f_at_each_draw(Y, shared):
         expected_mean, expected_variance = model.predict_f(samples[draw])
         np.testing.assert_allclose(mean[draw], expected_mean, rtol=1e-12)
         np.testing.assert_allclose(variance[draw], expected_variance, rtol=1e-12)
+
+
+def test_the_bound_of_anything_but_a_batch_is_refused_saying_what_it_takes(Y):
+    model = BayesianSVIGPLVM(Y, Q, M)
+    batch = (np.arange(N), Y)
+    assert np.isfinite(model.elbo(batch).numpy())
+    for data, given in [
+        (Y, f"a ndarray of shape [{N}, {D}]"),
+        ((np.arange(N), Y[:, :2]), f"a pair of shapes [[{N}], [{N}, 2]]"),
+        ((np.arange(N - 1), Y), f"a pair of shapes [[{N - 1}], [{N}, {D}]]"),
+        ((np.arange(N, dtype=float), Y), f"a pair of shapes [[{N}], [{N}, {D}]]"),
+    ]:
+        for method in (model.elbo, model.training_loss):
+            name = method.__name__
+            expected = rf"{name} takes a batch \(idx, Y\).*{re.escape(given)}"
+            with pytest.raises(ValueError, match=expected):
+                method(data)
 
 
 def test_svigplvm_takes_a_one_argument_latent_factory_and_needs_one(Y):

@@ -51,7 +51,7 @@ from ..likelihoods import MaskedLikelihood
 from ..options import takes_options_of
 from ..shared_covariance import SharedCovarianceSVGP, covariance_layout
 from ..sparse_rows import RowReader
-from ..validation import check_observations, check_seed
+from ..validation import check_observations, check_seed, takes_a_batch
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
@@ -351,6 +351,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
         batch = self.latent_batch(idx, Y, self.num_samples, training=training)
         return self.expected_data_term(batch, Y) + batch.row_term
 
+    @takes_a_batch
     @check_shapes(
         "data[0]: [batch]",
         "data[1]: [batch, D]",
@@ -373,6 +374,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
     ) -> tf.Tensor:
         return self.elbo(data, training)
 
+    @takes_a_batch
     @check_shapes(
         "data[0]: [batch]",
         "data[1]: [batch, D]",
