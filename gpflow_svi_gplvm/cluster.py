@@ -86,6 +86,13 @@ def checked_cluster(config: dict) -> dict:
             f"{_EXAMPLE}; got {json.dumps(config)[:200]}."
         )
     cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    others = sorted(set(cluster) - {"worker", "chief"})
+    if others:  # MultiWorkerMirroredStrategy would wait for them forever
+        raise ValueError(
+            f"TF_CONFIG's cluster names {others} tasks: training here runs on 'worker' tasks "
+            "(and at most one 'chief') alone, all with MultiWorkerMirroredStrategy, which waits "
+            f"for every task it is told of. Remove {others} from the cluster."
+        )
     for kind, addresses in cluster.items():
         bad = addresses if not isinstance(addresses, list) else _unparsed(addresses)
         if bad:

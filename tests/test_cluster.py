@@ -68,6 +68,9 @@ def test_a_cluster_config_that_would_wait_forever_is_refused():
         with pytest.raises(ValueError, match=message):
             checked_cluster({"cluster": {"worker": workers}, "task": task})
     task = {"type": "worker", "index": 0}
+    # A worker of a cluster that also names a parameter server: the strategy would wait for it.
+    with pytest.raises(ValueError, match=r"cluster names \['ps'\] tasks: .* Remove \['ps'\]"):
+        checked_cluster({"cluster": {"worker": workers, "ps": ["127.0.0.1:1"]}, "task": task})
     for cluster in ({"worker": ["localhost", workers[1]]}, {"worker": ["localhost:abc"]}):
         with pytest.raises(ValueError, match='give a list of "host:port" addresses'):
             checked_cluster({"cluster": cluster, "task": task})
