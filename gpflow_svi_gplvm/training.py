@@ -389,8 +389,11 @@ class Trainer:
                 ) from error
             if self.rows.on_disk is None:
                 raise
-            # The rows on disk could not be read (e.g. their file changed): say so plainly.
-            raise ValueError(f"Reading the rows on disk failed: {error.message}") from error
+            # The rows on disk could not be read (e.g. their file changed): say so plainly,
+            # with the reader's own message, not the graph's trace around it.
+            raise ValueError(
+                f"Reading the rows on disk failed: {_raised_in_python(error.message)}"
+            ) from error
         self.elbo.append(values)
         self.step_count.assign_add(len(values))
         if not np.all(np.isfinite(values)):
@@ -420,6 +423,19 @@ class Trainer:
 
     def _history(self, start: float) -> History:
         return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
+
+
+def _raised_in_python(message: str) -> str:
+    """The message of the Python exception that a compiled function's ``message`` reports
+    (TensorFlow wraps it in the graph's trace and the Python traceback), else its first line."""
+    found = re.search(r"\b(\w+(?:Error|Exception)): (.+?)(?:\nTraceback|\Z)", message, re.S)
+    if found is None:
+        return _first_line(message)
+    return found.group(2).strip().splitlines()[0]
+
+
+def _first_line(message: str) -> str:
+    return (message.strip().splitlines() or [""])[0]
 
 
 def _check_callback(callback: Callable[[int], None] | None) -> None:
