@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
 
-from .sparse_rows import ROWS_PER_BLOCK, SparseRows
+from .sparse_rows import ROWS_PER_BLOCK, SparseRows, as_float32
 from .validation import check_integer, check_path, check_seed
 
 if TYPE_CHECKING:
@@ -135,11 +135,12 @@ class _Source:
     def read(self, start: int, stop: int) -> sp.csr_matrix:
         """Rows [start, stop) as CSR [stop - start, D'] (float32 values, int32 columns)."""
         self.check()
+        where = f"{self.name} of {self.path!r}, rows {start}..{stop - 1},"
         if not self.sparse:
-            return sp.csr_matrix(np.asarray(self.element[start:stop], dtype=np.float32))
+            return sp.csr_matrix(as_float32(self.element[start:stop], where))
         indptr = np.asarray(self.element["indptr"][start : stop + 1], dtype=np.int64)
         first, last = int(indptr[0]), int(indptr[-1])
-        data = np.asarray(self.element["data"][first:last], dtype=np.float32)
+        data = as_float32(self.element["data"][first:last], where)
         indices = np.asarray(self.element["indices"][first:last], dtype=np.int32)
         shape = (stop - start, self.shape[1])
         return sp.csr_matrix((data, indices, indptr - first), shape=shape)

@@ -19,10 +19,43 @@ import scipy.sparse as sp
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = ["SparseRows", "RowReader", "RowStream", "row_blocks", "ROWS_PER_BLOCK"]
+__all__ = [
+    "SparseRows",
+    "RowReader",
+    "RowStream",
+    "row_blocks",
+    "ROWS_PER_BLOCK",
+    "as_float32",
+    "FLOAT32_INTEGERS",
+]
 
 ROWS_PER_BLOCK = 4096
 """Rows read at a time by whole-data passes, so that no temporary is as large as Y."""
+
+FLOAT32_INTEGERS = 2**24
+"""Every integer up to this one is a float32; above it some are not (2^24 + 1 reads as 2^24)."""
+
+
+def as_float32(values: np.ndarray, where: str) -> np.ndarray:
+    """``values`` as float32, the rows' storage; a ``ValueError`` (naming ``where``) for an
+    integer above :data:`FLOAT32_INTEGERS` that float32 would turn into another integer: a
+    count read as another count. Other values keep float32's relative precision."""
+    converted = np.asarray(values).astype(np.float32)
+    values = np.asarray(values)
+    if not values.size or values.dtype.kind not in "iuf":
+        return converted
+    large = np.abs(values) > FLOAT32_INTEGERS
+    if large.any():
+        changed = large & (values == np.round(values)) & (converted != values)
+        if changed.any():
+            first = np.unravel_index(np.argmax(changed), values.shape)
+            raise ValueError(
+                f"{where} holds the integer {values[first]} (at {tuple(map(int, first))}), above "
+                f"2^24 = {FLOAT32_INTEGERS:,}: rows are stored as float32, which would read it "
+                f"as {converted[first]:.0f}. Counts so large are not read exactly: scale them "
+                "down (or cap them) first."
+            )
+    return converted
 
 
 def row_blocks(Y, rows: int = ROWS_PER_BLOCK):
@@ -104,7 +137,8 @@ class SparseRows:
                 block = block[:, columns]
             if check is not None:
                 check(block.toarray(), start)
-            blocks.append(block.astype(np.float32))
+            values = as_float32(block.data, f"the matrix, rows {start}..,")
+            blocks.append(sp.csr_matrix((values, block.indices, block.indptr), block.shape))
         matrix = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, 0))
         matrix.indices = matrix.indices.astype(np.int32)
         return cls(matrix)

@@ -290,3 +290,21 @@ def test_a_csr_matrix_stored_as_kept_is_held_in_place_and_still_checked():
 
     with pytest.raises(ValueError, match="a bad count"):
         SparseRows.from_matrix(counts, None, refuse)
+
+
+def test_a_count_float32_cannot_hold_is_refused_in_memory_and_on_disk(tmp_path):
+    """2^24 + 1 would be read as 2^24: an integer matrix holding it is refused where it is read
+    (exactly representable large integers, and large fractions, are read as they are)."""
+    counts = _counts(40).astype(np.int64)
+    counts[7, 3] = 2**24 + 1
+    for read in (
+        lambda: SparseRows.from_matrix(counts),
+        lambda: DiskRows.open(_write(tmp_path / "big.h5ad", counts)).take(np.arange(40)),
+    ):
+        with pytest.raises(ValueError, match=r"holds the integer 16777217 .* as 16777216"):
+            read()
+    fine = counts.astype(np.float64)
+    fine[7, 3] = 2**25  # a float32 exactly
+    fine[8, 3] = 1.5e9 + 0.25  # not an integer: float32's relative precision is kept
+    rows = SparseRows.from_matrix(sp.csr_matrix(fine))
+    assert rows[7:8][0, 3] == 2**25 and rows[8:9][0, 3] == np.float32(1.5e9 + 0.25)
