@@ -327,8 +327,9 @@ class Checkpoints:
         checkpoint that cannot be read (truncated, missing or damaged files) is passed over for
         the newest older one, with a warning naming both.
         """
+        paths = self._common_checkpoints()  # the same on every worker
         with self.workers.agreeing():
-            path = self._restore_latest(model)
+            path = self._restore_latest(model, paths)
         restored = -1 if path is None else self.num_steps
         if self.workers.differing(restored):
             steps = self.workers.stack(restored)
@@ -361,9 +362,9 @@ class Checkpoints:
         code[: len(run) // 2] = np.frombuffer(bytes.fromhex(run), np.uint8)
         return bytes(self.workers.stack(code)[0].astype(np.uint8)).hex()
 
-    def _restore_latest(self, model: SVIGPLVM) -> str | None:
-        """Load the latest readable checkpoint; its path, or None when there is none."""
-        paths = self._common_checkpoints()
+    def _restore_latest(self, model: SVIGPLVM, paths: list[str]) -> str | None:
+        """Load the latest readable checkpoint of ``paths`` (oldest first); its path, or None
+        when there is none."""
         if not paths:
             return None
         unreadable: list[str] = []
@@ -424,6 +425,17 @@ class Checkpoints:
         steps[: len(mine)] = mine
         every = self.workers.stack(steps)
         common = set(every[0]).intersection(*map(set, every[1:])) - {-1}
+        held = [i for i, row in enumerate(every) if (row >= 0).any()]
+        if held and not common:
+            self.workers.refuse(
+                ValueError(
+                    f"checkpoint_dir {self.directory} holds checkpoints of worker(s) {held} "
+                    f"alone, none of a step that all {self.workers.count} workers hold: each "
+                    "worker keeps its own latent rows there, so a run resumes on as many workers "
+                    "as wrote it (a run of one process in one process). Resume it so, or pass "
+                    "overwrite=True to start afresh here."
+                )
+            )
         return [path for path in paths if _step_of(path) in common]
 
 

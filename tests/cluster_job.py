@@ -261,6 +261,26 @@ def mistakes() -> dict:
             resume=workers.index == 1,
         ),
     }
+
+    def resume_one_process_run() -> None:
+        """A run of one process (the chief's, no strategy), resumed by both workers."""
+        folder = Path(OUTPUT).parent / "one_process"
+        if workers.chief:
+            alone = package.PointGPLVM(Y, Q, num_inducing=M)
+            package.fit(alone, Y, 2, batch_size=BATCH, progress=False, checkpoint_dir=folder)
+        workers.sum(0)  # written before the others look
+        package.fit(
+            build("point", shard),
+            shard,
+            4,
+            batch_size=BATCH,
+            strategy=STRATEGY,
+            progress=False,
+            checkpoint_dir=folder,
+            resume=True,
+        )
+
+    cases["a one-process run resumed by two"] = resume_one_process_run
     results = {}
     for case, run in cases.items():
         try:

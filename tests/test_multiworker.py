@@ -242,6 +242,8 @@ def test_bad_input_is_the_same_clear_error_on_every_worker(folder):
     assert "other iterations (iterations: worker 0 2, worker 1 3)" in said["other iterations"]
     assert "built other models (shared_covariance: worker 0 0, worker 1 1)" in said["other models"]
     assert "other settings (resume: worker 0 0, worker 1 1)" in said["resume on one worker"]
+    resumed = said["a one-process run resumed by two"]
+    assert "holds checkpoints of worker(s) [0] alone, none of a step that all 2" in resumed
 
 
 @pytest.mark.slow
