@@ -55,11 +55,15 @@ STARTS_TRIED = 3
 r"""Candidate latents per row (those whose decoded means fit its observed entries best) at which
 :math:`\phi` is evaluated; the row starts at the lowest."""
 
+_ZERO = tf.UnconnectedGradients.ZERO  # a point estimate's prior is 0 everywhere
+
 LOW = tf.float32
-"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
+r"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
 terms): about 5x the throughput of double precision in the products and twice in the
-elementwise terms on CPUs with wide vector units; the latents, the steps and q(x*) stay in the
-model's (``benchmarks/results/mapping.md``)."""
+elementwise terms on CPUs with wide vector units (``benchmarks/results/mapping.md``); the
+latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
+:math:`10^{-7}` of its terms' size, which places its mode to a small fraction of q(x*)'s spread
+(steps below that cannot be judged)."""
 
 ROW_NUMBERS = 1e7
 """The Jacobians of a block of rows, Q x rows x D numbers, stay near this size (rows per block)."""
@@ -241,8 +245,8 @@ class LaplaceLatents(tf.Module):
                 inner.watch(x)
                 log_prior = self._log_prior(x)
                 prior_total = tf.reduce_sum(log_prior)
-            prior_gradient = inner.gradient(prior_total, x)
-        prior_hessian = outer.batch_jacobian(prior_gradient, x)
+            prior_gradient = inner.gradient(prior_total, x, unconnected_gradients=_ZERO)
+        prior_hessian = outer.batch_jacobian(prior_gradient, x, unconnected_gradients=_ZERO)
         high = x.dtype
 
         def summed(terms: tf.Tensor) -> tf.Tensor:  # over the outputs, in the model's precision

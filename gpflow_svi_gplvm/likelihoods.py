@@ -394,16 +394,17 @@ def _automatic_derivatives(
     low, high = mean.dtype, default_float()
     Y, mean, variance = (tf.cast(t, high) for t in (Y, mean, variance))
     X = tf.zeros_like(mean[..., :1])
+    zero = tf.UnconnectedGradients.ZERO  # e.g. a Gaussian's value is linear in the variance
     with tf.GradientTape(persistent=True) as outer:
         outer.watch([mean, variance])
         with tf.GradientTape() as inner:
             inner.watch([mean, variance])
             value = likelihood.entry_expectations(X, mean, variance, Y)
             total = tf.reduce_sum(value)
-        d_mean, d_var = inner.gradient(total, [mean, variance])
+        d_mean, d_var = inner.gradient(total, [mean, variance], unconnected_gradients=zero)
         first, second = tf.reduce_sum(d_mean), tf.reduce_sum(d_var)
-    d_mm, d_mv = outer.gradient(first, [mean, variance])
-    d_vv = outer.gradient(second, variance)
+    d_mm, d_mv = outer.gradient(first, [mean, variance], unconnected_gradients=zero)
+    d_vv = outer.gradient(second, variance, unconnected_gradients=zero)
     del outer
     found = (value, d_mean, d_var, d_mm, d_mv, d_vv)
     return ExpectationDerivatives(*(tf.cast(t, low) for t in found))
