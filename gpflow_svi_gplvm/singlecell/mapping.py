@@ -277,5 +277,5 @@ def new_batch_prior_variance(model: SVIGPLVM, batch_columns: int) -> float:
             "model's linear covariate kernel, which this model does not have (a covariate "
             f"kernel {type(kernel).__name__}): fit with the default kernel."
         )
-    values = np.broadcast_to(variance.numpy(), (max(batch_columns, 1),))
-    return float(np.mean(values[:batch_columns]))
+    values = np.atleast_1d(variance.numpy())  # one for all columns, or one each
+    return float(np.mean(values if values.size == 1 else values[:batch_columns]))

@@ -31,6 +31,7 @@ from .mapping import (
 )
 from .registration import CellRegistration
 from .saving import load_model, save_model
+from .serving import export_cells
 from .spread import EmbeddingSpread
 from .start import initial_latents
 
@@ -356,6 +357,21 @@ class SingleCellGPLVM:
         """The model :meth:`save` wrote to ``folder`` (in this or another process), ready for
         :meth:`transform`; its minified training cells, if saved, are :attr:`reference`."""
         return load_model(folder, cls)
+
+    def export_saved_model(
+        self,
+        path: str | Path,
+        version: int = 1,
+        overwrite: bool = False,
+        iterations: int = INFERENCE_STEPS,
+        dtype: tf.DType = tf.float64,
+    ) -> Path:
+        """Export the fitted model to ``path/<version>/`` as a TensorFlow SavedModel whose
+        signature ``embed`` takes raw counts of the fitted genes and the ``obs`` columns and
+        returns each cell's q(x*) as :meth:`transform` does, with TensorFlow alone
+        (:mod:`~gpflow_svi_gplvm.singlecell.serving`); returns that folder. ``overwrite``
+        replaces an earlier export of this package at that version."""
+        return export_cells(self, path, version, overwrite, iterations, dtype)
 
     @property
     def gene_names(self) -> list[str]:
