@@ -225,10 +225,10 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     saved = args.output / "model"
     with workers.agreeing():  # found now, not after training
         if args.save and workers.chief:
-            if is_export(saved, SAVED_MODEL) and not args.resume:
+            if is_export(saved, SAVED_MODEL) and not (args.resume or args.overwrite):
                 raise ValueError(
                     f"--output {args.output} holds a saved model (model/): pass --resume to "
-                    "continue its run, or choose another --output."
+                    "continue its run, --overwrite to start afresh, or choose another --output."
                 )
             check_destination(saved, overwrite=True, kind=SAVED_MODEL)
     face = SingleCellGPLVM(
@@ -270,7 +270,7 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     plotting.plot_elbo(history).savefig(args.output / "elbo.png", dpi=120, bbox_inches="tight")
     written = ["X_gplvm.npy", "X_gplvm_var.npy", "metrics.json", "elbo.png"]
     if args.save:
-        face.save(saved, overwrite=args.resume)
+        face.save(saved, overwrite=args.resume or args.overwrite)
         written += ["checkpoints/", "model/"]
     if args.export:
         face.export_saved_model(args.output / "saved_model", overwrite=True)
