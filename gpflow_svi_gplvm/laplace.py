@@ -136,20 +136,30 @@ class LaplaceLatents(tf.Module):
             tf.TensorSpec([None, D], dtype),  # their offsets on f
         ]
         self.fit = GraphFunction(self._fit, spec)
+        starts = tf.TensorSpec([None, Q], dtype)  # where the rows' steps start
+        self.fit_from = GraphFunction(self._fit, spec + [starts])
 
     def infer(
-        self, Y: np.ndarray, inputs: np.ndarray | None = None, offsets: np.ndarray | None = None
+        self,
+        Y: np.ndarray,
+        inputs: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+        start: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and marginal variance [N*, Q] of q(x*) for rows Y [N*, D] (NaN = missing), with
         their observed ``inputs`` [N*, R] (where the model has them) and ``offsets`` [N*, D] on
-        f (default 0), in blocks of :attr:`chunk_size` rows."""
+        f (default 0), in blocks of :attr:`chunk_size` rows; their steps start at ``start``
+        [N*, Q] when given (e.g. a fit's modes before its offsets changed)."""
         means, variances = [], []
-        for start in range(0, len(Y), self.chunk_size):
-            part = slice(start, start + self.chunk_size)
+        for first in range(0, len(Y), self.chunk_size):
+            part = slice(first, first + self.chunk_size)
             block = np.asarray(Y[part], dtype=np.float64)
             given = np.zeros((len(block), self.width)) if inputs is None else inputs[part]
             shift = np.zeros_like(block) if offsets is None else offsets[part]
-            mean, variance = self.fit(block, given, shift)
+            if start is None:
+                mean, variance = self.fit(block, given, shift)
+            else:
+                mean, variance = self.fit_from(block, given, shift, start[part])
             means.append(mean.numpy())
             variances.append(variance.numpy())
         return np.concatenate(means), np.concatenate(variances)
@@ -174,9 +184,14 @@ class LaplaceLatents(tf.Module):
         )
 
     def _fit(
-        self, Y: tf.Tensor, inputs: tf.Tensor, offsets: tf.Tensor
+        self,
+        Y: tf.Tensor,
+        inputs: tf.Tensor,
+        offsets: tf.Tensor,
+        start: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean and marginal variance [B, Q] of q(x*) of a block of rows."""
+        """Mean and marginal variance [B, Q] of q(x*) of a block of rows (from ``start``, or
+        from :meth:`_start`'s)."""
         observed = tf.logical_not(tf.math.is_nan(Y))
         values = tf.cast(tf.where(observed, Y, tf.zeros_like(Y)), LOW)
         block = _Rows(values, observed, inputs, tf.cast(offsets, LOW))
@@ -185,7 +200,8 @@ class LaplaceLatents(tf.Module):
         def derivatives(theta: tf.Tensor, rows: tf.Tensor) -> Derivatives:
             return self._derivatives(gp, theta, block.gathered(rows))
 
-        start = self._start(gp, block)
+        if start is None:
+            start = self._start(gp, block)
         mode, hessian = newton_minimum(derivatives, start, self.tolerance, self.iterations)
         if self.point:
             return mode, tf.zeros_like(mode)

@@ -70,9 +70,12 @@ def test_served_cells_embed_as_transform_does_with_tensorflow_alone(exported, tm
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
-    # To round-off: the served graph sums each cell's counts itself, in another order.
-    np.testing.assert_allclose(np.load(tmp_path / "mean.npy"), expected, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(np.load(tmp_path / "variance.npy"), variance, rtol=1e-7)
+    # The served graph sums each cell's counts itself, in another order: the modes agree to the
+    # precision their single-precision terms place them (laplace.LOW), a small fraction of the
+    # spread of q(x*).
+    served = np.load(tmp_path / "mean.npy")
+    assert np.all(np.abs(served - expected) < 1e-3 * np.sqrt(variance))
+    np.testing.assert_allclose(np.load(tmp_path / "variance.npy"), variance, rtol=1e-4)
 
 
 def test_the_export_is_laid_out_for_tensorflow_serving_and_described(exported):

@@ -24,6 +24,7 @@ NOTEBOOKS = [
     "07_bring_your_own.py",
     "08_flows_and_hmc.py",
     "09_single_cell.py",
+    "10_reference_mapping.py",
 ]
 # The folders of the data folder ($GPFLOW_SVI_GPLVM_DATA) that a notebook reads; the others
 # use scikit-learn's bundled digits only.
@@ -35,7 +36,10 @@ NEEDED_DATA = {
 }
 
 # The optional packages a notebook imports ("singlecell" extra); it is skipped without them.
-NEEDED_MODULES = {"09_single_cell.py": ["anndata", "scanpy", "igraph"]}
+NEEDED_MODULES = {
+    "09_single_cell.py": ["anndata", "scanpy", "igraph"],
+    "10_reference_mapping.py": ["anndata", "scanpy"],
+}
 
 DOCS_SITE = os.environ.get("GPFLOW_SVI_GPLVM_DOCS_SITE")
 

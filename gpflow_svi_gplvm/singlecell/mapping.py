@@ -28,11 +28,13 @@ from typing import cast
 import gpflow
 import numpy as np
 import tensorflow as tf
+from gpflow.config import default_float
 from tqdm.auto import tqdm
 
+from ..compiled import GraphFunction
 from ..covariates import new_row_inputs
 from ..inference import TOLERANCE, LatentInference
-from ..laplace import LaplaceLatents, laplace_applies
+from ..laplace import LOW, LaplaceLatents, laplace_applies
 from ..likelihoods import expectation_derivatives
 from ..models import SVIGPLVM
 from ..sparse_rows import RowReader
@@ -56,6 +58,10 @@ FIT_CELLS = 2000
 
 ROUNDS = 6
 """Alternations of a new batch's offsets and its cells' q(x*), at most."""
+
+OFFSET_TOLERANCE = 1e-2
+"""The alternations stop once no offset moves by more than this (on f's scale, the log of a
+count's rate: a 1% change of a gene's expression)."""
 
 BLOCK = 4096
 """Cells read and embedded at a time."""
@@ -106,10 +112,12 @@ class CellMapper:
         offsets=None,
         progress: bool = False,
         desc: str = "embed q(x)",
+        start: np.ndarray | None = None,
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Means and variances [b, Q] of q(x*) of the cells ``rows`` [n, D] with their observed
         ``inputs`` [n, R] and ``offsets`` [n, D] on f (anything sliced by rows; None: zero), a
-        block of :data:`BLOCK` cells at a time, with a progress bar if asked."""
+        block of :data:`BLOCK` cells at a time, with a progress bar if asked; Laplace steps
+        start at ``start`` [n, Q] when given."""
         if offsets is not None and not self.laplace:
             raise ValueError(
                 "Cells of batches learnt by map_query are embedded by Laplace inference, which "
@@ -117,13 +125,14 @@ class CellMapper:
             )
         total = rows.shape[0]
         with tqdm(total=total, disable=not progress, desc=desc, unit="cell") as bar:
-            for start in range(0, total, BLOCK):
-                part = slice(start, min(start + BLOCK, total))
+            for first in range(0, total, BLOCK):
+                part = slice(first, min(first + BLOCK, total))
                 block = rows[part]
                 given = None if inputs is None else inputs[part]
                 if isinstance(self.inference, LaplaceLatents):
                     shift = None if offsets is None else offsets[part]
-                    mean, variance = self.inference.infer(block, given, shift)
+                    begin = None if start is None else start[part]
+                    mean, variance = self.inference.infer(block, given, shift, begin)
                 else:
                     found = self.inference.infer(block, given)
                     mean, variance = (t.numpy() for t in found)
@@ -131,10 +140,16 @@ class CellMapper:
                 yield mean, variance
 
     def embed(
-        self, rows: RowReader | np.ndarray, inputs: np.ndarray | None, offsets=None, progress=False
-    ):
+        self,
+        rows: RowReader | np.ndarray,
+        inputs: np.ndarray | None,
+        offsets=None,
+        progress: bool = False,
+        start: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`blocks` joined: means and variances [n, Q]."""
-        means, variances = zip(*self.blocks(rows, inputs, offsets, progress))
+        found = self.blocks(rows, inputs, offsets, progress, start=start)
+        means, variances = zip(*found)
         return np.concatenate(means), np.concatenate(variances)
 
     def learn_offsets(
@@ -153,43 +168,61 @@ class CellMapper:
         index = {c: k for k, c in enumerate(categories)}
         which = np.array([index[b] for b in batches[cells]])  # each chosen cell's category
         offsets = np.zeros((len(categories), self.model.data_dim))
+        updates = _OffsetUpdates(self.model, prior_variance)
+        mean = None
         for _ in range(ROUNDS):
-            mean, _ = self.embed(Y, given, offsets[which])
-            moved = _map_offsets(self.model, Y, given, mean, which, offsets, prior_variance)
+            mean, _ = self.embed(Y, given, offsets[which], start=mean)
+            moved = updates(Y, given, mean, which, offsets)
             change, offsets = np.max(np.abs(moved - offsets)), moved
-            if change < 1e-3:
+            if change < OFFSET_TOLERANCE:
                 break
         return offsets
 
 
-def _map_offsets(
-    model: SVIGPLVM,
-    Y: np.ndarray,
-    inputs: np.ndarray | None,
-    latents: np.ndarray,
-    which: np.ndarray,
-    start: np.ndarray,
-    prior_variance: float,
-    steps: int = 20,
-) -> np.ndarray:
-    """Newton's method on each offset :math:`\\gamma_{kd}` [K, D] given the cells' latents
-    [n, Q] (their q(f) at them) and categories ``which`` [n]."""
-    inputs_at = latents if inputs is None else np.concatenate([latents, inputs], axis=1)
-    mean, variance = (t.numpy() for t in model.predict_f(tf.constant(inputs_at)))
-    Yt = tf.constant(Y)
-    gamma = start.copy()
-    members = np.eye(len(start))[which].T  # [K, n]
-    for _ in range(steps):
-        d = expectation_derivatives(
-            model.likelihood, Yt, tf.constant(mean + gamma[which]), tf.constant(variance)
+class _OffsetUpdates:
+    """Newton's method on each new batch's offsets :math:`\\gamma_{kd}` [K, D], given its
+    cells' latents (see the module), compiled: one concave problem per gene and batch."""
+
+    def __init__(self, model: SVIGPLVM, prior_variance: float, steps: int = 20):
+        self.model, self.prior_variance, self.steps = model, prior_variance, steps
+        dtype, D = default_float(), model.data_dim
+        self.update = GraphFunction(
+            self._update,
+            [
+                tf.TensorSpec([None, D], dtype),  # the cells' counts
+                tf.TensorSpec([None, None], dtype),  # their GP inputs at their latents
+                tf.TensorSpec([None], tf.int64),  # each cell's batch, among the new ones
+                tf.TensorSpec([None, D], dtype),  # the offsets the steps start from
+            ],
         )
-        gradient = members @ d.mean.numpy() - gamma / prior_variance
-        curvature = members @ d.mean_mean.numpy() - 1.0 / prior_variance
-        step = gradient / curvature
-        gamma = gamma - step
-        if np.max(np.abs(step)) < 1e-8:
-            break
-    return gamma
+
+    def __call__(self, Y, inputs, latents, which, start) -> np.ndarray:
+        at = latents if inputs is None else np.concatenate([latents, inputs], axis=1)
+        return self.update(Y, at, which.astype(np.int64), start).numpy()
+
+    def _update(self, Y, at, which, start):
+        """The offsets [K, D] after Newton steps from ``start`` [K, D] until none moves by more
+        than 1e-6, the cells' terms (counts Y [n, D], q(f) at their GP inputs ``at``) in single
+        precision (:data:`~gpflow_svi_gplvm.laplace.LOW`), the offsets in the model's."""
+        mean, variance = (tf.cast(t, LOW) for t in self.model.predict_f(at))  # without offsets
+        counts, count = tf.cast(Y, LOW), tf.shape(start)[0]
+        precision = tf.constant(1.0 / self.prior_variance, start.dtype)
+
+        def step(i, gamma, _):
+            shifted = mean + tf.cast(tf.gather(gamma, which), LOW)
+            d = expectation_derivatives(self.model.likelihood, counts, shifted, variance)
+            first, second = (
+                tf.cast(tf.math.unsorted_segment_sum(t, which, count), gamma.dtype)
+                for t in (d.mean, d.mean_mean)
+            )
+            move = (first - gamma * precision) / (second - precision)
+            return i + 1, gamma - move, tf.reduce_max(tf.abs(move))
+
+        def more(i, gamma, moved):
+            return (i < self.steps) & (moved > 1e-6)
+
+        state = (tf.constant(0), start, tf.constant(np.inf, start.dtype))
+        return tf.while_loop(more, step, state)[1]
 
 
 def query_inputs(model: SVIGPLVM, rows: RowReader, covariates, sizes) -> np.ndarray | None:
