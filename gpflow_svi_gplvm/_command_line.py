@@ -45,6 +45,9 @@ equal)."""
 
 LATENT_HELP = f"Q (default: {DEFAULT_LATENT_DIM}; {CELL_LATENT_DIM} for an .h5ad)"
 
+BATCH_HELP = "rows per step (default: fit's; for an .h5ad, SingleCellGPLVM.fit's)"
+"""``--batch-size``'s help: its default is the Python face's, which this module cannot import."""
+
 MODEL_HELP = """models (--model):
   point  the paper's Point: a free latent point per row (a sparse GPLVM)
   map    MAP: a free point per row under the prior N(0, I)
@@ -99,11 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--latent-dim", type=int, help=LATENT_HELP)
     parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        help="rows per step (default: fit's; for an .h5ad, SingleCellGPLVM.fit's)",
-    )
+    parser.add_argument("--batch-size", type=int, help=BATCH_HELP)
     parser.add_argument(
         "--learning-rate",
         type=float,

@@ -175,7 +175,7 @@ def _check_earlier_outputs(args: argparse.Namespace) -> None:
     if earlier and not (args.overwrite or args.resume):
         raise ValueError(
             f"--output {args.output} holds an earlier run's outputs ({', '.join(earlier)}): pass "
-            "--overwrite to replace them, --resume to continue that run (with --save), or "
+            "--resume to continue that run (with --save), --overwrite to replace them, or "
             "choose another --output."
         )
 
@@ -214,7 +214,6 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     ELBO's figure in ``--output``, written by the chief."""
     from .singlecell import SingleCellGPLVM
     from .singlecell.likelihoods import COUNT_LIKELIHOODS
-    from .singlecell.saving import SAVED_MODEL
 
     if args.labels or args.likelihood not in COUNT_LIKELIHOODS:
         raise ValueError(
@@ -225,22 +224,10 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     saved = args.output / "model"
     with workers.agreeing():  # found now, not after training
         if args.save and workers.chief:
-            if is_export(saved, SAVED_MODEL) and not (args.resume or args.overwrite):
-                raise ValueError(
-                    f"--output {args.output} holds a saved model (model/): pass --resume to "
-                    "continue its run, --overwrite to start afresh, or choose another --output."
-                )
-            check_destination(saved, overwrite=True, kind=SAVED_MODEL)
+            _check_saved_model(args, saved)
     face = SingleCellGPLVM(
         args.latent_dim,
-        layer=args.layer,
-        genes=args.genes,
-        batch_key=args.batch_key,
-        covariate_keys=args.covariate_keys,
-        likelihood=args.likelihood,
-        model=args.model,
-        num_inducing=args.num_inducing,
-        seed=args.seed,
+        **{name: getattr(args, name) for name in CELL_OPTIONS},
         shared_covariance=args.shared_covariance,
     )
     start = time.perf_counter()
@@ -260,10 +247,9 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     if not workers.chief:
         print(f"{workers.name} of {workers.count}: trained on its cells; the chief writes.")
         return 0
-    history = cast(History, face.history)
-    cells, genes = int(cast(SVIGPLVM, face.model).num_data or 0), len(face.gene_names)
-    settings = _settings(args, cast(SVIGPLVM, face.model))
-    metrics = {"cells": cells, "genes": genes, "settings": settings}
+    history, model = cast(History, face.history), cast(SVIGPLVM, face.model)
+    cells, genes = int(model.num_data or 0), len(face.gene_names)
+    metrics = {"cells": cells, "genes": genes, "settings": _settings(args, model)}
     metrics.update(versions=_versions(), seconds=round(seconds, 2), steps=len(history.elbo))
     metrics["elbo_final"] = float(np.mean(history.elbo[-100:])) if len(history.elbo) else None
     (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -280,6 +266,32 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
         f"{', '.join(written)} to {args.output}/"
     )
     return 0
+
+
+CELL_OPTIONS = (
+    "layer",
+    "genes",
+    "batch_key",
+    "covariate_keys",
+    "likelihood",
+    "model",
+    "num_inducing",
+    "seed",
+)
+"""The options the command line hands ``SingleCellGPLVM`` by their names."""
+
+
+def _check_saved_model(args: argparse.Namespace, saved: Path) -> None:
+    """A ``ValueError`` when the folder ``saved`` of an ``.h5ad`` run's model cannot be written
+    or holds an earlier run's model (unless ``--resume`` or ``--overwrite``)."""
+    from .singlecell.saving import SAVED_MODEL
+
+    if is_export(saved, SAVED_MODEL) and not (args.resume or args.overwrite):
+        raise ValueError(
+            f"--output {args.output} holds a saved model (model/): pass --resume to continue its "
+            "run, --overwrite to start afresh, or choose another --output."
+        )
+    check_destination(saved, overwrite=True, kind=SAVED_MODEL)
 
 
 def _load_data(args: argparse.Namespace) -> datasets.DataSet:

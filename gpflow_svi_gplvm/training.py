@@ -85,10 +85,9 @@ class Trainer:
     replicas; each worker draws its replicas' batches from its own rows. The loss and gradients
     are summed over every replica of every worker inside the step, by one all-reduce (the
     latent tables' rows each in their replica's block), so that every worker applies the same
-    update and all hold the same parameters. A model built from all of Y on every worker holds
-    its latent tables whole on each (mirrored): every replica's batch rows are gathered to all
-    of them, so every copy stays equal; one built from a ``RowShard`` keeps only its rows. A
-    worker that stops makes the others raise
+    update and all hold the same parameters (a model built from all of Y on every worker holds
+    its latent tables whole on each: every replica's batch rows are gathered to all of them).
+    A worker that stops makes the others raise
     :class:`~gpflow_svi_gplvm.distributed.WorkerLostError`; with checkpoints, restarting every
     worker with ``resume=True`` continues the run exactly.
 
@@ -121,10 +120,9 @@ class Trainer:
     steps and at the end of each :meth:`train`, beside the ELBO history; :meth:`restore` resumes
     exactly where the latest checkpoint left off. Under several workers only the chief (worker
     0) writes to the folder, which every worker must be able to read. The checkpoints record
-    what the run trains on (the rows' values and gaps, the model's observed inputs, and
-    ``data_names``: what the data's parts are called, e.g. ``{"genes": [...], "covariates":
-    [...]}``) and the model (its class and likelihood), and a resume on other ones is refused
-    naming them.
+    the rows' values and gaps, the model's observed inputs, ``data_names`` (e.g. ``{"genes":
+    [...], "covariates": [...]}``), the model's class and likelihood: a resume on others is
+    refused naming them.
     """
 
     def __init__(
@@ -167,16 +165,8 @@ class Trainer:
         self.model = model
         self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
         self.rows = TrainingRows(model, data, mask, batch_size, seed, self.strategy, self.workers)
-        self.steps = TrainingStep(
-            model,
-            self.rows,
-            optimizer,
-            learning_rate,
-            natgrad_gamma,
-            q_u_optimizer,
-            dense_entries,
-            jit_compile,
-        )
+        step_sizes = (learning_rate, natgrad_gamma, q_u_optimizer, dense_entries)
+        self.steps = TrainingStep(model, self.rows, optimizer, *step_sizes, jit_compile)
         self.elbo: list[np.ndarray] = []
         self.checkpoints: Checkpoints | None = None
         if checkpoint_dir is not None:

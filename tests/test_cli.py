@@ -237,7 +237,7 @@ def test_an_earlier_run_s_outputs_are_replaced_only_with_overwrite(tmp_path, cap
     assert main([*args, "--seed", "3"]) == 2  # refused before training: nothing replaced
     said = capsys.readouterr().err
     assert "holds an earlier run's outputs (metrics.json, latent_space.png" in said
-    assert "pass --overwrite" in said
+    assert "--overwrite to replace them" in said
     assert (tmp_path / "out" / "metrics.json").read_text() == written
     assert main([*args, "--seed", "3", "--overwrite"]) == 0
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["settings"]["seed"] == 3

@@ -95,11 +95,9 @@ class SingleCellGPLVM:
 
     Unusual cells and genes: a cell with no counts in the chosen genes is a ``ValueError`` under
     ``size_factors="library"`` (its size factor would be 0); a gene with no count in any cell is
-    kept (its rate is learnt towards 0; it costs a column and tells nothing: filter such genes
-    first, e.g. ``scanpy.pp.filter_genes(adata, min_cells=1)``); a batch or covariate category
-    of a single cell is kept with a warning naming it (its effect is learnt from that cell); one
-    of no cell (an unused pandas category) is dropped with a warning naming it, and cells of it
-    are then refused as of an unknown category.
+    kept (its rate is learnt towards 0: filter such genes first, e.g.
+    ``scanpy.pp.filter_genes(adata, min_cells=1)``); a category of one cell is kept, one of no
+    cell dropped (its cells later refused as unknown), each with a warning naming it.
 
     **Atlas scale.** :meth:`fit` takes the path of an ``.h5ad`` file as well as an AnnData. On
     one worker a path is read from disk in shuffled blocks (out of core:
