@@ -1,0 +1,169 @@
+"""The state of cells that genes are read at: each cell's q(x), its ``obs`` row and its size
+factor, a block of cells at a time, from an AnnData or an ``.h5ad`` file.
+
+q(x) is the one ``fit`` or ``transform`` stored (``obsm["X_<key>"]`` and ``obsm["X_<key>_var"]``,
+in memory or in the file) where there is one for every cell; otherwise it is inferred from the
+cells' counts a block at a time, as ``transform`` infers it. A cell without counts in the
+fitted genes whose size factor is its library size (0) tells nothing of its latent: its q(x) is
+the prior, N(0, I) (a point at 0 for point and MAP latents).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..covariates import new_row_inputs
+from ..sparse_rows import RowReader
+from .cells import CellsFile, genes_of, opened, read_cells, size_factors_of, unique_genes
+from .fitted import FittedCells
+
+__all__ = ["CellStates", "cell_states", "gene_columns", "INFERENCE_STEPS"]
+
+INFERENCE_STEPS = 300
+"""The most steps of a cell's q(x) when it is inferred (as ``transform``'s default)."""
+
+
+@dataclass
+class CellStates:
+    """A block of cells: their positions ``cells`` [b] among the AnnData's, q(x) (``mean``,
+    ``variance`` [b, Q]), their ``obs`` rows and their own size factors [b] (None for a model
+    without size factors)."""
+
+    cells: np.ndarray
+    mean: np.ndarray
+    variance: np.ndarray
+    obs: pd.DataFrame
+    size_factors: np.ndarray | None
+
+
+def gene_columns(adata, layer: str | None, gene_names: list[str]) -> np.ndarray:
+    """The columns [D] of ``adata``'s matrix (``layer``) holding the fitted genes, found by
+    name; a ``ValueError`` naming the genes it lacks."""
+    names = unique_genes(genes_of(adata, layer).var_names)
+    position = {g: i for i, g in enumerate(names)}
+    missing = [g for g in gene_names if g not in position]
+    if missing:
+        raise ValueError(
+            f"The cells lack {len(missing)} of the fitted genes (e.g. {missing[:5]}): give them "
+            "every gene the model was fitted with (zeros where not measured)."
+        )
+    return np.array([position[g] for g in gene_names])
+
+
+def cell_states(
+    fitted: FittedCells,
+    adata,
+    cells: np.ndarray | None = None,
+    block_size: int = 4096,
+    own_size_factors: bool = True,
+) -> Iterator[CellStates]:
+    """The states of ``cells`` (positions [n], in any order; default every cell) of ``adata``
+    (an AnnData or the path of an ``.h5ad`` file), ``block_size`` cells at a time. Their own
+    size factors are read only with ``own_size_factors`` (a pass over the counts, for size
+    factors of the library) or where q(x) is inferred."""
+    adata = opened(adata)
+    cells = np.arange(adata.n_obs) if cells is None else np.asarray(cells, dtype=np.int64)
+    with contextlib.ExitStack() as stack:
+        stored = _stored_moments(adata, fitted, stack)
+        yield from _states(fitted, adata, cells, stored, block_size, own_size_factors)
+
+
+def _states(
+    fitted: FittedCells,
+    adata,
+    cells: np.ndarray,
+    stored: list | None,
+    block_size: int,
+    own_size_factors: bool,
+) -> Iterator[CellStates]:
+    counts = None
+    if stored is None or (own_size_factors and fitted.size_factors == "library"):
+        columns = gene_columns(adata, fitted.layer, fitted.gene_names)
+        counts = read_cells(adata, fitted.layer, fitted.gene_names, True, columns)
+    for start in range(0, len(cells), block_size):
+        block = cells[start : start + block_size]
+        obs = adata.obs.iloc[block]
+        sizes = _size_factors(fitted, obs, None if counts is None else counts[1][block])
+        if stored is not None:
+            mean, variance = (_rows_of(m, block) for m in stored)
+        else:
+            assert counts is not None
+            mean, variance = _inferred(fitted, counts[0], block, obs, sizes)
+        yield CellStates(block, mean, variance, obs, sizes if own_size_factors else None)
+
+
+def _rows_of(table, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` [b] (distinct) of an array or HDF5 dataset [N, Q] as float64 [b, Q]: one
+    slice for consecutive rows, else read in increasing order (as HDF5 reads them)."""
+    if len(rows) and np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))):
+        return np.asarray(table[int(rows[0]) : int(rows[0]) + len(rows)], dtype=np.float64)
+    order = np.argsort(rows)
+    values = np.empty((len(rows), table.shape[1]))
+    values[order] = np.asarray(table[np.sort(rows)], dtype=np.float64)
+    return values
+
+
+def _stored_moments(adata, fitted: FittedCells, stack: contextlib.ExitStack) -> list | None:
+    """q(x) of every cell as stored by ``fit`` or ``transform`` (arrays or, in a file, HDF5
+    datasets [N, Q], the file kept open by ``stack``), or None where there is none of the right
+    shape."""
+    names = (f"X_{fitted.key}", f"X_{fitted.key}_var")
+    shape = (adata.n_obs, fitted.model.latent_dim)
+    if isinstance(adata, CellsFile):
+        import h5py
+
+        file = stack.enter_context(h5py.File(Path(adata.path), "r"))
+        found = [file.get(f"obsm/{name}") for name in names]
+    else:
+        found = [adata.obsm.get(name) for name in names] if hasattr(adata, "obsm") else []
+    if len(found) == 2 and all(m is not None and tuple(m.shape) == shape for m in found):
+        return found
+    return None
+
+
+def _size_factors(fitted: FittedCells, obs, library: np.ndarray | None) -> np.ndarray | None:
+    """The cells' own size factors [b]: library size over the model's reference (0 for a cell
+    without counts), an ``obs`` column's, or None without size factors (or library sizes)."""
+    if fitted.size_factors is None:
+        return None
+    if fitted.size_factors == "library":
+        if library is None:
+            return None
+        reference = fitted.model.size_factor_reference
+        assert reference is not None
+        return library / float(reference.numpy())
+    return size_factors_of(fitted.size_factors, obs, np.zeros(len(obs)))
+
+
+def _inferred(
+    fitted: FittedCells,
+    rows: RowReader,
+    block: np.ndarray,
+    obs,
+    sizes: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """q(x) [b, Q] of the cells ``block`` inferred from their counts, as ``transform`` does;
+    the prior for a cell whose size factor is 0 (no counts)."""
+    model = fitted.model
+    Y = rows.take(block)
+    covariates = fitted.encoding.transform(obs)
+    prior_variance = 1.0 if model.latent.gaussian else 0.0
+    mean = np.zeros((len(block), model.latent_dim))
+    variance = np.full_like(mean, prior_variance)
+    informed = np.ones(len(block), bool) if sizes is None else sizes > 0
+    if informed.any():
+        inputs = new_row_inputs(
+            model,
+            Y[informed],
+            None if covariates is None else covariates[informed],
+            None if sizes is None else sizes[informed],
+        )
+        found = fitted.inference(INFERENCE_STEPS).infer(Y[informed], inputs)
+        mean[informed], variance[informed] = (m.numpy() for m in found)
+    return mean, variance
