@@ -219,7 +219,6 @@ def step_time(args: argparse.Namespace) -> None:
     from gpflow_svi_gplvm import RowShard, Trainer
     from gpflow_svi_gplvm.datasets import simulate_atlas
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-    from gpflow_svi_gplvm.singlecell.cells import read_cells
 
     start = time.perf_counter()
     atlas = simulate_atlas(args.cells, args.genes, seed=0)
@@ -230,7 +229,7 @@ def step_time(args: argparse.Namespace) -> None:
     face = SingleCellGPLVM(10, batch_key="batch", num_inducing=50, shared_covariance=True)
     face.fit(adata, iterations=1, batch_size=256, progress=False)  # builds the model
     built = time.perf_counter() - start - made
-    rows, _ = read_cells(adata, face.layer, face.gene_names, counts=True)
+    rows, _ = face.registration.read(adata)
     shard = RowShard(rows, np.arange(rows.shape[0]), rows.shape[0])  # CSR, batches densified
     trainer = Trainer(face.model, shard, batch_size=256)
     trainer.train(10, progress=False)  # traces

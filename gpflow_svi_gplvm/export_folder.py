@@ -1,9 +1,11 @@
-"""The folder of an export: recognised by a marker file, and replaced so that it is never lost.
+"""The folder of an export (or of a saved model): recognised by a marker file, and replaced so
+that it is never lost.
 
-Only folders that hold :data:`MARKER` (written into every export by this package) and nothing
-but what the package wrote there are ever replaced or deleted; anything else at an export's
-path is left alone. An export is written into a hidden staging folder beside its path, marked by
-:data:`STAGING_MARKER` with the writing process; the staging folders of processes that died
+Only folders that hold their kind's marker (:data:`MARKER` in every export, a saved model's
+manifest in every saved model: :class:`FolderKind`) and nothing but what the package wrote there
+are ever replaced or deleted; anything else at an export's path is left alone. An export is
+written into a hidden staging folder beside its path, marked by :data:`STAGING_MARKER` with the
+writing process; the staging folders of processes that died
 (killed mid-export) are removed by the next export into the same parent folder.
 
 A replacement swaps the new folder and the old one in one atomic step where the system can
@@ -25,9 +27,12 @@ import shutil
 import socket
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "EXPORT",
+    "FolderKind",
     "MARKER",
     "STAGING_MARKER",
     "is_export",
@@ -43,51 +48,67 @@ MARKER = "gpflow_svi_gplvm_export.json"
 STAGING_MARKER = ".gpflow_svi_gplvm_staging"
 """A file in a staging folder while an export is written into it: which process writes it."""
 
+
+@dataclass(frozen=True)
+class FolderKind:
+    """A kind of folder the package writes whole: the ``marker`` file in every such folder (what
+    marks it as safe to replace) and the ``noun`` that names one in messages."""
+
+    marker: str
+    noun: str
+
+
+EXPORT = FolderKind(MARKER, "an export")
+"""The folders of :func:`~gpflow_svi_gplvm.export_saved_model`."""
+
 _RETIRED = "-replaced"
 """Suffix of the hidden sibling that holds an old export while two renames replace it."""
 
 
-def is_export(path: Path) -> bool:
-    """Whether ``path`` is a folder (not a link) holding an export written by this package."""
-    return not path.is_symlink() and path.is_dir() and (path / MARKER).is_file()
+def is_export(path: Path, kind: FolderKind = EXPORT) -> bool:
+    """Whether ``path`` is a folder (not a link) holding ``kind``'s folder written by this
+    package (an export by default)."""
+    return not path.is_symlink() and path.is_dir() and (path / kind.marker).is_file()
 
 
-def check_destination(path: Path, overwrite: bool) -> None:
-    """A ``ValueError`` unless an export may be written at ``path``: nothing is there, or an
-    export of this package that holds nothing else is there and ``overwrite`` is True."""
+def check_destination(path: Path, overwrite: bool, kind: FolderKind = EXPORT) -> None:
+    """A ``ValueError`` unless a folder of ``kind`` may be written at ``path``: nothing is there,
+    or one of this package that holds nothing else is there and ``overwrite`` is True."""
+    noun = kind.noun
     if not (path.exists() or path.is_symlink()):
         for retired in sorted(path.parent.glob(f".{path.name}-*{_RETIRED}")):
-            if is_export(retired):
+            if is_export(retired, kind):
                 warnings.warn(
-                    f"An earlier replacement of {path} was interrupted; the export it was "
+                    f"An earlier replacement of {path} was interrupted; {noun} it was "
                     f"replacing is kept at {retired}. Move it back or delete it yourself.",
                     stacklevel=3,
                 )
         return
-    if not is_export(path):  # said first: overwrite=True would not replace it either
+    if not is_export(path, kind):  # said first: overwrite=True would not replace it either
         what = (
             "a symbolic link"
             if path.is_symlink()
-            else f"a folder that is not an export written by gpflow_svi_gplvm (it has no {MARKER})"
+            else f"a folder that is not {noun} written by gpflow_svi_gplvm (it has no "
+            f"{kind.marker})"
             if path.is_dir()
             else "a file"
         )
         raise ValueError(
-            f"{path} is {what}. overwrite=True replaces only this package's own exports and never "
-            "deletes anything else: choose another path, or move it away yourself."
+            f"{path} is {what}. overwrite=True replaces only this package's own folders of its "
+            "kind and never deletes anything else: choose another path, or move it away yourself."
         )
     if not overwrite:
         raise ValueError(
-            f"{path} holds an export of gpflow_svi_gplvm: pass overwrite=True to replace it, or "
+            f"{path} holds {noun} of gpflow_svi_gplvm: pass overwrite=True to replace it, or "
             "choose a new path."
         )
-    foreign = _foreign_files(path)
+    foreign = _foreign_files(path, kind)
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise ValueError(
-            f"{path} is an export of gpflow_svi_gplvm, but it also holds files the export did not "
+            f"{path} is {noun} of gpflow_svi_gplvm, but it also holds files the package did not "
             f"write ({shown}); overwrite=True would delete them. Move them out of {path}, or "
-            "export to another path."
+            "write to another path."
         )
 
 
@@ -96,10 +117,10 @@ def _written(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-def _foreign_files(path: Path) -> list[str]:
-    """What lies in the export at ``path`` beyond what its marker says the export wrote (an
+def _foreign_files(path: Path, kind: FolderKind = EXPORT) -> list[str]:
+    """What lies in the folder at ``path`` beyond what its marker says the package wrote (an
     export written before markers listed their files: beyond a SavedModel's own files)."""
-    record = json.loads((path / MARKER).read_text() or "{}")
+    record = json.loads((path / kind.marker).read_text() or "{}")
     written = set(record.get("files", []))
     if not written:
         saved_model = ("saved_model.pb", "fingerprint.pb", "variables", "assets", MARKER)
@@ -139,13 +160,13 @@ def _writer_alive(marker: Path) -> bool:
     return True
 
 
-def write_marker(folder: Path, record: dict) -> None:
-    """Mark the staging ``folder`` as a finished export of this package, with ``record`` (what
-    was exported) and the list of the files it holds."""
+def write_marker(folder: Path, record: dict, kind: FolderKind = EXPORT) -> None:
+    """Mark the staging ``folder`` as a finished folder of ``kind`` of this package, with
+    ``record`` (what it holds) and the list of the files it holds."""
     (folder / STAGING_MARKER).unlink(missing_ok=True)
-    files = _written(folder) + [MARKER]
-    (folder / MARKER).write_text(
-        json.dumps({"written_by": "gpflow_svi_gplvm", **record, "files": sorted(files)})
+    files = _written(folder) + [kind.marker]
+    (folder / kind.marker).write_text(
+        json.dumps({"written_by": "gpflow_svi_gplvm", **record, "files": sorted(files)}, indent=1)
     )
 
 

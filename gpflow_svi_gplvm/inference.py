@@ -46,6 +46,8 @@ from .validation import (
 
 __all__ = [
     "LatentInference",
+    "MAX_CANDIDATES",
+    "candidate_rows",
     "NewRowModel",
     "NewRowOptions",
     "check_new_row_model",
@@ -57,6 +59,17 @@ __all__ = [
     "predictive_moments",
     "reconstruct",
 ]
+
+
+MAX_CANDIDATES = 2000
+"""Training rows whose latents :class:`LatentInference` considers as starts, at most
+(:func:`candidate_rows`)."""
+
+
+def candidate_rows(num_rows: int, seed: int, count: int = MAX_CANDIDATES) -> np.ndarray:
+    """The training rows whose latents new rows may start from: ``count`` of the ``num_rows``
+    drawn from ``seed``, in increasing order (all of them, in order, when there are fewer)."""
+    return np.sort(np.random.default_rng(seed).permutation(num_rows)[:count])
 
 
 class NewRowModel(Protocol):
@@ -141,7 +154,7 @@ class LatentInference(tf.Module):
         learning_rate: float = 0.05,
         num_samples: int = 64,
         seed: int = 0,
-        max_candidates: int = 2000,
+        max_candidates: int = MAX_CANDIDATES,
         chunk_size: int | None = None,
         averaging: float = 0.5,
         tolerance: float | str | None = "auto",
@@ -165,7 +178,7 @@ class LatentInference(tf.Module):
             likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
         )
         model.latent.check_new_rows()
-        rows = np.random.default_rng(seed).permutation(model.num_table_rows)[:max_candidates]
+        rows = candidate_rows(model.num_table_rows, seed, max_candidates)
         self._candidate_rows = tf.constant(rows, dtype=tf.int64)
         self._fit = NewRowFit(
             objective=lambda batch, Y, rows: self._row_bounds(batch, Y),

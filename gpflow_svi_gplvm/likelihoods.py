@@ -10,24 +10,28 @@ variational expectations) and :class:`NegativeBinomial` both take that offset.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 from check_shapes import inherit_check_shapes
 from gpflow.base import Parameter
 from gpflow.config import default_float
-from gpflow.likelihoods import Bernoulli, Likelihood, Poisson, ScalarLikelihood
+from gpflow.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, ScalarLikelihood
 from gpflow.utilities import positive
 
 from .sparse_rows import row_blocks
 from .validation import check_integer
 
 __all__ = [
+    "ExpectationDerivatives",
     "MaskedLikelihood",
     "NegativeBinomial",
     "base_likelihood",
     "check_likelihood_support",
     "check_support",
+    "expectation_derivatives",
     "log_link",
 ]
 
@@ -286,6 +290,94 @@ def _log_binomial_coefficients(Y: tf.Tensor, r: tf.Tensor) -> tf.Tensor:
     terms = tf.math.lgamma(counts + r_at) - tf.math.lgamma(r_at) - tf.math.lgamma(counts + 1.0)
     sums = tf.math.unsorted_segment_sum(terms, at // shape[-1], tf.reduce_prod(shape[:-1]))
     return tf.reshape(sums, shape[:-1])
+
+
+class ExpectationDerivatives(NamedTuple):
+    r"""The derivatives [..., D] of :math:`\ell = E_{N(f \mid m, v)} \log p(y \mid f)` per entry
+    in its mean m and variance v: first (``mean``, ``variance``) and second (``mean_mean``,
+    ``mean_variance``, ``variance_variance``)."""
+
+    mean: tf.Tensor
+    variance: tf.Tensor
+    mean_mean: tf.Tensor
+    mean_variance: tf.Tensor
+    variance_variance: tf.Tensor
+
+
+def expectation_derivatives(
+    likelihood: Likelihood, Y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+) -> ExpectationDerivatives:
+    r"""First and second derivatives [..., D] of each entry's variational expectation under
+    :math:`q(f) = N(m, v)` (``mean``, ``variance`` [..., D]), zero where Y is NaN.
+
+    In closed form for a Gaussian, a Poisson with the exp link (with :math:`e = b\, e^{m + v/2}`:
+    :math:`\ell_m = y - e`, :math:`\ell_v = \ell_{mv} = -e/2`, :math:`\ell_{mm} = -e`,
+    :math:`\ell_{vv} = -e/4`) and :class:`NegativeBinomial` (by its own Gauss-Hermite rule, with
+    :math:`\sigma` the logistic function at its nodes and Price's theorem,
+    :math:`\partial_v E g = E g'' / 2`: :math:`\ell_m = y - (y + r) E\sigma`,
+    :math:`\ell_{mm} = 2 \ell_v = -(y + r) E\sigma'`, :math:`\ell_{mv} = -(y + r) E\sigma'' / 2`,
+    :math:`\ell_{vv} = -(y + r) E\sigma^{(3)} / 4`); other likelihoods by automatic
+    differentiation."""
+    observed = tf.logical_not(tf.math.is_nan(Y))
+    base = base_likelihood(likelihood)
+    filled = tf.where(observed, Y, tf.zeros_like(Y))
+    if isinstance(base, NegativeBinomial):
+        found = _negative_binomial_derivatives(base, filled, mean, variance)
+    elif isinstance(base, Poisson) and base.invlink is tf.exp:
+        rate = tf.exp(mean + variance / 2.0) * tf.cast(base.binsize, mean.dtype)
+        found = ExpectationDerivatives(filled - rate, -rate / 2, -rate, -rate / 2, -rate / 4)
+    elif isinstance(base, Gaussian):
+        precision = tf.ones_like(mean) / tf.convert_to_tensor(base.variance)
+        zeros = tf.zeros_like(mean)
+        found = ExpectationDerivatives(
+            (filled - mean) * precision, -precision / 2, -precision, zeros, zeros
+        )
+    else:
+        found = _automatic_derivatives(MaskedLikelihood(base), Y, mean, variance)
+    mask = tf.cast(observed, mean.dtype)
+    return ExpectationDerivatives(*(d * mask for d in found))
+
+
+def _negative_binomial_derivatives(
+    likelihood: NegativeBinomial, Y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+) -> ExpectationDerivatives:
+    r = likelihood._total_count(mean)
+    logits = mean - tf.math.log(r)
+    points, weights = np.polynomial.hermite.hermgauss(likelihood.num_gauss_hermite_points)
+    scale = tf.sqrt(variance)
+    moments = [tf.zeros_like(mean) for _ in range(4)]  # E of sigma and its three derivatives
+    for t, w in zip(np.sqrt(2.0) * points, weights / np.sqrt(np.pi)):
+        s = tf.sigmoid(logits + scale * float(t))
+        slope = s * (1.0 - s)
+        terms = (s, slope, slope * (1.0 - 2.0 * s), slope * (1.0 - 6.0 * s * (1.0 - s)))
+        moments = [m + float(w) * term for m, term in zip(moments, terms)]
+    total = Y + r
+    return ExpectationDerivatives(
+        Y - total * moments[0],
+        -total * moments[1] / 2,
+        -total * moments[1],
+        -total * moments[2] / 2,
+        -total * moments[3] / 4,
+    )
+
+
+def _automatic_derivatives(
+    likelihood: MaskedLikelihood, Y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+) -> ExpectationDerivatives:
+    """:func:`expectation_derivatives` by differentiating the masked expectation's sum twice
+    (each entry depends on its own mean and variance alone)."""
+    X = tf.zeros_like(mean[..., :1])
+    with tf.GradientTape(persistent=True) as outer:
+        outer.watch([mean, variance])
+        with tf.GradientTape() as inner:
+            inner.watch([mean, variance])
+            total = tf.reduce_sum(likelihood.variational_expectations(X, mean, variance, Y))
+        d_mean, d_var = inner.gradient(total, [mean, variance])
+        first, second = tf.reduce_sum(d_mean), tf.reduce_sum(d_var)
+    d_mm, d_mv = outer.gradient(first, [mean, variance])
+    d_vv = outer.gradient(second, variance)
+    del outer
+    return ExpectationDerivatives(d_mean, d_var, d_mm, d_mv, d_vv)
 
 
 def log_link(likelihood: Likelihood) -> bool:

@@ -147,3 +147,31 @@ def assert_same(result, reference, tol: float = TOL, what: str = ""):
     for k, (g, g_ref) in enumerate(zip(gradients, gradients_ref)):
         assert np.all(np.isfinite(g_ref)), f"gradient {k} {what}"
         np.testing.assert_allclose(g, g_ref, rtol=tol, atol=tol, err_msg=f"gradient {k} {what}")
+
+
+N_CELLS, D_GENES = 48, 10
+
+
+def count_cells(seed: int = 0):
+    """An AnnData of negative binomial counts [N_CELLS, D_GENES] of two cell types in two batches
+    (obs "batch"), with library sizes (obs "depth"): log1p in X, counts in layer "counts"."""
+    import anndata
+    import pandas as pd
+    import scipy.sparse as sp
+
+    N, D = N_CELLS, D_GENES
+    rng = np.random.default_rng(seed)
+    kind, batch = rng.integers(0, 2, N), np.arange(N) % 2
+    rate = rng.uniform(0.5, 2.0, N)[:, None] * np.exp(
+        1.0 + 1.5 * kind[:, None] * (np.arange(D) < 4) + 0.8 * batch[:, None] * (np.arange(D) >= 6)
+    )
+    counts = rng.negative_binomial(5, 5 / (5 + rate)).astype(np.float32)
+    counts[:, 0] += 1  # no cell without counts
+    obs = pd.DataFrame(
+        {"batch": pd.Categorical(np.array(["a", "b"])[batch]), "depth": rate[:, 0]},
+        index=[f"cell{i}" for i in range(N)],
+    )
+    cells = anndata.AnnData(X=sp.csr_matrix(np.log1p(counts)), obs=obs)
+    cells.var_names = [f"gene{j}" for j in range(D)]
+    cells.layers["counts"] = sp.csr_matrix(counts)
+    return cells

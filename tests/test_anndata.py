@@ -12,6 +12,7 @@ sp = pytest.importorskip("scipy.sparse")
 
 import gpflow  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from builders import count_cells  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
 from gpflow_svi_gplvm.inference import TOLERANCE, infer_latents  # noqa: E402
@@ -26,28 +27,9 @@ from gpflow_svi_gplvm.sparse_rows import SparseRows  # noqa: E402
 N, D, Q = 48, 10, 2
 
 
-def _cells(seed: int = 0) -> anndata.AnnData:
-    """Negative binomial counts of two cell types in two batches, with library sizes."""
-    rng = np.random.default_rng(seed)
-    kind, batch = rng.integers(0, 2, N), np.arange(N) % 2
-    rate = rng.uniform(0.5, 2.0, N)[:, None] * np.exp(
-        1.0 + 1.5 * kind[:, None] * (np.arange(D) < 4) + 0.8 * batch[:, None] * (np.arange(D) >= 6)
-    )
-    counts = rng.negative_binomial(5, 5 / (5 + rate)).astype(np.float32)
-    counts[:, 0] += 1  # no cell without counts
-    obs = pd.DataFrame(
-        {"batch": pd.Categorical(np.array(["a", "b"])[batch]), "depth": rate[:, 0]},
-        index=[f"cell{i}" for i in range(N)],
-    )
-    cells = anndata.AnnData(X=sp.csr_matrix(np.log1p(counts)), obs=obs)
-    cells.var_names = [f"gene{j}" for j in range(D)]
-    cells.layers["counts"] = sp.csr_matrix(counts)
-    return cells
-
-
 @pytest.fixture(scope="module")
 def fitted():
-    cells = _cells()
+    cells = count_cells()
     model = SingleCellGPLVM(Q, layer="counts", batch_key="batch", num_inducing=8, seed=1)
     return model.fit(cells, iterations=20, batch_size=16, progress=False), cells
 
@@ -69,7 +51,7 @@ def test_fit_writes_the_embedding_and_its_record(fitted):
 
 def test_new_cells_are_embedded_by_gene_name(fitted):
     model, cells = fitted
-    new = _cells(seed=5)[:6]
+    new = count_cells(seed=5)[:6]
     shuffled = new[:, list(reversed(new.var_names))].copy()  # other gene order, same genes
     first = model.transform(new.copy(), iterations=5)
     np.testing.assert_allclose(model.transform(shuffled, iterations=5), first, rtol=1e-8)
@@ -87,7 +69,7 @@ def test_new_cells_are_embedded_by_gene_name(fitted):
 
 @pytest.mark.filterwarnings("ignore:The embedding collapsed")  # 20 steps on 48 cells
 def test_an_encoders_embedding_is_each_cells_q_x_refined_from_the_encoders(capsys):
-    cells = _cells()
+    cells = count_cells()
     options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1, model="aeb")
     face = SingleCellGPLVM(Q, encoder_training="joint", **options).fit(
         cells, iterations=20, batch_size=16
@@ -114,7 +96,7 @@ def test_an_encoders_embedding_is_each_cells_q_x_refined_from_the_encoders(capsy
 
 
 def test_sparse_and_backed_matrices_are_read_in_row_blocks(tmp_path):
-    cells = _cells()
+    cells = count_cells()
     dense = cells.layers["counts"].toarray().astype(float)
     path = tmp_path / "cells.h5ad"
     anndata.AnnData(X=cells.layers["counts"], obs=cells.obs, var=cells.var).write_h5ad(path)
@@ -127,7 +109,7 @@ def test_sparse_and_backed_matrices_are_read_in_row_blocks(tmp_path):
 
 
 def test_a_sparse_shard_trains_exactly_as_its_dense_rows():
-    counts = _cells().layers["counts"]
+    counts = count_cells().layers["counts"]
     dense = counts.toarray().astype(float)
     shard = RowShard(SparseRows.from_matrix(counts), np.arange(N), N)
     assert shard.sparse  # held as CSR, each minibatch densified on its own
@@ -141,7 +123,7 @@ def test_a_sparse_shard_trains_exactly_as_its_dense_rows():
 
 def test_layer_raw_reads_adata_raw_with_its_own_genes():
     """scanpy's habit: X filtered to fewer genes and normalised, the counts of all in .raw."""
-    cells = _cells()
+    cells = count_cells()
     counts = anndata.AnnData(X=cells.layers["counts"], obs=cells.obs, var=cells.var)
     filtered = cells[:, : D - 2].copy()
     filtered.raw = counts
@@ -152,7 +134,7 @@ def test_layer_raw_reads_adata_raw_with_its_own_genes():
 
 
 def test_bad_single_cell_input_is_named():
-    cells = _cells()
+    cells = count_cells()
     with pytest.raises(ValueError, match="holds [0-9.]+ for cell 'cell0', gene 'gene0'"):
         SingleCellGPLVM(Q).fit(cells, iterations=1)  # X holds log1p values, not counts
     with pytest.raises(ValueError, match="no adata.raw; its layers are \\['counts'\\]"):
@@ -170,7 +152,7 @@ def test_bad_single_cell_input_is_named():
 
 
 def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path, exchanges):
-    cells = _cells()
+    cells = count_cells()
     path = tmp_path / "cells.h5ad"
     cells.write_h5ad(path)
     options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1)
@@ -200,7 +182,7 @@ def test_an_h5ad_path_is_fitted_out_of_core_from_the_same_start(tmp_path, exchan
 
 def test_an_out_of_core_fit_resumes_where_an_uninterrupted_one_ends(tmp_path):
     path = tmp_path / "cells.h5ad"
-    _cells().write_h5ad(path)
+    count_cells().write_h5ad(path)
     options = dict(layer="counts", batch_key="batch", num_inducing=8, seed=1)
     run = dict(batch_size=16, progress=False, checkpoint_every=5)
     whole = SingleCellGPLVM(Q, **options).fit(path, 20, output=tmp_path / "a", **run)
@@ -221,7 +203,7 @@ def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(
     from gpflow_svi_gplvm.disk_rows import DiskRows
 
     path = tmp_path / "cells.h5ad"
-    _cells().write_h5ad(path)
+    count_cells().write_h5ad(path)
     rows = DiskRows.open(path, layer="counts")
     model = BayesianSVIGPLVM(rows, Q, num_inducing=8, likelihood=gpflow.likelihoods.Poisson())
     with Trainer(model, rows, batch_size=16) as trainer:
@@ -233,7 +215,7 @@ def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(
 
 def test_a_gene_never_observed_and_a_batch_of_one_cell_fit_to_finite_latents():
     """Kept, as the class documents: the gene's rate goes to 0, the batch is warned of."""
-    cells = _cells()
+    cells = count_cells()
     counts = cells.layers["counts"].toarray()
     counts[:, 5] = 0  # gene5: no count in any cell
     cells.layers["counts"] = sp.csr_matrix(counts)
@@ -266,7 +248,7 @@ def test_the_embeddings_spread_is_summed_over_blocks_as_over_the_whole(splits):
 
 
 def test_a_collapsed_embedding_is_written_with_a_warning_and_marked(monkeypatch):
-    cells = _cells()
+    cells = count_cells()
     model = SingleCellGPLVM(Q, layer="counts", num_inducing=8, seed=1)
 
     def one_point(rows, block_size=4096):
@@ -279,7 +261,7 @@ def test_a_collapsed_embedding_is_written_with_a_warning_and_marked(monkeypatch)
 
 
 def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
-    cells = _cells()
+    cells = count_cells()
     twice = cells.copy()
     twice.var_names = ["gene0", "gene0"] + [f"gene{j}" for j in range(2, D)]
     with pytest.raises(ValueError, match=r"var_names repeat \['gene0'\] .*var_names_make_unique"):
@@ -340,7 +322,7 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
 
 
 def test_a_batch_key_of_integer_codes_is_read_as_categories():
-    cells = _cells()
+    cells = count_cells()
     cells.obs["batch"] = np.arange(N) % 3  # codes 0, 1, 2: batches, not a trend
     model = SingleCellGPLVM(Q, layer="counts", batch_key="batch", num_inducing=8)
     model.fit(cells, iterations=0, progress=False)
@@ -384,7 +366,7 @@ def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
 
 
 def test_a_genes_column_with_missing_values_names_them_and_the_fix():
-    cells = _cells()
+    cells = count_cells()
     cells.var["chosen"] = pd.array([True, None] + [False] * (D - 2), dtype="boolean")
     missing = r"'chosen' has no value \(NA\) for 1 gene\(s\), e.g. \['gene1'\].*fillna\(False\)"
     with pytest.raises(ValueError, match=missing):
@@ -393,7 +375,7 @@ def test_a_genes_column_with_missing_values_names_them_and_the_fix():
 
 def test_a_truncated_h5ad_is_named_and_nothing_is_written(tmp_path):
     path = tmp_path / "cells.h5ad"
-    _cells().write_h5ad(path)
+    count_cells().write_h5ad(path)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ValueError, match=r"cells.h5ad is not a readable AnnData \(HDF5\) file"):
         SingleCellGPLVM(Q, layer="counts").fit(path, iterations=1, output=tmp_path / "out")
@@ -402,7 +384,7 @@ def test_a_truncated_h5ad_is_named_and_nothing_is_written(tmp_path):
 
 def test_an_output_that_cannot_be_a_folder_is_refused_before_training(tmp_path):
     path = tmp_path / "cells.h5ad"
-    _cells().write_h5ad(path)
+    count_cells().write_h5ad(path)
     (tmp_path / "mine").write_text("a user's file")
     face = SingleCellGPLVM(Q, layer="counts")
     with pytest.raises(ValueError, match=r"output .*mine is a file: name a folder"):

@@ -278,7 +278,7 @@ def test_overwriting_an_export_that_holds_a_users_file_is_refused(exported_model
     (path / "variables" / "my notes.txt").write_text("mine")
     with pytest.raises(
         ValueError,
-        match=r"also holds files the export did not write "
+        match=r"also holds files the package did not write "
         r"\(variables/my notes.txt\)",
     ):
         export_saved_model(exported_model, path, encode_iterations=2, overwrite=True)

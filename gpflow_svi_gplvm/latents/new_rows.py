@@ -35,7 +35,7 @@ import tensorflow_probability as tfp
 from ..optimizers import adam_moments_and_step
 from .batch import LatentBatch, NewRowFit
 
-__all__ = ["fit_rows", "newton_rows", "MAX_DAMPING"]
+__all__ = ["fit_rows", "newton_rows", "newton_minimum", "MAX_DAMPING"]
 
 MAX_DAMPING = 1e6
 """Relative damping beyond which a row stops: its steps are then at most about a millionth of the
@@ -43,6 +43,9 @@ Newton step along the block's steepest curvature."""
 
 INITIAL_DAMPING = 1e-3
 """Relative damping a row starts with."""
+
+Derivatives = tuple[tf.Tensor, tf.Tensor, tf.Tensor]
+"""A loss [A], its gradient [A, P] and Hessian blocks [A, P, P]."""
 
 
 def fit_rows(
@@ -123,13 +126,30 @@ def newton_rows(
     """Parameters (one tensor [B, ...] per table, like ``start``) that minimise
     ``loss(parameters of some rows, their positions [A])`` -> each of those rows' loss [A] (rows
     independent), by at most ``iterations`` damped Newton steps per row, in one explicit
-    ``tf.while_loop`` (see the module's docstring). Every parameter returned is the lowest-loss
-    point its row reached."""
+    ``tf.while_loop`` (see the module's docstring), its derivatives by automatic
+    differentiation. Every parameter returned is the lowest-loss point its row reached."""
     flat, tables = _flattened(start)
+
+    def derivatives(theta: tf.Tensor, rows: tf.Tensor) -> Derivatives:
+        return _derivatives(loss, tables, theta, rows)
+
+    return tables(newton_minimum(derivatives, flat, tolerance, iterations)[0])
+
+
+def newton_minimum(
+    derivatives: Callable[[tf.Tensor, tf.Tensor], Derivatives],
+    start: tf.Tensor,
+    tolerance: float,
+    iterations: int,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The lowest-loss point [B, P] each row reached from ``start`` [B, P] by the steps of
+    :func:`newton_rows`, and the Hessian there [B, P, P]; ``derivatives(theta [A, P], rows
+    [A])`` gives the loss of those rows [A], its gradient [A, P] and Hessian [A, P, P]."""
+    flat = start
 
     def step(count, theta, proposal, value, gradient, hessian, damping, done):
         moving = tf.where(tf.logical_not(done))[:, 0]  # [A]
-        new = _derivatives(loss, tables, tf.gather(proposal, moving), moving)
+        new = derivatives(tf.gather(proposal, moving), moving)
         old = [tf.gather(t, moving) for t in (theta, value, gradient, hessian)]
         kept = new[0] < old[1]  # NaN is never kept
         theta_a, value_a, gradient_a, hessian_a = (
@@ -164,7 +184,8 @@ def newton_rows(
         tf.fill([rows], tf.constant(INITIAL_DAMPING, flat.dtype)),
         tf.zeros([rows], tf.bool),
     )
-    return tables(tf.while_loop(more, step, state, parallel_iterations=1)[1])
+    final = tf.while_loop(more, step, state, parallel_iterations=1)
+    return final[1], final[5]
 
 
 def _flattened(
@@ -187,7 +208,7 @@ def _derivatives(
     tables: Callable[[tf.Tensor], list[tf.Tensor]],
     theta: tf.Tensor,
     rows: tf.Tensor,
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+) -> Derivatives:
     """Loss [A], gradient [A, P] and Hessian blocks [A, P, P] of ``rows`` [A] at theta [A, P]."""
     with tf.GradientTape() as outer:
         outer.watch(theta)

@@ -19,6 +19,7 @@ covariate columns) are embedded by :meth:`SingleCellGPLVM.transform`.
 """
 
 from .encoding import CovariateEncoding
-from .model import LIKELIHOODS, SingleCellGPLVM
+from .likelihoods import LIKELIHOODS
+from .model import SingleCellGPLVM
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]

@@ -7,7 +7,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, cast
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from tqdm.auto import tqdm
@@ -15,24 +14,16 @@ from tqdm.auto import tqdm
 from ..covariates import new_row_inputs
 from ..distributed import RowShard, Workers, worker_rows
 from ..inference import TOLERANCE, LatentInference
-from ..likelihoods import NegativeBinomial
 from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
 from ..validation import check_integer, check_path, check_seed, check_writable_folder
-from .cells import (
-    CellsFile,
-    assembled,
-    check_anndata,
-    gene_names,
-    genes_of,
-    opened,
-    read_cells,
-    size_factors_of,
-    unique_genes,
-)
+from .cells import CellsFile, assembled, check_anndata, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
+from .likelihoods import LIKELIHOODS, model_likelihood
+from .registration import CellRegistration
+from .saving import load_model, save_model
 from .spread import EmbeddingSpread
 from .start import initial_latents
 
@@ -43,9 +34,6 @@ __all__ = [
     "ENCODER_LEARNING_RATE",
     "NUM_INDUCING",
 ]
-
-LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
-"""The values of ``likelihood``: counts (with or without overdispersion) or continuous values."""
 
 TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = 0.03, 0.01
 """Adam's step size in :meth:`SingleCellGPLVM.fit` unless given: latent tables (B-SVI, MAP,
@@ -137,9 +125,12 @@ class SingleCellGPLVM:
             raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
         if size_factors is not None and likelihood == "gaussian":
             raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
-        self.latent_dim, self.layer, self.genes = latent_dim, layer, genes
-        self.model_name, self.num_inducing, self.key_added = model, num_inducing, key_added
-        self.likelihood, self.size_factors = likelihood, size_factors
+        self.latent_dim, self.model_name = latent_dim, model
+        self.num_inducing, self.key_added = num_inducing, key_added
+        self.likelihood = likelihood
+        self.registration = CellRegistration(
+            layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
+        )
         self.seed = check_seed(seed)
         if not isinstance(refine_latents, (bool, np.bool_)):
             raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
@@ -150,19 +141,12 @@ class SingleCellGPLVM:
             )
         self.encoder_training = encoder_training
         self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
-        if isinstance(covariate_keys, str):  # one column's name, not its letters
-            covariate_keys = [covariate_keys]
-        columns = ([batch_key] if batch_key else []) + list(covariate_keys)
-        repeated = sorted({column for column in columns if columns.count(column) > 1})
-        if repeated:  # a column twice in the GP input is two identical covariates
-            raise ValueError(
-                f"obs column(s) {repeated} given more than once (batch_key and covariate_keys "
-                "together): name each column once; the batch_key is already a covariate."
-            )
-        self.encoding = CovariateEncoding(columns, [batch_key] if batch_key else [])
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
-        self.gene_names: list[str] = []
+        self.training_record: dict | None = None
+        """How the model was trained (``uns[key_added]["settings"]`` and the final ELBO)."""
+        self.reference = None
+        """A loaded model's minified training cells (:meth:`load`), when saved with them."""
         self.history: History | None = None
         self._inference: LatentInference | None = None
 
@@ -194,7 +178,7 @@ class SingleCellGPLVM:
         workers = Workers.of(strategy) if strategy is not None else Workers()
         self._check_output(adata, output, workers)
         adata = opened(adata)
-        self.gene_names = gene_names(genes_of(adata, self.layer), self.genes)
+        self.registration.register_genes(adata)
         self._check_same_inputs(adata, workers)
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
         progress = progress and workers.count == 1  # the bars of one process
@@ -222,6 +206,9 @@ class SingleCellGPLVM:
             self.history = fit(model, data, iterations, strategy=strategy, **training)
         self._inference = None
         summary = _summary(self, iterations, batch_size, learning_rate)
+        elbo = summary["elbo"]
+        final = float(np.mean(elbo[-100:])) if len(elbo) else None
+        self.training_record = {**summary["settings"], "elbo_final": final}
         self._write_embedding(adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
@@ -276,14 +263,15 @@ class SingleCellGPLVM:
         memory are a shard of CSR rows, each minibatch densified on its own); and the model
         class's keyword inputs, one row a cell (start, covariates, size factors) or shared."""
         block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, cells=block)
+        registration = self.registration
+        rows, library = registration.read(adata, cells=block)
         obs = adata.obs.iloc[block]
-        covariates = self.encoding.fit(obs, workers).transform(obs)
-        sizes = size_factors_of(self.size_factors, obs, library, workers)
+        covariates = registration.fit_covariates(obs, workers)
+        sizes = registration.training_size_factors(obs, library, workers)
         initial = initial_latents(
             rows,
             self.latent_dim,
-            counts=self._counts,
+            counts=registration.counts,
             sizes=sizes,
             covariates=covariates,
             seed=self.seed,
@@ -295,7 +283,7 @@ class SingleCellGPLVM:
             inputs = dict(
                 latent_dim=self.latent_dim,
                 num_inducing=min(self.num_inducing, adata.n_obs),
-                likelihood=_likelihood(self.likelihood, rows.shape[1]),
+                likelihood=model_likelihood(self.likelihood, rows.shape[1]),
                 latent_init=initial,
                 seed=self.seed,
                 covariates=covariates,
@@ -312,9 +300,9 @@ class SingleCellGPLVM:
         inputs = {
             "cells (N)": adata.n_obs,
             "genes": self.gene_names,
-            "layer": self.layer,
-            "obs columns": list(self.encoding.columns),
-            "size_factors": self.size_factors,
+            "layer": self.registration.layer,
+            "obs columns": self.registration.columns,
+            "size_factors": self.registration.size_factors,
             "settings": [self.model_name, self.likelihood, self.latent_dim, self.num_inducing],
             "encoder": [self.encoder_training, self.distil_cells],
             "model options": sorted((k, repr(v)) for k, v in self.model_options.items()),
@@ -333,22 +321,10 @@ class SingleCellGPLVM:
         check_anndata(adata)
         if adata.n_obs == 0:
             raise ValueError("adata holds no cells to embed: give transform at least one cell.")
-        names = unique_genes(genes_of(adata, self.layer).var_names)
-        missing = [g for g in self.gene_names if g not in set(names)]
-        if missing:
-            raise ValueError(
-                f"The new cells lack {len(missing)} of the fitted genes (e.g. {missing[:5]}): "
-                "give them every gene the model was fitted with (zeros where not measured)."
-            )
-        position = {g: i for i, g in enumerate(names)}
-        columns = np.array([position[g] for g in self.gene_names])
-        rows, library = read_cells(adata, self.layer, self.gene_names, self._counts, columns)
-        covariates = self.encoding.transform(adata.obs)
-        sizes = (
-            size_factors_of(self.size_factors, adata.obs, library)
-            if self.size_factors != "library"
-            else None
-        )
+        registration = self.registration
+        rows, library = registration.read_new(adata)
+        covariates = registration.encoding.transform(adata.obs)
+        sizes = registration.new_size_factors(adata.obs, library)
         inference = self._latent_inference(iterations)
         means, variances = [], []
         for start in range(0, rows.shape[0], chunk_size):
@@ -367,9 +343,28 @@ class SingleCellGPLVM:
         adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
         return adata.obsm[f"X_{self.key_added}"]
 
+    def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
+        """Write the fitted model to ``folder`` (created; an earlier saved model there is
+        replaced only with ``overwrite``), all :meth:`load` needs to embed new cells without the
+        training data (:mod:`~gpflow_svi_gplvm.singlecell.saving`); ``adata``: the cells it was
+        fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no counts)."""
+        return save_model(self, folder, adata, overwrite)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> SingleCellGPLVM:
+        """The model :meth:`save` wrote to ``folder`` (in this or another process), ready for
+        :meth:`transform`; its minified training cells, if saved, are :attr:`reference`."""
+        return load_model(folder, cls)
+
     @property
-    def _counts(self) -> bool:
-        return self.likelihood != "gaussian"
+    def gene_names(self) -> list[str]:
+        """The genes fitted, in the order of the model's outputs (empty before :meth:`fit`)."""
+        return self.registration.gene_names
+
+    @property
+    def encoding(self) -> CovariateEncoding:
+        """How the ``obs`` columns of the GP input are encoded (:attr:`registration`'s)."""
+        return self.registration.encoding
 
     @property
     def _refines(self) -> bool:
@@ -423,8 +418,8 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
         "likelihood": face.likelihood,
         "latent_dim": face.latent_dim,
         "num_inducing": int(model.inducing_variable.num_inducing),
-        "layer": face.layer or "X",
-        "size_factors": face.size_factors or "none",
+        "layer": face.registration.layer or "X",
+        "size_factors": face.registration.size_factors or "none",
         "iterations": iterations,
         "batch_size": batch_size,
         "learning_rate": learning_rate,
@@ -443,16 +438,6 @@ def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_r
             np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
         ),
     }
-
-
-def _likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
-    """The likelihood ``name`` (one of :data:`LIKELIHOODS`) of ``num_genes`` genes; None for the
-    model's default, a Gaussian."""
-    if name == "negative_binomial":
-        return NegativeBinomial(num_outputs=num_genes)
-    if name == "poisson":
-        return gpflow.likelihoods.Poisson()
-    return None
 
 
 def _distils(face: SingleCellGPLVM, strategy: tf.distribute.Strategy | None) -> bool:
