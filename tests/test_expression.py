@@ -20,12 +20,7 @@ from gpflow_svi_gplvm.likelihoods import NegativeBinomial  # noqa: E402
 from gpflow_svi_gplvm.metrics import expected_calibration_error  # noqa: E402
 from gpflow_svi_gplvm.rates import paired_covariance  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.differential import (  # noqa: E402
-    differential_expression,
-    posterior_fdr_selection,
-)
-from gpflow_svi_gplvm.singlecell.expression import normalized_expression  # noqa: E402
-from gpflow_svi_gplvm.singlecell.fitted import fitted_cells  # noqa: E402
+from gpflow_svi_gplvm.singlecell.differential import posterior_fdr_selection  # noqa: E402
 from gpflow_svi_gplvm.singlecell.labels import LabelTransfer, transfer_labels  # noqa: E402
 
 N, D, Q = 60, 8, 2
@@ -135,7 +130,7 @@ def test_expression_at_point_latents_is_the_lognormal_mean_of_a_numpy_gp(fitted)
     points = _point_latents(cells)
     gp, x = _NumpyGP(face.model), points.obsm["X_gplvm"]
     reference = face.model.size_factor_reference.numpy()
-    found = normalized_expression(fitted_cells(face), points, transform_batch="b", n_samples=3)
+    found = face.normalized_expression(points, transform_batch="b", n_samples=3)
     mean, _, variance = gp.mean_and_covariance(_inputs(x, 1), _inputs(x, 1))
     expected = np.exp(mean + variance[:, None] / 2) / reference  # library size 1
     np.testing.assert_allclose(found.to_numpy(), expected, rtol=1e-10)
@@ -143,8 +138,8 @@ def test_expression_at_point_latents_is_the_lognormal_mean_of_a_numpy_gp(fitted)
     # Its own size factor ("latent"), the batch averaged over both, and the variance of that
     # average: E[(l_a + l_b)^2 / 4] needs the covariance of f at the two batches.
     sizes = np.asarray(cells.X.astype(np.float64).sum(axis=1)).ravel() / reference
-    mean, variance = normalized_expression(
-        fitted_cells(face), points, ["a", "b"], ["gene1", "gene6"], "latent", 3, True
+    mean, variance = face.normalized_expression(
+        points, ["a", "b"], ["gene1", "gene6"], "latent", 3, True
     )
     moments = [gp.mean_and_covariance(_inputs(x, k), _inputs(x, j)) for k in (0, 1) for j in (0, 1)]
     (m_a, _, v_a), (_, _, c_ab), _, (m_b, _, v_b) = moments
@@ -168,8 +163,8 @@ def test_expression_over_q_x_agrees_with_brute_force_monte_carlo(fitted):
     cells = cells[:4].copy()
     cells.obsm["X_gplvm_var"] = np.full((4, Q), 0.3)  # wide enough to matter
     gp, S = _NumpyGP(face.model), 4000
-    found, found_variance = normalized_expression(
-        fitted_cells(face), cells, "a", n_samples=S, return_variance=True, seed=11
+    found, found_variance = face.normalized_expression(
+        cells, "a", n_samples=S, return_variance=True, seed=11
     )
     reference = face.model.size_factor_reference.numpy()
     for n in range(4):  # independent draws of x, then of f given x
@@ -187,10 +182,8 @@ def test_an_h5ad_path_is_read_a_block_at_a_time_and_written_to_output(fitted, tm
     path = tmp_path / "cells.h5ad"
     cells.write_h5ad(path)  # with its obsm: q(x) is read from the file
     options = dict(transform_batch="a", n_samples=5, return_variance=True)
-    mean, variance = normalized_expression(fitted_cells(face), cells, **options)
-    written = normalized_expression(
-        fitted_cells(face), path, **options, output=tmp_path / "out", block_size=7
-    )
+    mean, variance = face.normalized_expression(cells, **options)
+    written = face.normalized_expression(path, **options, output=tmp_path / "out", block_size=7)
     np.testing.assert_allclose(written[0], mean.to_numpy(), rtol=1e-12)
     np.testing.assert_allclose(written[1], variance.to_numpy(), rtol=1e-12)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
@@ -204,14 +197,14 @@ def test_cells_without_counts_or_embedding_get_finite_expression(fitted):
     new = cells[:3].copy()
     del new.obsm["X_gplvm"], new.obsm["X_gplvm_var"]  # inferred, as transform would
     new.X = sp.csr_matrix(new.X.toarray() * np.array([[0.0], [1.0], [1.0]]))
-    mean, variance = normalized_expression(fitted_cells(face), new, "a", None, "latent", 4, True)
+    mean, variance = face.normalized_expression(new, "a", None, "latent", 4, True)
     assert np.isfinite(mean.to_numpy()).all() and np.isfinite(variance.to_numpy()).all()
     assert (mean.to_numpy()[0] == 0).all()  # no counts: a size factor of 0, nothing expected
     # at library size 1 the empty cell sits at the prior, q(x) = N(0, I)
-    at_one = normalized_expression(fitted_cells(face), new, "a", n_samples=4)
+    at_one = face.normalized_expression(new, "a", n_samples=4)
     prior = new.copy()
     prior.obsm["X_gplvm"], prior.obsm["X_gplvm_var"] = np.zeros((3, Q)), np.ones((3, Q))
-    expected = normalized_expression(fitted_cells(face), prior, "a", n_samples=4)
+    expected = face.normalized_expression(prior, "a", n_samples=4)
     np.testing.assert_allclose(at_one.to_numpy()[0], expected.to_numpy()[0], rtol=1e-12)
 
 
@@ -231,7 +224,7 @@ def test_cells_without_counts_or_embedding_get_finite_expression(fitted):
 def test_bad_expression_requests_are_named(fitted, options, message):
     face, cells = fitted
     with pytest.raises(ValueError, match=message):
-        normalized_expression(fitted_cells(face), cells, **options)
+        face.normalized_expression(cells, **options)
 
 
 def test_the_fdr_rule_keeps_the_longest_run_whose_mean_error_is_within_target():
@@ -252,8 +245,8 @@ def test_lfc_samples_of_two_cells_are_their_joint_f_differences(fitted):
     pick = np.full(N, None, dtype=object)
     pick[[0, 3]] = ["one", "other"]  # of batches a and b
     points.obs["pick"] = pd.Categorical(pick)
-    table = differential_expression(
-        fitted_cells(face), points, "pick", "one", "other", batch_correction=False, n_samples=10000
+    table = face.differential_expression(
+        points, "pick", "one", "other", batch_correction=False, n_samples=10000
     ).loc[face.gene_names]
     x = points.obsm["X_gplvm"]
     A, B = _inputs(x[[0]], 0), _inputs(x[[3]], 1)
@@ -273,14 +266,14 @@ def test_lfc_samples_of_two_cells_are_their_joint_f_differences(fitted):
 def test_batch_correction_compares_batches_at_one_reference_batch(fitted):
     face, cells = fitted
     corrected, observed = (
-        differential_expression(
-            fitted_cells(face), cells, "batch", "a", "b", batch_correction=which, n_samples=4000
+        face.differential_expression(
+            cells, "batch", "a", "b", batch_correction=which, n_samples=4000
         ).loc[["gene5", "gene6", "gene7"]]
         for which in (True, False)
     )
     assert (np.abs(corrected["lfc_mean"]) < 0.3).all()  # the same kinds of cells in a and b
     assert (observed["lfc_mean"] < -0.6).all()  # genes 5-7 are higher in batch b
-    kinds = differential_expression(fitted_cells(face), cells, "kind", n_samples=2000)
+    kinds = face.differential_expression(cells, "kind", n_samples=2000)
     assert list(pd.unique(kinds["comparison"])) == ["down vs Rest", "up vs Rest"]
     up = kinds[kinds["group1"] == "up"]
     assert (up.loc[["gene0", "gene1", "gene2"], "lfc_mean"] > 0.5).all()
@@ -308,7 +301,7 @@ def test_batch_correction_compares_batches_at_one_reference_batch(fitted):
 def test_bad_de_requests_are_named(fitted, arguments, options, message):
     face, cells = fitted
     with pytest.raises(ValueError, match=message):
-        differential_expression(fitted_cells(face), cells, *arguments, **options)
+        face.differential_expression(cells, *arguments, **options)
 
 
 def _two_classes(rng, count: int):
@@ -364,3 +357,8 @@ def test_labels_are_transferred_between_anndatas_and_bad_input_named(fitted):
         transfer_labels(reference, query, "kind")
     with pytest.raises(ValueError, match="one label only"):
         LabelTransfer().fit(np.zeros((5, 2)), np.zeros((5, 2)), ["t"] * 5)
+    # Through the model, the query's q(x) is inferred as transform would, and the reference's
+    # batches are held out in turn.
+    probabilities = face.transfer_labels(reference, query, "kind", num_neighbours=10)
+    assert probabilities.shape == (20, 2) and "X_gplvm_var" not in query.obsm
+    assert (query.obs["kind_transferred"] == query.obs["kind"]).mean() > 0.8

@@ -20,10 +20,10 @@ import pandas as pd
 
 from ..covariates import new_row_inputs
 from ..sparse_rows import RowReader
-from .cells import CellsFile, genes_of, opened, read_cells, size_factors_of, unique_genes
+from .cells import CellsFile, opened
 from .fitted import FittedCells
 
-__all__ = ["CellStates", "cell_states", "gene_columns", "INFERENCE_STEPS"]
+__all__ = ["CellStates", "cell_states", "latent_moments", "INFERENCE_STEPS"]
 
 INFERENCE_STEPS = 300
 """The most steps of a cell's q(x) when it is inferred (as ``transform``'s default)."""
@@ -40,20 +40,6 @@ class CellStates:
     variance: np.ndarray
     obs: pd.DataFrame
     size_factors: np.ndarray | None
-
-
-def gene_columns(adata, layer: str | None, gene_names: list[str]) -> np.ndarray:
-    """The columns [D] of ``adata``'s matrix (``layer``) holding the fitted genes, found by
-    name; a ``ValueError`` naming the genes it lacks."""
-    names = unique_genes(genes_of(adata, layer).var_names)
-    position = {g: i for i, g in enumerate(names)}
-    missing = [g for g in gene_names if g not in position]
-    if missing:
-        raise ValueError(
-            f"The cells lack {len(missing)} of the fitted genes (e.g. {missing[:5]}): give them "
-            "every gene the model was fitted with (zeros where not measured)."
-        )
-    return np.array([position[g] for g in gene_names])
 
 
 def cell_states(
@@ -74,6 +60,12 @@ def cell_states(
         yield from _states(fitted, adata, cells, stored, block_size, own_size_factors)
 
 
+def latent_moments(fitted: FittedCells, adata) -> tuple[np.ndarray, np.ndarray]:
+    """q(x) of every cell of ``adata``: means and variances [N, Q] (stored or inferred)."""
+    blocks = list(cell_states(fitted, adata, own_size_factors=False))
+    return np.concatenate([b.mean for b in blocks]), np.concatenate([b.variance for b in blocks])
+
+
 def _states(
     fitted: FittedCells,
     adata,
@@ -84,8 +76,7 @@ def _states(
 ) -> Iterator[CellStates]:
     counts = None
     if stored is None or (own_size_factors and fitted.size_factors == "library"):
-        columns = gene_columns(adata, fitted.layer, fitted.gene_names)
-        counts = read_cells(adata, fitted.layer, fitted.gene_names, True, columns)
+        counts = fitted.registration.read_new(adata)
     for start in range(0, len(cells), block_size):
         block = cells[start : start + block_size]
         obs = adata.obs.iloc[block]
@@ -138,7 +129,7 @@ def _size_factors(fitted: FittedCells, obs, library: np.ndarray | None) -> np.nd
         reference = fitted.model.size_factor_reference
         assert reference is not None
         return library / float(reference.numpy())
-    return size_factors_of(fitted.size_factors, obs, np.zeros(len(obs)))
+    return fitted.registration.new_size_factors(obs, np.zeros(len(obs)))
 
 
 def _inferred(

@@ -33,8 +33,8 @@ import tensorflow as tf
 
 from ..rates import inverse_link, paired_covariance
 from ..validation import check_integer, check_seed
-from .cell_states import cell_states, gene_columns
-from .cells import opened, read_cells
+from .cell_states import latent_moments
+from .cells import opened
 from .encoding import obs_column
 from .expression import check_genes, reference_inputs
 from .fitted import FittedCells
@@ -96,7 +96,7 @@ def differential_expression(
     comparisons = _comparisons(labels, group1, group2, groupby)
     names = check_genes(fitted, genes)
     columns = np.array([fitted.gene_names.index(g) for g in names])
-    states = _Latents.of(fitted, adata)
+    states = latent_moments(fitted, adata)
     counts = _GroupCounts.of(fitted, adata, labels, columns)
     rng = np.random.default_rng(check_seed(seed))
     batches = [None]
@@ -180,25 +180,10 @@ def _group_cells(values: np.ndarray, group: Any, groupby: str, present) -> np.nd
     return cells
 
 
-@dataclass
-class _Latents:
-    """q(x) of every cell [N, Q] (stored or inferred), read once."""
-
-    mean: np.ndarray
-    variance: np.ndarray
-
-    @classmethod
-    def of(cls, fitted: FittedCells, adata) -> _Latents:
-        blocks = list(cell_states(fitted, adata, own_size_factors=False))
-        return cls(
-            np.concatenate([b.mean for b in blocks]), np.concatenate([b.variance for b in blocks])
-        )
-
-
 class _Draws:
     """Samples of the LFC between two groups of cells, from their q(x) and q(f | x)."""
 
-    def __init__(self, fitted: FittedCells, obs, latents: _Latents, columns, rng):
+    def __init__(self, fitted: FittedCells, obs, latents: tuple[np.ndarray, ...], columns, rng):
         self.fitted, self.obs, self.latents = fitted, obs, latents
         self.columns, self.rng = columns, rng
         reference = fitted.model.size_factor_reference
@@ -229,7 +214,7 @@ class _Draws:
     def _inputs(self, cells: np.ndarray, batch) -> tf.Tensor:
         """GP inputs [n, Q + R]: a draw of each cell's q(x), its covariates (the batch set to
         ``batch``, or its own), a log size factor of 0."""
-        mean, variance = self.latents.mean[cells], self.latents.variance[cells]
+        mean, variance = (moment[cells] for moment in self.latents)
         draws = mean + np.sqrt(variance) * self.rng.standard_normal(mean.shape)
         observed = reference_inputs(self.fitted, self.obs.iloc[cells], [batch], {})[0]
         return tf.constant(np.concatenate([draws, observed], axis=1))
@@ -285,8 +270,7 @@ class _GroupCounts:
         codes = labels.astype("category").cat.codes.to_numpy().astype(np.int64)
         codes = np.where(codes < 0, codes.max() + 1, codes)  # unlabelled cells: a group apart
         groups = int(codes.max()) + 1
-        positions = gene_columns(adata, fitted.layer, fitted.gene_names)
-        rows, library = read_cells(adata, fitted.layer, fitted.gene_names, True, positions)
+        rows, library = fitted.registration.read_new(adata)
         sums, non_zero, normalised = (np.zeros((groups, len(columns))) for _ in range(3))
         for start in range(0, adata.n_obs, 4096):
             block = rows[start : start + 4096][:, columns]

@@ -1,6 +1,7 @@
 """What reading genes from a fitted :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` needs
-of it, read in this one place: the model, how ``obs`` becomes covariates, the genes, where the
-counts and the embedding live, and the inference of new cells' q(x)."""
+of it, read in this one place: the model, what an AnnData means to it (its
+:class:`~gpflow_svi_gplvm.singlecell.registration.CellRegistration`), where the embedding lives,
+and the inference of new cells' q(x)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from ..inference import LatentInference
 from ..models import SVIGPLVM
 from .encoding import CovariateEncoding
+from .registration import CellRegistration
 
 __all__ = ["FittedCells", "fitted_cells"]
 
@@ -19,13 +21,7 @@ class FittedCells:
     """A fitted single-cell model as the readers of genes see it."""
 
     model: SVIGPLVM
-    encoding: CovariateEncoding
-    gene_names: list[str]
-    """The genes the model was fitted to: its outputs, in order."""
-    layer: str | None
-    """Where the counts are (None: ``X``)."""
-    size_factors: str | None
-    """"library", an ``obs`` column, or None (see ``SingleCellGPLVM``)."""
+    registration: CellRegistration
     key: str
     """q(x) of cells is stored as ``obsm["X_<key>"]`` and ``obsm["X_<key>_var"]``."""
     seed: int
@@ -33,9 +29,23 @@ class FittedCells:
     """The inference of new cells' q(x) in at most so many steps (as ``transform``'s)."""
 
     @property
+    def gene_names(self) -> list[str]:
+        """The genes the model was fitted to: its outputs, in order."""
+        return self.registration.gene_names
+
+    @property
+    def encoding(self) -> CovariateEncoding:
+        return self.registration.encoding
+
+    @property
+    def size_factors(self) -> str | None:
+        """ "library", an ``obs`` column, or None (see ``SingleCellGPLVM``)."""
+        return self.registration.size_factors
+
+    @property
     def batch_key(self) -> str | None:
         """The ``obs`` column of the batch, or None."""
-        return self.encoding.categorical[0] if self.encoding.categorical else None
+        return self.registration.batch_key
 
 
 def fitted_cells(face) -> FittedCells:
@@ -45,10 +55,7 @@ def fitted_cells(face) -> FittedCells:
         raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
     return FittedCells(
         model=face.model,
-        encoding=face.encoding,
-        gene_names=list(face.gene_names),
-        layer=face.layer,
-        size_factors=face.size_factors,
+        registration=face.registration,
         key=face.key_added,
         seed=face.seed,
         inference=face._latent_inference,

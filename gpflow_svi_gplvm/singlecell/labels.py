@@ -203,7 +203,9 @@ def transfer_labels(
     groups_key: str | None = None,
     key: str = "gplvm",
     key_added: str | None = None,
-    **options,
+    num_neighbours: int = 30,
+    n_samples: int = 20,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """Carry ``reference.obs[labels_key]`` to the ``query`` cells (AnnDatas embedded by one
     model): q(x) from ``obsm["X_<key>"]`` and ``obsm["X_<key>_var"]``, or from ``moments(adata)``
@@ -211,8 +213,8 @@ def transfer_labels(
     ``groups_key``: the reference's ``obs`` column (e.g. its batch) whose groups are held out
     in turn to choose h and epsilon. Writes ``query.obs[key_added]`` (default
     ``<labels_key>_transferred``, the most probable label) and ``query.obs[key_added +
-    "_probability"]`` (its probability); returns the probabilities [N*, T], a DataFrame. The
-    options go to :class:`LabelTransfer`."""
+    "_probability"]`` (its probability); returns the probabilities [N*, T], a DataFrame.
+    ``num_neighbours``, ``n_samples``, ``seed``: :class:`LabelTransfer`'s."""
     if labels_key not in reference.obs.columns:
         raise ValueError(
             f"The reference's obs has no column {labels_key!r}; its columns are "
@@ -226,7 +228,7 @@ def transfer_labels(
         if groups_key not in reference.obs.columns:
             raise ValueError(f"The reference's obs has no column {groups_key!r} (groups_key).")
         groups = reference.obs[groups_key].to_numpy()[known]
-    transfer = LabelTransfer(**options).fit(
+    transfer = LabelTransfer(num_neighbours, n_samples, seed).fit(
         reference_mean[known], reference_variance[known], labels[known], groups
     )
     probabilities = transfer.predict_proba(*_moments_of(query, key, moments, "query"))

@@ -21,6 +21,7 @@ from ..validation import check_integer, check_path, check_seed, check_writable_f
 from .cells import CellsFile, assembled, check_anndata, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
+from .genes import GenesMixin
 from .likelihoods import LIKELIHOODS, model_likelihood
 from .registration import CellRegistration
 from .saving import load_model, save_model
@@ -55,7 +56,7 @@ INFERENCE_STEPS = 300
 :meth:`SingleCellGPLVM.fit` when it refines an encoder's); most cells stop far sooner."""
 
 
-class SingleCellGPLVM:
+class SingleCellGPLVM(GenesMixin):
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
 
     ``latent_dim``: Q, 10 by default, as scVI's latent space (on hard simulated atlases 20 kept
