@@ -362,3 +362,22 @@ def test_labels_are_transferred_between_anndatas_and_bad_input_named(fitted):
     probabilities = face.transfer_labels(reference, query, "kind", num_neighbours=10)
     assert probabilities.shape == (20, 2) and "X_gplvm_var" not in query.obsm
     assert (query.obs["kind_transferred"] == query.obs["kind"]).mean() > 0.8
+
+
+def test_a_gaussian_models_expression_is_its_mean_through_the_identity():
+    cells = _cells(1)
+    cells.X = sp.csr_matrix(np.log1p(cells.X.toarray()))
+    face = SingleCellGPLVM(Q, batch_key="batch", likelihood="gaussian", size_factors=None)
+    face.fit(cells, iterations=30, batch_size=30, progress=False)
+    points = _point_latents(cells)
+    mean, variance = face.normalized_expression(points, ["a", "b"], return_variance=True)
+    x = points.obsm["X_gplvm"]
+    A, B = (np.concatenate([x, np.tile(np.eye(2)[k], (N, 1))], axis=1) for k in (0, 1))
+    (m_a, v_a), (m_b, v_b) = (face.model.predict_f(X) for X in (A, B))
+    c = paired_covariance(face.model, tf.constant(A), tf.constant(B))
+    np.testing.assert_allclose(mean.to_numpy(), (m_a + m_b).numpy() / 2, rtol=1e-10)
+    np.testing.assert_allclose(variance.to_numpy(), (v_a + v_b + 2 * c).numpy() / 4, rtol=1e-8)
+    with pytest.raises(ValueError, match="a Gaussian likelihood has no library"):
+        face.normalized_expression(points, library_size="latent")
+    with pytest.raises(ValueError, match="count likelihood"):
+        face.differential_expression(points, "kind", "up")

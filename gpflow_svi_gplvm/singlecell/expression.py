@@ -239,22 +239,21 @@ def _number(value: Any, column: str) -> float:
 def _check_library_size(library_size: float | str, link: str) -> bool:
     """Whether ``library_size`` asks for each cell's own size factor ("latent"); a
     ``ValueError`` unless it is that or a positive number (1 for a Gaussian's identity)."""
+    counts = link == "exp"
     if isinstance(library_size, str):
-        if library_size == "latent" and link == "exp":
-            return True
+        valid = library_size == "latent" and counts
+    else:
+        number = isinstance(library_size, (int, float, np.number)) and not isinstance(
+            library_size, bool
+        )
+        valid = number and np.isfinite(library_size) and library_size > 0
+        valid = valid and (counts or library_size == 1)
+    if not valid:
         raise ValueError(
             f"library_size must be a positive number or 'latent', got {library_size!r}"
-            + ("" if link == "exp" else " (a Gaussian likelihood has no library: leave it 1)")
-            + "."
+            + ("." if counts else " (a Gaussian likelihood has no library: leave it 1).")
         )
-    valid = isinstance(library_size, (int, float, np.number)) and np.isfinite(library_size)
-    if not valid or library_size <= 0 or (link != "exp" and library_size != 1):
-        raise ValueError(
-            f"library_size must be a positive number or 'latent', got {library_size!r}"
-            + ("" if link == "exp" else " (a Gaussian likelihood has no library: leave it 1)")
-            + "."
-        )
-    return False
+    return library_size == "latent"
 
 
 def _scale(fitted: FittedCells, states: CellStates, library_size: float | str) -> np.ndarray:
