@@ -143,7 +143,7 @@ def _inferred(
     the prior for a cell whose size factor is 0 (no counts)."""
     model = fitted.model
     Y = rows.take(block)
-    covariates = fitted.encoding.transform(obs)
+    covariates = fitted.registration.encoding.transform(obs)
     prior_variance = 1.0 if model.latent.gaussian else 0.0
     mean = np.zeros((len(block), model.latent_dim))
     variance = np.full_like(mean, prior_variance)

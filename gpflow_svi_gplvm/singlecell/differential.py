@@ -95,13 +95,13 @@ def differential_expression(
     labels = obs_column(adata.obs, groupby, "groupby")
     comparisons = _comparisons(labels, group1, group2, groupby)
     names = check_genes(fitted, genes)
-    columns = np.array([fitted.gene_names.index(g) for g in names])
+    columns = np.array([fitted.registration.gene_names.index(g) for g in names])
     states = latent_moments(fitted, adata)
     counts = _GroupCounts.of(fitted, adata, labels, columns)
     rng = np.random.default_rng(check_seed(seed))
     batches = [None]
     if batch_correction and fitted.batch_key is not None:
-        batches = list(fitted.encoding.categories[fitted.batch_key])
+        batches = list(fitted.registration.encoding.categories[fitted.batch_key])
     tables = []
     for first, second, cells1, cells2 in comparisons:
         draws = _Draws(fitted, adata.obs, states, columns, rng)

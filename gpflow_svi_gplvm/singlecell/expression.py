@@ -29,12 +29,14 @@ is bounded by the block (and a few numbers a cell), not by N, when the result go
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..options import takes_options_of
 from ..rates import inverse_link, rate_moments
 from ..validation import check_integer, check_path, check_seed
 from .cell_states import CellStates, cell_states
@@ -46,60 +48,6 @@ __all__ = ["normalized_expression", "expression_blocks", "reference_inputs", "ch
 NUMBERS_PER_CALL = 2**22
 """The numbers of one [draws, cells, genes] tensor of a call: cells are taken so many at a time
 that S x cells x D stays near this (32 MiB in float64)."""
-
-
-def normalized_expression(
-    fitted: FittedCells,
-    adata,
-    transform_batch: Any = None,
-    genes: Sequence[str] | None = None,
-    library_size: float | str = 1.0,
-    n_samples: int = 25,
-    return_variance: bool = False,
-    *,
-    transform_covariates: Mapping[str, Any] | None = None,
-    seed: int = 0,
-    block_size: int = 4096,
-    output: str | Path | None = None,
-):
-    """The normalised expression of ``adata``'s cells (an AnnData or the path of an ``.h5ad``
-    file): a pandas DataFrame [N, G] (cells by ``genes``, default every fitted gene), with
-    ``return_variance`` a pair (means, variances); with ``output`` (a folder) the arrays are
-    written there a block at a time (``normalized_expression.npy``, and
-    ``normalized_expression_variance.npy``) and returned memory-mapped. The options: see the
-    module and :func:`expression_blocks`."""
-    names = check_genes(fitted, genes)
-    adata = opened(adata)
-    blocks = expression_blocks(
-        fitted,
-        adata,
-        transform_batch,
-        names,
-        library_size,
-        n_samples,
-        return_variance,
-        transform_covariates=transform_covariates,
-        seed=seed,
-        block_size=block_size,
-    )
-    if output is not None:
-        folder = Path(check_path(output, "output"))
-        return _written(blocks, folder, (adata.n_obs, len(names)), return_variance)
-    import pandas as pd
-
-    parts = list(blocks)
-    index = [name for part in parts for name in part[0].obs.index]
-    frames = [
-        pd.DataFrame(
-            np.concatenate([part[column] for part in parts])
-            if parts
-            else np.zeros((0, len(names))),
-            index=index,
-            columns=names,
-        )
-        for column in ((1, 2) if return_variance else (1,))
-    ]
-    return tuple(frames) if return_variance else frames[0]
 
 
 def expression_blocks(
@@ -143,14 +91,50 @@ def expression_blocks(
         yield states, scale * mean, variance
 
 
+@takes_options_of(expression_blocks)
+def normalized_expression(
+    fitted: FittedCells, adata, *args: Any, output: str | Path | None = None, **options: Any
+):
+    """The normalised expression of ``adata``'s cells (an AnnData or the path of an ``.h5ad``
+    file): a pandas DataFrame [N, G] (cells by ``genes``, default every fitted gene), with
+    ``return_variance`` a pair (means, variances); with ``output`` (a folder) the arrays are
+    written there a block at a time (``normalized_expression.npy``, and
+    ``normalized_expression_variance.npy``) and returned memory-mapped. The options are
+    :func:`expression_blocks`'."""
+    request = inspect.signature(expression_blocks).bind(fitted, opened(adata), *args, **options)
+    request.apply_defaults()
+    names = check_genes(fitted, request.arguments["genes"])
+    variance = request.arguments["return_variance"]
+    blocks = expression_blocks(*request.args, **request.kwargs)
+    if output is not None:
+        folder = Path(check_path(output, "output"))
+        shape = (request.arguments["adata"].n_obs, len(names))
+        return _written(blocks, folder, shape, variance)
+    import pandas as pd
+
+    parts = list(blocks)
+    index = [name for part in parts for name in part[0].obs.index]
+    frames = [
+        pd.DataFrame(
+            np.concatenate([part[column] for part in parts])
+            if parts
+            else np.zeros((0, len(names))),
+            index=index,
+            columns=names,
+        )
+        for column in ((1, 2) if variance else (1,))
+    ]
+    return tuple(frames) if variance else frames[0]
+
+
 def check_genes(fitted: FittedCells, genes: Sequence[str] | None) -> list[str]:
     """``genes`` (default all the fitted genes) as a list; a ``ValueError`` naming any the
     model was not fitted with."""
     if genes is None:
-        return list(fitted.gene_names)
+        return list(fitted.registration.gene_names)
     if isinstance(genes, str):
         genes = [genes]
-    known = set(fitted.gene_names)
+    known = set(fitted.registration.gene_names)
     unknown = [str(g) for g in genes if str(g) not in known]
     if unknown or len(genes) == 0:
         raise ValueError(
@@ -175,7 +159,7 @@ def reference_inputs(
         values = dict(covariates)
         if category is not None:
             values[batch] = category  # type: ignore[index]
-        encoded = fitted.encoding.transform(obs.assign(**values) if values else obs)
+        encoded = fitted.registration.encoding.transform(obs.assign(**values) if values else obs)
         columns = [] if encoded is None else [encoded]
         if model.size_factor_reference is not None:
             columns.append(np.zeros((len(obs), 1)))
@@ -189,7 +173,7 @@ def _references(
     """The batch categories to average over ([None]: each cell's own) and the covariates to
     set, checked against what the model was fitted with."""
     covariates = dict(covariates or {})
-    encoding = fitted.encoding
+    encoding = fitted.registration.encoding
     for column, value in covariates.items():
         if column not in encoding.columns or column == fitted.batch_key:
             raise ValueError(
@@ -299,7 +283,7 @@ def _moments(
 
 
 def _gene_positions(fitted: FittedCells, genes: list[str]) -> np.ndarray:
-    position = {g: i for i, g in enumerate(fitted.gene_names)}
+    position = {g: i for i, g in enumerate(fitted.registration.gene_names)}
     return np.array([position[g] for g in genes], dtype=np.int64)
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from ..inference import LatentInference
 from ..models import SVIGPLVM
-from .encoding import CovariateEncoding
 from .registration import CellRegistration
 
 __all__ = ["FittedCells", "fitted_cells"]
@@ -27,15 +26,6 @@ class FittedCells:
     seed: int
     inference: Callable[[int], LatentInference]
     """The inference of new cells' q(x) in at most so many steps (as ``transform``'s)."""
-
-    @property
-    def gene_names(self) -> list[str]:
-        """The genes the model was fitted to: its outputs, in order."""
-        return self.registration.gene_names
-
-    @property
-    def encoding(self) -> CovariateEncoding:
-        return self.registration.encoding
 
     @property
     def size_factors(self) -> str | None:
