@@ -194,7 +194,8 @@ def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the trained model as a checkpoint in OUTPUT/checkpoints (written every 1000 "
         "steps and at the end; load it with tf.train.Checkpoint(model=model).restore; the model "
-        "there works in the standardised units that metrics.json's 'standardisation' undoes)",
+        "there works in the standardised units that metrics.json's 'standardisation' undoes); "
+        "for an .h5ad, also the model folder OUTPUT/model (SingleCellGPLVM.load)",
     )
     parser.add_argument(
         "--resume",
@@ -206,7 +207,8 @@ def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the trained model to OUTPUT/saved_model, a SavedModel that serves with "
         "TensorFlow alone and takes and returns the data's own units (replacing an earlier "
-        "export there)",
+        "export there); for an .h5ad, to OUTPUT/saved_model/1, whose signature embed takes "
+        "cells' counts and obs columns",
     )
 
 

@@ -55,6 +55,7 @@ from .distributed import (
     worker_rows,
 )
 from .export import export_saved_model
+from .export_folder import check_destination, is_export
 from .initialisation import column_location_and_scale
 from .likelihoods import NegativeBinomial
 from .metrics import rmse
@@ -183,13 +184,24 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     reading its own cells on several), the embedding of every cell, ``metrics.json`` and the
     ELBO's figure in ``--output``, written by the chief."""
     from .singlecell import SingleCellGPLVM
+    from .singlecell.likelihoods import COUNT_LIKELIHOODS
+    from .singlecell.saving import SAVED_MODEL
 
-    if args.export or args.labels or args.likelihood not in ("negative_binomial", "poisson"):
+    if args.labels or args.likelihood not in COUNT_LIKELIHOODS:
         raise ValueError(
             "An .h5ad is fitted as single cells' counts: --likelihood negative_binomial or "
-            "poisson, and no --export or --labels (the cells' obs hold their labels)."
+            "poisson, and no --labels (the cells' obs hold their labels)."
         )
     workers = Workers.of(strategy)
+    saved = args.output / "model"
+    with workers.agreeing():  # found now, not after training
+        if args.save and workers.chief:
+            if is_export(saved, SAVED_MODEL) and not args.resume:
+                raise ValueError(
+                    f"--output {args.output} holds a saved model (model/): pass --resume to "
+                    "continue its run, or choose another --output."
+                )
+            check_destination(saved, overwrite=True, kind=SAVED_MODEL)
     face = SingleCellGPLVM(
         args.latent_dim,
         layer=args.layer,
@@ -225,9 +237,16 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     metrics["elbo_final"] = float(np.mean(history.elbo[-100:])) if len(history.elbo) else None
     (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
     plotting.plot_elbo(history).savefig(args.output / "elbo.png", dpi=120, bbox_inches="tight")
+    written = ["X_gplvm.npy", "X_gplvm_var.npy", "metrics.json", "elbo.png"]
+    if args.save:
+        face.save(saved, overwrite=args.resume)
+        written += ["checkpoints/", "model/"]
+    if args.export:
+        face.export_saved_model(args.output / "saved_model", overwrite=True)
+        written.append("saved_model/1/")
     print(
         f"{cells} cells x {genes} genes, {len(history.elbo)} steps in {seconds:.1f} s; wrote "
-        f"X_gplvm.npy, X_gplvm_var.npy, metrics.json, elbo.png to {args.output}/"
+        f"{', '.join(written)} to {args.output}/"
     )
     return 0
 

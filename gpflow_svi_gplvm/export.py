@@ -235,7 +235,15 @@ def export_saved_model(
     ``location`` and ``scale`` [D]: for a model trained on standardised columns
     (y - location) / scale, the export takes and returns the data's own units (see this module's
     "Units"); without them it serves the model's units, with nothing applied.
+
+    A :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` is exported by its own
+    ``export_saved_model`` (raw counts and ``obs`` columns in, into ``path/1/``, TensorFlow
+    Serving's layout; :mod:`~gpflow_svi_gplvm.singlecell.serving`), with ``overwrite`` and
+    ``dtype`` as given.
     """
+    own_export = getattr(model, "export_saved_model", None)
+    if own_export is not None:  # a single-cell face, whose cells bring counts and obs columns
+        return own_export(path, overwrite=overwrite, dtype=dtype)
     path = check_path(path, "path (where the export goes)")
     check_destination(path, overwrite)
     check_writable_folder(path.parent, "The export's parent folder")

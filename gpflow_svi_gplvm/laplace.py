@@ -38,7 +38,7 @@ from typing import cast
 
 import numpy as np
 import tensorflow as tf
-from gpflow.config import default_float
+from gpflow.config import default_float, default_jitter
 from gpflow.inducing_variables import InducingPoints
 
 from .compiled import GraphFunction
@@ -54,6 +54,16 @@ __all__ = ["LaplaceLatents", "laplace_applies"]
 STARTS_TRIED = 3
 r"""Candidate latents per row (those whose decoded means fit its observed entries best) at which
 :math:`\phi` is evaluated; the row starts at the lowest."""
+
+_ZERO = tf.UnconnectedGradients.ZERO  # a point estimate's prior is 0 everywhere
+
+LOW = tf.float32
+r"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
+terms): about 5x the throughput of double precision in the products and twice in the
+elementwise terms on CPUs with wide vector units (``benchmarks/results/mapping.md``); the
+latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
+:math:`10^{-7}` of its terms' size, which places its mode to a small fraction of q(x*)'s spread
+(steps below that cannot be judged)."""
 
 ROW_NUMBERS = 1e7
 """The Jacobians of a block of rows, Q x rows x D numbers, stay near this size (rows per block)."""
@@ -168,14 +178,14 @@ class LaplaceLatents(tf.Module):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [B, Q] of q(x*) of a block of rows."""
         observed = tf.logical_not(tf.math.is_nan(Y))
-        values = tf.where(observed, Y, tf.zeros_like(Y))
+        values = tf.cast(tf.where(observed, Y, tf.zeros_like(Y)), LOW)
+        block = _Rows(values, observed, inputs, tf.cast(offsets, LOW))
         gp = _Predictive(self.model)
 
         def derivatives(theta: tf.Tensor, rows: tf.Tensor) -> Derivatives:
-            part = _Rows(*(tf.gather(t, rows) for t in (values, observed, inputs, offsets)))
-            return self._derivatives(gp, theta, part)
+            return self._derivatives(gp, theta, block.gathered(rows))
 
-        start = self._start(gp, values, observed, inputs, offsets)
+        start = self._start(gp, block)
         mode, hessian = newton_minimum(derivatives, start, self.tolerance, self.iterations)
         if self.point:
             return mode, tf.zeros_like(mode)
@@ -183,40 +193,38 @@ class LaplaceLatents(tf.Module):
             return mode, 1.0 / tf.linalg.diag_part(hessian)
         return mode, tf.linalg.diag_part(tf.linalg.inv(hessian))
 
-    def _start(self, gp, values, observed, inputs, offsets) -> tf.Tensor:
+    def _start(self, gp: _Predictive, rows: _Rows) -> tf.Tensor:
         """Each row's start [B, Q]: its encoder's mean, or the best of its candidates."""
         model = self.model
         if model.latent.amortised:
-            Y = tf.where(observed, values, tf.fill(tf.shape(values), _nan(values)))
-            idx = tf.zeros(tf.shape(Y)[:1], tf.int64)
+            idx = tf.zeros(tf.shape(rows.values)[:1], tf.int64)
+            Y = tf.cast(rows.targets(), default_float())
             return cast(tf.Tensor, model.latent.moments(idx, Y)[0])
         own = self._candidate_inputs
         if model.size_factor_reference is not None:  # decoded at a size factor of one
             own = tf.pad(own[:, :-1], [[0, 0], [0, 1]])
         decoded = gp.rate(self._candidates_at, own, self.likelihood)  # [C, D]
-        scaled = values / tf.exp(_log_size(model, inputs))
-        mask = tf.cast(observed, values.dtype)
+        scale = tf.cast(tf.exp(_log_size(model, rows.inputs)), LOW)
+        mask = tf.cast(rows.observed, LOW)
+        scaled = rows.values / scale * mask
         errors = (
-            tf.reduce_sum(tf.square(scaled * mask), axis=1, keepdims=True)
-            - 2.0 * _single_matmul(scaled * mask, decoded, transpose_b=True)
+            tf.reduce_sum(tf.square(scaled), axis=1, keepdims=True)
+            - 2.0 * tf.matmul(scaled, decoded, transpose_b=True)
             + tf.matmul(mask, tf.square(decoded), transpose_b=True)
         )  # [B, C], the squares expanded: no [B, C, D] tensor
         count = min(STARTS_TRIED, int(self._candidates_at.shape[0]))
         starts = tf.gather(self._candidates_at, tf.math.top_k(-errors, count).indices)  # [B, K, Q]
         flat = tf.reshape(starts, [-1, model.latent_dim])
-        repeated = _Rows(
-            *(tf.repeat(t, count, axis=0) for t in (values, observed, inputs, offsets))
-        )
-        losses = tf.reshape(self._loss(gp, flat, repeated), [-1, count])
+        losses = tf.reshape(self._loss(gp, flat, rows.repeated(count)), [-1, count])
         return tf.gather(starts, tf.argmin(losses, axis=1), batch_dims=1)
 
     def _loss(self, gp: _Predictive, x: tf.Tensor, rows: _Rows) -> tf.Tensor:
-        """:math:`\\phi` [A] of rows at latent points x [A, Q]."""
+        r""":math:`\phi` [A] (up to a term of each row's values alone) at latent points x [A, Q]."""
         mean, variance = gp.at(x, rows.inputs, rows.offsets)
         wide = tf.broadcast_to(variance, tf.shape(mean))
-        Y = tf.where(rows.observed, rows.values, tf.fill(tf.shape(mean), _nan(mean)))
-        expected = self.likelihood.variational_expectations(_no_inputs(mean), mean, wide, Y)
-        return -expected - self._log_prior(x)
+        # Only the value is read: the derivatives are pruned from the graph.
+        terms = expectation_derivatives(self.likelihood, rows.targets(), mean, wide).value
+        return -tf.cast(tf.reduce_sum(terms, axis=1), x.dtype) - self._log_prior(x)
 
     def _log_prior(self, x: tf.Tensor) -> tf.Tensor:
         latent = self.model.latent
@@ -226,53 +234,63 @@ class LaplaceLatents(tf.Module):
 
     def _derivatives(self, gp: _Predictive, x: tf.Tensor, rows: _Rows) -> Derivatives:
         r""":math:`\phi` [A], its gradient [A, Q] and Hessian [A, Q, Q] at x [A, Q]: the
-        likelihood's part through the Jacobians of (m, v) [Q, A, D] and [Q, A] (v is one for
+        likelihood's part through the Jacobians of (m, v) [A, Q, D] and [A, Q] (v is one for
         every output) plus the curvature of (m, v) themselves, and the prior's."""
         (mean, variance), (mean_jac, variance_jac) = gp.with_jacobians(x, rows.inputs, rows.offsets)
         wide = tf.broadcast_to(variance, tf.shape(mean))
-        Y = tf.where(rows.observed, rows.values, tf.fill(tf.shape(mean), _nan(mean)))
-        d = expectation_derivatives(self.likelihood, Y, mean, wide)
-        expected = self.likelihood.variational_expectations(_no_inputs(mean), mean, wide, Y)
+        d = expectation_derivatives(self.likelihood, rows.targets(), mean, wide)
         with tf.GradientTape() as outer:
             outer.watch(x)
             with tf.GradientTape() as inner:
                 inner.watch(x)
                 log_prior = self._log_prior(x)
                 prior_total = tf.reduce_sum(log_prior)
-            prior_gradient = inner.gradient(prior_total, x)
-        prior_hessian = outer.batch_jacobian(prior_gradient, x)
-        v_first = tf.reduce_sum(d.variance, axis=1)  # [A]
-        v_curve = tf.reduce_sum(-d.variance_variance, axis=1)
-        vj = tf.transpose(variance_jac)  # [A, Q]
-        gradient = -tf.einsum("qad,ad->aq", mean_jac, d.mean) - vj * v_first[:, None]
-        cross = tf.einsum("qad,ad->aq", mean_jac, -d.mean_variance)  # [A, Q]
-        rows_jac = tf.transpose(mean_jac, [1, 0, 2])  # [A, Q, D]
+            prior_gradient = inner.gradient(prior_total, x, unconnected_gradients=_ZERO)
+        prior_hessian = outer.batch_jacobian(prior_gradient, x, unconnected_gradients=_ZERO)
+        high = x.dtype
+
+        def summed(terms: tf.Tensor) -> tf.Tensor:  # over the outputs, in the model's precision
+            return tf.cast(tf.reduce_sum(terms, axis=-1), high)
+
+        def along(weights: tf.Tensor) -> tf.Tensor:  # sum_d J_qd w_d [A, Q], no [A, Q, D] product
+            return tf.cast(tf.linalg.matvec(mean_jac, weights), high)
+
+        v_first, v_curve = summed(d.variance), summed(-d.variance_variance)  # [A]
+        vj = variance_jac  # [A, Q]
+        gradient = -along(d.mean) - vj * v_first[:, None]
+        cross = along(-d.mean_variance)  # [A, Q]
+        weighted = mean_jac * -d.mean_mean[:, None, :]
         hessian = (
-            _single_matmul(rows_jac * -d.mean_mean[:, None, :], rows_jac, transpose_b=True)
+            tf.cast(tf.matmul(weighted, mean_jac, transpose_b=True), high)
             + cross[:, :, None] * vj[:, None, :]
             + vj[:, :, None] * cross[:, None, :]
             + v_curve[:, None, None] * vj[:, :, None] * vj[:, None, :]
             - gp.curvature(x, rows.inputs, d.mean, v_first)
             - prior_hessian
         )
-        return -expected - log_prior, gradient - prior_gradient, hessian
-
-
-def _nan(like: tf.Tensor) -> tf.Tensor:
-    return tf.constant(np.nan, like.dtype)
-
-
-def _no_inputs(like: tf.Tensor) -> tf.Tensor:
-    """A placeholder [A, 1] for the likelihood's X, which count likelihoods do not read."""
-    return tf.zeros_like(like[:, :1])
+        return -summed(d.value) - log_prior, gradient - prior_gradient, hessian
 
 
 class _Rows:
-    """A block of rows: values [A, D] (0 where missing), observed [A, D], inputs [A, R] and
-    offsets [A, D]."""
+    """A block of rows in :data:`LOW` precision: values [A, D] (0 where missing), observed
+    [A, D], offsets [A, D]; and their observed inputs [A, R] in the model's."""
 
     def __init__(self, values, observed, inputs, offsets):
         self.values, self.observed, self.inputs, self.offsets = values, observed, inputs, offsets
+
+    def gathered(self, rows: tf.Tensor) -> _Rows:
+        return _Rows(*(tf.gather(t, rows) for t in self._parts()))
+
+    def repeated(self, count: int) -> _Rows:
+        return _Rows(*(tf.repeat(t, count, axis=0) for t in self._parts()))
+
+    def targets(self) -> tf.Tensor:
+        """The values with NaN where missing."""
+        missing = tf.fill(tf.shape(self.values), tf.constant(np.nan, self.values.dtype))
+        return tf.where(self.observed, self.values, missing)
+
+    def _parts(self) -> tuple[tf.Tensor, ...]:
+        return self.values, self.observed, self.inputs, self.offsets
 
 
 def _log_size(model: SVIGPLVM, inputs: tf.Tensor) -> tf.Tensor:
@@ -283,25 +301,27 @@ def _log_size(model: SVIGPLVM, inputs: tf.Tensor) -> tf.Tensor:
 
 
 class _Predictive:
-    """The frozen model's q(f | x) at GP inputs [x, c]: mean [A, D] and one variance [A, 1]."""
+    """The frozen model's q(f | x) at GP inputs [x, c]: mean [A, D] in :data:`LOW` precision
+    and one variance [A, 1]."""
 
     def __init__(self, model: SVIGPLVM):
         self.model = model
         Z = model.inducing_variable.Z
-        Kzz = model.kernel.K(Z) + _jitter(Z)
+        Kzz = model.kernel.K(Z) + default_jitter() * tf.eye(tf.shape(Z)[0], dtype=Z.dtype)
         L = tf.linalg.cholesky(Kzz)
         q_mu = tf.convert_to_tensor(model.q_mu)
         S_factor = tf.convert_to_tensor(model.q_sqrt)[0]  # [M, M], shared by the outputs
         eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
         L_inv = tf.linalg.triangular_solve(L, eye, lower=True)  # L^-1
         if model.whiten:
-            self.W = tf.linalg.matmul(L_inv, q_mu, transpose_a=True)  # L^-T m_u
+            W = tf.linalg.matmul(L_inv, q_mu, transpose_a=True)  # L^-T m_u
             inner = eye - tf.matmul(S_factor, S_factor, transpose_b=True)
         else:
-            self.W = tf.linalg.cholesky_solve(L, q_mu)  # Kzz^-1 m_u
+            W = tf.linalg.cholesky_solve(L, q_mu)  # Kzz^-1 m_u
             S = tf.matmul(S_factor, S_factor, transpose_b=True)
             inner = eye - tf.matmul(L_inv, tf.matmul(S, L_inv, transpose_b=True))
-        self.P = tf.matmul(L_inv, tf.matmul(inner, L_inv), transpose_a=True)
+        self.P = tf.matmul(L_inv, tf.matmul(inner, L_inv), transpose_a=True)  # [M, M]
+        self.W = tf.cast(W, LOW)  # [M, D]
         self.Z = Z
 
     def _parts(self, X: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -320,25 +340,25 @@ class _Predictive:
         return self._moments(K, diag, prior_mean, offsets)
 
     def _moments(self, K, diag, prior_mean, offsets) -> tuple[tf.Tensor, tf.Tensor]:
-        mean = tf.matmul(K, self.W) + prior_mean + offsets
+        mean = tf.matmul(tf.cast(K, LOW), self.W) + tf.cast(prior_mean, LOW) + offsets
         variance = diag - tf.reduce_sum(tf.matmul(K, self.P) * K, axis=1)
-        return mean, tf.maximum(variance, 1e-12)[:, None]
+        return mean, tf.cast(tf.maximum(variance, 1e-12), LOW)[:, None]
 
     def rate(self, x: tf.Tensor, inputs: tf.Tensor, likelihood) -> tf.Tensor:
         """The likelihood's predictive mean [C, D] at latent points x [C, Q] with ``inputs``."""
-        mean, variance = self.at(x, inputs, tf.zeros([1, 1], x.dtype))
-        return likelihood.predict_mean_and_var(x, mean, tf.broadcast_to(variance, tf.shape(mean)))[
-            0
-        ]
+        mean, variance = self.at(x, inputs, tf.zeros([1, 1], LOW))
+        wide = tf.cast(tf.broadcast_to(variance, tf.shape(mean)), x.dtype)
+        return tf.cast(likelihood.predict_mean_and_var(x, tf.cast(mean, x.dtype), wide)[0], LOW)
 
     def curvature(
         self, x: tf.Tensor, inputs: tf.Tensor, mean_weights: tf.Tensor, variance_weight: tf.Tensor
     ) -> tf.Tensor:
-        """:math:`\\sum_d a_d \nabla^2 m_d(x) + b \nabla^2 v(x)` [A, Q, Q] per row, for weights
+        r""":math:`\sum_d a_d \nabla^2 m_d(x) + b \nabla^2 v(x)` [A, Q, Q] per row, for weights
         a [A, D] (``mean_weights``) and b [A] (``variance_weight``): the second-order part of
-        the Hessian of :math:`\\sum_d \\ell_d(m_d(x), v(x))`, of a scalar per row whose cost is
-        the kernel's, not the D outputs' (:math:`\\sum_d a_d m_d = K_{xZ} W a + \\mu_0^\top a`)."""
-        reduced = tf.matmul(mean_weights, self.W, transpose_b=True)  # [A, M]
+        the Hessian of :math:`\sum_d \ell_d(m_d(x), v(x))`, of a scalar per row whose cost is
+        the kernel's, not the D outputs' (:math:`\sum_d a_d m_d = K_{xZ} W a + \mu_0^\top a`)."""
+        high = x.dtype
+        reduced = tf.cast(tf.matmul(mean_weights, self.W, transpose_b=True), high)  # [A, M]
         with tf.GradientTape() as outer:
             outer.watch(x)
             with tf.GradientTape() as inner:
@@ -347,7 +367,7 @@ class _Predictive:
                 variance = diag - tf.reduce_sum(tf.matmul(K, self.P) * K, axis=1)
                 weighted = (
                     tf.reduce_sum(K * reduced, axis=1)
-                    + tf.reduce_sum(prior_mean * mean_weights, axis=1)
+                    + tf.reduce_sum(prior_mean * tf.cast(mean_weights, high), axis=1)
                     + variance_weight * variance
                 )
                 total = tf.reduce_sum(weighted)
@@ -355,9 +375,9 @@ class _Predictive:
         return outer.batch_jacobian(gradient, x)
 
     def with_jacobians(self, x: tf.Tensor, inputs: tf.Tensor, offsets: tf.Tensor):
-        """:meth:`at` and the Jacobians of its mean [Q, A, D] and variance [Q, A] in x: the
-        kernel's and mean function's by one forward-mode pass per latent dimension, then the
-        mean's in one product with W [M, D]."""
+        """:meth:`at` and the Jacobians in x of its mean [A, Q, D] (in :data:`LOW` precision)
+        and variance [A, Q]: the kernel's and the mean function's by one forward-mode pass per
+        latent dimension, then the mean's in one product with W [M, D]."""
         X = self._joined(x, inputs)
         K, diag, prior_mean = self._parts(X)
         mean, variance = self._moments(K, diag, prior_mean, offsets)
@@ -369,29 +389,11 @@ class _Predictive:
             kernel_rows.append(accumulator.jvp(K_q))
             diag_rows.append(accumulator.jvp(diag_q))
             prior_rows.append(accumulator.jvp(prior_q))
-        dK = tf.stack(kernel_rows)  # [Q, A, M]
-        shape = tf.shape(dK)
-        flat = tf.reshape(dK, [shape[0] * shape[1], shape[2]])
-        mean_jac = tf.reshape(_single_matmul(flat, self.W), [shape[0], shape[1], -1])  # [Q, A, D]
+        dK = tf.stack(kernel_rows, axis=1)  # [A, Q, M]
+        mean_jac = tf.matmul(tf.cast(dK, LOW), self.W)  # [A, Q, D]
         if all(row is not None for row in prior_rows):  # a mean function that reads x
-            mean_jac += tf.stack(prior_rows)
-        variance_jac = -2.0 * tf.reduce_sum(dK * tf.matmul(K, self.P)[None], axis=2)
+            mean_jac += tf.cast(tf.stack(prior_rows, axis=1), LOW)
+        variance_jac = -2.0 * tf.reduce_sum(dK * tf.matmul(K, self.P)[:, None, :], axis=2)
         if all(row is not None for row in diag_rows):  # a kernel whose k(x, x) moves with x
-            variance_jac += tf.stack(diag_rows)
+            variance_jac += tf.stack(diag_rows, axis=1)
         return (mean, variance), (mean_jac, variance_jac)
-
-
-def _single_matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
-    """a b (or a b^T) in single precision, returned in a's: the products with the D outputs
-    that only the steps' directions and curvature read (about 5x the throughput of double
-    precision on CPUs with wide vector units, ``benchmarks/mapping.py``); the loss each step is
-    judged by stays in the model's precision."""
-    low = tf.matmul(tf.cast(a, tf.float32), tf.cast(b, tf.float32), transpose_b=transpose_b)
-    return tf.cast(low, a.dtype)
-
-
-def _jitter(Z) -> tf.Tensor:
-    from gpflow.config import default_jitter
-
-    M = tf.shape(Z)[0]
-    return default_jitter() * tf.eye(M, dtype=default_float())

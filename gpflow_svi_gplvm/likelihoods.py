@@ -90,6 +90,11 @@ class MaskedLikelihood(Likelihood):
         Gauss-Hermite quadrature otherwise), one entry at a time."""
         return self._masked_terms(self.base.predict_log_density, X, Fmu, Fvar, Y)
 
+    def entry_expectations(self, X, Fmu, Fvar, Y) -> tf.Tensor:
+        r""":math:`E_{N(f_d \mid Fmu_d, Fvar_d)} \log p(y_d \mid f_d)` per entry [..., D], zero
+        where y_d is missing."""
+        return self._masked_terms(self.base.variational_expectations, X, Fmu, Fvar, Y)
+
     def _log_prob(self, X, F, Y) -> tf.Tensor:
         return self._masked_sum(self.base.log_prob, X, F, None, Y)
 
@@ -293,10 +298,11 @@ def _log_binomial_coefficients(Y: tf.Tensor, r: tf.Tensor) -> tf.Tensor:
 
 
 class ExpectationDerivatives(NamedTuple):
-    r"""The derivatives [..., D] of :math:`\ell = E_{N(f \mid m, v)} \log p(y \mid f)` per entry
-    in its mean m and variance v: first (``mean``, ``variance``) and second (``mean_mean``,
-    ``mean_variance``, ``variance_variance``)."""
+    r""":math:`\ell = E_{N(f \mid m, v)} \log p(y \mid f)` per entry [..., D] up to a term of y
+    alone (``value``) and its derivatives in the mean m and variance v: first (``mean``,
+    ``variance``) and second (``mean_mean``, ``mean_variance``, ``variance_variance``)."""
 
+    value: tf.Tensor
     mean: tf.Tensor
     variance: tf.Tensor
     mean_mean: tf.Tensor
@@ -307,17 +313,18 @@ class ExpectationDerivatives(NamedTuple):
 def expectation_derivatives(
     likelihood: Likelihood, Y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
 ) -> ExpectationDerivatives:
-    r"""First and second derivatives [..., D] of each entry's variational expectation under
-    :math:`q(f) = N(m, v)` (``mean``, ``variance`` [..., D]), zero where Y is NaN.
+    r"""Each entry's variational expectation under :math:`q(f) = N(m, v)` (``mean``,
+    ``variance`` [..., D]) and its first and second derivatives, zero where Y is NaN.
 
     In closed form for a Gaussian, a Poisson with the exp link (with :math:`e = b\, e^{m + v/2}`:
-    :math:`\ell_m = y - e`, :math:`\ell_v = \ell_{mv} = -e/2`, :math:`\ell_{mm} = -e`,
-    :math:`\ell_{vv} = -e/4`) and :class:`NegativeBinomial` (by its own Gauss-Hermite rule, with
-    :math:`\sigma` the logistic function at its nodes and Price's theorem,
-    :math:`\partial_v E g = E g'' / 2`: :math:`\ell_m = y - (y + r) E\sigma`,
-    :math:`\ell_{mm} = 2 \ell_v = -(y + r) E\sigma'`, :math:`\ell_{mv} = -(y + r) E\sigma'' / 2`,
-    :math:`\ell_{vv} = -(y + r) E\sigma^{(3)} / 4`); other likelihoods by automatic
-    differentiation."""
+    :math:`\ell = y m - e`, :math:`\ell_m = y - e`, :math:`\ell_v = \ell_{mv} = -e/2`,
+    :math:`\ell_{mm} = -e`, :math:`\ell_{vv} = -e/4`) and :class:`NegativeBinomial` (by its own
+    Gauss-Hermite rule, with :math:`\sigma` the logistic function at its nodes and Price's
+    theorem, :math:`\partial_v E g = E g'' / 2`: :math:`\ell = y l - (y + r) E\,\mathrm{softplus}`,
+    :math:`\ell_m = y - (y + r) E\sigma`, :math:`\ell_{mm} = 2 \ell_v = -(y + r) E\sigma'`,
+    :math:`\ell_{mv} = -(y + r) E\sigma'' / 2`, :math:`\ell_{vv} = -(y + r) E\sigma^{(3)} / 4`),
+    each ``value`` without its terms of y alone (log-gamma, normalising constants); other
+    likelihoods by automatic differentiation, with the whole value."""
     observed = tf.logical_not(tf.math.is_nan(Y))
     base = base_likelihood(likelihood)
     filled = tf.where(observed, Y, tf.zeros_like(Y))
@@ -325,12 +332,20 @@ def expectation_derivatives(
         found = _negative_binomial_derivatives(base, filled, mean, variance)
     elif isinstance(base, Poisson) and base.invlink is tf.exp:
         rate = tf.exp(mean + variance / 2.0) * tf.cast(base.binsize, mean.dtype)
-        found = ExpectationDerivatives(filled - rate, -rate / 2, -rate, -rate / 2, -rate / 4)
-    elif isinstance(base, Gaussian):
-        precision = tf.ones_like(mean) / tf.convert_to_tensor(base.variance)
-        zeros = tf.zeros_like(mean)
         found = ExpectationDerivatives(
-            (filled - mean) * precision, -precision / 2, -precision, zeros, zeros
+            filled * mean - rate, filled - rate, -rate / 2, -rate, -rate / 2, -rate / 4
+        )
+    elif isinstance(base, Gaussian):
+        precision = tf.ones_like(mean) / tf.cast(base.variance, mean.dtype)
+        zeros = tf.zeros_like(mean)
+        residual = filled - mean
+        found = ExpectationDerivatives(
+            -0.5 * (tf.square(residual) + variance) * precision,
+            residual * precision,
+            -precision / 2,
+            -precision,
+            zeros,
+            zeros,
         )
     else:
         found = _automatic_derivatives(MaskedLikelihood(base), Y, mean, variance)
@@ -341,23 +356,33 @@ def expectation_derivatives(
 def _negative_binomial_derivatives(
     likelihood: NegativeBinomial, Y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
 ) -> ExpectationDerivatives:
-    r = likelihood._total_count(mean)
+    r = tf.cast(likelihood._total_count(mean), mean.dtype)
     logits = mean - tf.math.log(r)
     points, weights = np.polynomial.hermite.hermgauss(likelihood.num_gauss_hermite_points)
     scale = tf.sqrt(variance)
-    moments = [tf.zeros_like(mean) for _ in range(4)]  # E of sigma and its three derivatives
+    # E of softplus, sigma and sigma's three derivatives at the nodes
+    moments = [tf.zeros_like(mean) for _ in range(5)]
     for t, w in zip(np.sqrt(2.0) * points, weights / np.sqrt(np.pi)):
-        s = tf.sigmoid(logits + scale * float(t))
+        node = logits + scale * float(t)
+        small = tf.exp(-tf.abs(node))  # e^{-|z|}: neither overflows
+        s = tf.where(node >= 0.0, tf.ones_like(small), small) / (1.0 + small)
         slope = s * (1.0 - s)
-        terms = (s, slope, slope * (1.0 - 2.0 * s), slope * (1.0 - 6.0 * s * (1.0 - s)))
+        terms = (
+            tf.nn.relu(node) + tf.math.log1p(small),
+            s,
+            slope,
+            slope * (1.0 - 2.0 * s),
+            slope * (1.0 - 6.0 * s * (1.0 - s)),
+        )
         moments = [m + float(w) * term for m, term in zip(moments, terms)]
     total = Y + r
     return ExpectationDerivatives(
-        Y - total * moments[0],
-        -total * moments[1] / 2,
-        -total * moments[1],
+        Y * logits - total * moments[0],
+        Y - total * moments[1],
         -total * moments[2] / 2,
-        -total * moments[3] / 4,
+        -total * moments[2],
+        -total * moments[3] / 2,
+        -total * moments[4] / 4,
     )
 
 
@@ -365,19 +390,24 @@ def _automatic_derivatives(
     likelihood: MaskedLikelihood, Y: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
 ) -> ExpectationDerivatives:
     """:func:`expectation_derivatives` by differentiating the masked expectation's sum twice
-    (each entry depends on its own mean and variance alone)."""
+    (each entry depends on its own mean and variance alone), in the model's precision."""
+    low, high = mean.dtype, default_float()
+    Y, mean, variance = (tf.cast(t, high) for t in (Y, mean, variance))
     X = tf.zeros_like(mean[..., :1])
+    zero = tf.UnconnectedGradients.ZERO  # e.g. a Gaussian's value is linear in the variance
     with tf.GradientTape(persistent=True) as outer:
         outer.watch([mean, variance])
         with tf.GradientTape() as inner:
             inner.watch([mean, variance])
-            total = tf.reduce_sum(likelihood.variational_expectations(X, mean, variance, Y))
-        d_mean, d_var = inner.gradient(total, [mean, variance])
+            value = likelihood.entry_expectations(X, mean, variance, Y)
+            total = tf.reduce_sum(value)
+        d_mean, d_var = inner.gradient(total, [mean, variance], unconnected_gradients=zero)
         first, second = tf.reduce_sum(d_mean), tf.reduce_sum(d_var)
-    d_mm, d_mv = outer.gradient(first, [mean, variance])
-    d_vv = outer.gradient(second, variance)
+    d_mm, d_mv = outer.gradient(first, [mean, variance], unconnected_gradients=zero)
+    d_vv = outer.gradient(second, variance, unconnected_gradients=zero)
     del outer
-    return ExpectationDerivatives(d_mean, d_var, d_mm, d_mv, d_vv)
+    found = (value, d_mean, d_var, d_mm, d_mv, d_vv)
+    return ExpectationDerivatives(*(tf.cast(t, low) for t in found))
 
 
 def log_link(likelihood: Likelihood) -> bool:

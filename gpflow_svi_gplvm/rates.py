@@ -93,6 +93,7 @@ def paired_covariance(model, Xa: tf.Tensor, Xb: tf.Tensor) -> tf.Tensor:
     "variance: [B, Q]",
     "references: [K, B, R]",
     "noise: [S, Q]",
+    "offsets: [K, B, D]",
     "return[0]: [B, D]",
     "return[1]: [B, D]",
 )
@@ -103,14 +104,16 @@ def rate_moments(
     references: np.ndarray,
     noise: np.ndarray,
     second_moment: bool = False,
+    offsets: np.ndarray | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor | None]:
     r"""The expectation [B, D] of the rate averaged over the K ``references`` [K, B, R]
     (observed inputs of each row, R = 0 for a model without), :math:`E[\bar\lambda_{nd}]`,
     under :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, v_n)` (``mean``, ``variance`` [B, Q]) drawn
     as :math:`\mu + \sqrt{v}\, \epsilon` with the standard ``noise`` [S, Q] (the same draws for
     every row) and :math:`q(f \mid x)`; with ``second_moment`` also
-    :math:`E[\bar\lambda_{nd}^2]` [B, D] (None without). Memory: [S, B, D] tensors, K + 2 of them
-    (K^2 pair covariances in turn with ``second_moment``)."""
+    :math:`E[\bar\lambda_{nd}^2]` [B, D] (None without). ``offsets`` [K, B, D]: known shifts
+    of f at each reference (a batch's effect learnt apart). Memory: [S, B, D] tensors, K + 2 of
+    them (K^2 pair covariances in turn with ``second_moment``)."""
     link = inverse_link(model.likelihood)
     dtype = default_float()
     mean, variance = tf.constant(mean, dtype), tf.constant(variance, dtype)
@@ -123,6 +126,8 @@ def rate_moments(
         for r in references
     ]  # K x [S, B, Q + R]
     moments = [model.predict_f_at_draws(X) for X in inputs]  # K x ([S, B, D], [S, B, D])
+    if offsets is not None:
+        moments = [(m + tf.constant(o, dtype), v) for (m, v), o in zip(moments, offsets)]
     K = len(moments)
     if link == "exp":
         first = tf.add_n([tf.exp(m + v / 2.0) for m, v in moments]) / K

@@ -15,8 +15,9 @@ import tensorflow as tf  # noqa: E402
 from builders import count_cells  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
-from gpflow_svi_gplvm.inference import TOLERANCE, infer_latents  # noqa: E402
+from gpflow_svi_gplvm.laplace import LaplaceLatents  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping import INFERENCE_STEPS  # noqa: E402
 from gpflow_svi_gplvm.singlecell.model import (  # noqa: E402
     ENCODER_LEARNING_RATE,
     TABLE_LEARNING_RATE,
@@ -77,13 +78,11 @@ def test_an_encoders_embedding_is_each_cells_q_x_refined_from_the_encoders(capsy
     shown = capsys.readouterr().err
     assert "refine q(x): 100%" in shown and f"| {N}/{N} [" in shown.split("refine q(x)")[-1]
     model, counts = face.model, cells.layers["counts"].toarray().astype(np.float64)
-    covariates = face.encoding.transform(cells.obs)
-    # The new-row inference of the package's public API, from the encoder's q(x) by Newton steps.
-    mean, variance = infer_latents(
-        model, counts, covariates=covariates, tolerance=TOLERANCE, iterations=300, seed=1
-    )
-    np.testing.assert_allclose(cells.obsm["X_gplvm"], mean.numpy(), rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(cells.obsm["X_gplvm_var"], variance.numpy(), rtol=1e-8)
+    # The Laplace inference of the package's public API, from the encoder's q(x) by Newton steps.
+    inputs = model.row_inputs.numpy()
+    mean, variance = LaplaceLatents(model, INFERENCE_STEPS, seed=1).infer(counts, inputs)
+    np.testing.assert_allclose(cells.obsm["X_gplvm"], mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(cells.obsm["X_gplvm_var"], variance, rtol=1e-8)
     encoders, _ = model.latent.moments(tf.range(N, dtype=tf.int64), tf.constant(counts))
     assert np.abs(cells.obsm["X_gplvm"] - encoders.numpy()).max() > 1e-3  # moved from there
     assert cells.uns["gplvm"]["settings"]["refine_latents"] is True
@@ -317,8 +316,8 @@ def test_single_cell_inputs_that_would_be_misread_are_refused(fitted):
         model.transform(cells.layers["counts"].toarray())
     with pytest.raises(ValueError, match="no cells to embed"):
         model.transform(cells[:0].copy())
-    with pytest.raises(ValueError, match="chunk_size"):
-        model.transform(cells[:3].copy(), chunk_size=0)
+    with pytest.raises(ValueError, match="iterations must be"):
+        model.transform(cells[:3].copy(), iterations=0)
 
 
 def test_a_batch_key_of_integer_codes_is_read_as_categories():

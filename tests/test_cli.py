@@ -173,6 +173,28 @@ def test_an_h5ad_genes_column_with_missing_values_is_refused_before_training(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, capsys):
+    pytest.importorskip("anndata")
+    from builders import count_cells
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    cells = count_cells()
+    cells.write_h5ad(tmp_path / "cells.h5ad")
+    args = ["--data", str(tmp_path / "cells.h5ad"), "--layer", "counts", "--batch-key", "batch"]
+    args += ["--latent-dim", "2", "--num-inducing", "8", "--iterations", "10", "--no-progress"]
+    out = tmp_path / "out"
+    assert main([*args, "--save", "--export", "--output", str(out)]) == 0
+    assert "model/" in capsys.readouterr().out
+    face = SingleCellGPLVM.load(out / "model")
+    assert face.gene_names == list(cells.var_names) and face.registration.layer == "counts"
+    assert np.isfinite(face.transform(cells[:5].copy())).all()
+    assert json.loads((out / "saved_model" / "1" / MARKER).read_text())["genes"] == face.gene_names
+    # Another run into the same output keeps the saved model unless it continues the run.
+    assert main([*args, "--save", "--output", str(out)]) == 2
+    assert "pass --resume" in capsys.readouterr().err
+
+
 def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
     """M 25 and Q 5 for a table of rows, the single-cell face's 100 and 10 for an .h5ad (unless
     --num-inducing and --latent-dim)."""

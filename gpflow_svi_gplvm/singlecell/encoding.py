@@ -68,9 +68,11 @@ class CovariateEncoding:
                 names.append(column)
         return names
 
-    def transform(self, obs) -> np.ndarray | None:
+    def transform(self, obs, mapped: Sequence = ()) -> np.ndarray | None:
         """The covariates [N, P] of ``obs``, or None without columns; a ``ValueError`` names a
-        missing column, a NaN, or a category unseen in training."""
+        missing column, a NaN, or a category unseen in training. ``mapped``: categories of the
+        batch column (the first categorical one) unseen in training whose one-hot part is
+        zero (batches whose effects a query mapping learnt apart, as offsets)."""
         if not self.columns:
             return None
         parts = []
@@ -84,7 +86,8 @@ class CovariateEncoding:
                     "leave the column out of the covariates."
                 )
             if column in self.categories:
-                parts.append(_one_hot(values, column, self.categories[column]))
+                extra = mapped if column in self.categorical else ()
+                parts.append(_one_hot(values, column, self.categories[column], extra))
             else:
                 numbers = values.to_numpy(dtype=float)
                 parts.append(((numbers - self.location[column]) / self.scale[column])[:, None])
@@ -135,13 +138,17 @@ def _codes(values, categories: list):
     return values.astype(object).map({c: i for i, c in enumerate(categories)})
 
 
-def _one_hot(values, column: str, categories: list) -> np.ndarray:
-    """[N, K] one-hot of ``values`` over ``categories``; an unseen category is a ValueError."""
-    codes = _codes(values, categories)
+def _one_hot(values, column: str, categories: list, mapped: Sequence = ()) -> np.ndarray:
+    """[N, K] one-hot of ``values`` over ``categories`` (zeros for those ``mapped``); an unseen
+    category is a ValueError."""
+    codes = _codes(values, list(categories) + list(mapped))
     if codes.isna().any():
         unseen = sorted({str(v) for v in values[codes.isna()]})
         raise ValueError(
             f"obs column {column!r} holds categories the model was not fitted with: {unseen} "
-            f"(fitted: {categories}). Fit with cells of those categories too."
+            f"(fitted: {categories}). Embed cells of new batches with map_query(adata), which "
+            "learns their effects with the fitted model unchanged; or fit with those cells too."
         )
-    return np.eye(len(categories))[codes.to_numpy(dtype=int)]
+    return np.eye(len(categories) + 1)[np.minimum(codes.to_numpy(dtype=int), len(categories))][
+        :, : len(categories)
+    ]

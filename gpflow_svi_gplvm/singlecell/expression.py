@@ -148,23 +148,26 @@ def check_genes(fitted: FittedCells, genes: Sequence[str] | None) -> list[str]:
 
 def reference_inputs(
     fitted: FittedCells, obs, categories: list, covariates: Mapping[str, Any]
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The observed inputs [K, b, R] of cells with ``obs`` rows, their batch set to each of
     ``categories`` in turn (None: their own) and the ``covariates`` columns set to a value,
-    with a log size factor 0 where the model has size factors."""
+    with a log size factor 0 where the model has size factors; and their offsets on f
+    [K, b, D] where a query mapping learnt batches (None otherwise)."""
     model = fitted.model
-    batch = fitted.batch_key
-    references = []
+    inputs, offsets = [], []
     for category in categories:
         values = dict(covariates)
         if category is not None:
-            values[batch] = category  # type: ignore[index]
-        encoded = fitted.registration.encoding.transform(obs.assign(**values) if values else obs)
+            values[fitted.batch_key] = category  # type: ignore[index]
+        frame = obs.assign(**values) if values else obs
+        encoded = fitted.covariates(frame)
         columns = [] if encoded is None else [encoded]
         if model.size_factor_reference is not None:
             columns.append(np.zeros((len(obs), 1)))
-        references.append(np.concatenate(columns, axis=1) if columns else np.zeros((len(obs), 0)))
-    return np.stack(references)
+        inputs.append(np.concatenate(columns, axis=1) if columns else np.zeros((len(obs), 0)))
+        offsets.append(fitted.batch_offsets(frame))
+    known = [o for o in offsets if o is not None]
+    return np.stack(inputs), np.stack(known) if known else None
 
 
 def _references(
@@ -195,13 +198,14 @@ def _references(
             "transform_batch needs a model fitted with a batch (batch_key=...); this one has "
             "none: leave transform_batch None."
         )
-    known = encoding.categories[fitted.batch_key]
+    known = fitted.batches
     categories = list(transform_batch) if _several(transform_batch) else [transform_batch]
     unknown = [c for c in categories if c not in known]
     if unknown or not categories:
         raise ValueError(
             f"transform_batch {unknown if unknown else categories!r}: give categories of "
-            f"obs[{fitted.batch_key!r}] the model was fitted with: {known}."
+            f"obs[{fitted.batch_key!r}] the model was fitted with (or map_query learnt): "
+            f"{known}."
         )
     return categories, covariates
 
@@ -243,7 +247,7 @@ def _check_library_size(library_size: float | str, link: str) -> bool:
 def _scale(fitted: FittedCells, states: CellStates, library_size: float | str) -> np.ndarray:
     """What multiplies each cell's rate at a size factor of one [b]: its own size factor, or
     L over the model's reference library size (L alone for a model without size factors)."""
-    count = len(states.cells)
+    count = len(states.obs)
     if library_size == "latent":
         own = states.size_factors
         return np.ones(count) if own is None else own
@@ -262,11 +266,11 @@ def _moments(
     """The rate's first and second moments [b, D] at a size factor of one, a few cells per
     call (:data:`NUMBERS_PER_CALL`)."""
     model = fitted.model
-    inputs = reference_inputs(fitted, states.obs, *references)  # [K, b, R]
+    inputs, offsets = reference_inputs(fitted, states.obs, *references)  # [K, b, R], [K, b, D]
     step = max(1, NUMBERS_PER_CALL // (len(noise) * model.data_dim))
     firsts: list[np.ndarray] = []
     seconds: list[np.ndarray] = []
-    for start in range(0, len(states.cells), step):
+    for start in range(0, len(states.obs), step):
         part = slice(start, start + step)
         first, second = rate_moments(
             model,
@@ -275,6 +279,7 @@ def _moments(
             inputs[:, part],
             noise,
             second_moment,
+            None if offsets is None else offsets[:, part],
         )
         firsts.append(first.numpy())
         if second is not None:

@@ -9,11 +9,8 @@ from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
-from tqdm.auto import tqdm
 
-from ..covariates import new_row_inputs
 from ..distributed import RowShard, Workers, worker_rows
-from ..inference import TOLERANCE, LatentInference
 from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import RowReader, RowStream
 from ..training import History, fit
@@ -23,8 +20,17 @@ from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
 from .genes import GenesMixin
 from .likelihoods import LIKELIHOODS, model_likelihood
+from .mapping import (
+    BLOCK,
+    FIT_CELLS,
+    INFERENCE_STEPS,
+    BatchOffsets,
+    CellMapper,
+    read_query,
+)
 from .registration import CellRegistration
 from .saving import load_model, save_model
+from .serving import export_cells
 from .spread import EmbeddingSpread
 from .start import initial_latents
 
@@ -51,10 +57,6 @@ types of very unequal sizes, 4 batches) B-SVI's Leiden ARI was 0.981, 0.967 and 
 against 0.976, 0.905 and 0.913 with 50 (0.901 with 25 on the second), for about a fifth more
 CPU time. benchmarks/results/single_cell.md has the table."""
 
-INFERENCE_STEPS = 300
-"""The most steps a cell's q(x) takes when inferred (by :meth:`SingleCellGPLVM.transform`, and by
-:meth:`SingleCellGPLVM.fit` when it refines an encoder's); most cells stop far sooner."""
-
 
 class SingleCellGPLVM(GenesMixin):
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
@@ -69,16 +71,17 @@ class SingleCellGPLVM(GenesMixin):
     ``likelihood``: "negative_binomial" (a dispersion per gene), "poisson" or "gaussian";
     ``size_factors``: "library" (each cell's total count over the mean), an ``obs`` column, or
     None (counts only); ``model``: "bsvi" (B-SVI), "aeb" (AEB-SVI), "map" or "point";
-    further keyword options go to the model class. ``refine_latents`` (``model="aeb"``): the
-    q(x) that :meth:`fit` writes and :meth:`transform` returns is the encoder's, refined cell by
-    cell by damped Newton steps on the cell's own bound until a step would add less than
-    :data:`~gpflow_svi_gplvm.inference.TOLERANCE` of it (semi-amortised inference: the encoder's
-    q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch out of the
-    embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the encoder's alone,
-    one pass of its networks. ``encoder_training`` (``model="aeb"``): "distilled" (default)
-    fits B-SVI to ``distil_cells`` cells drawn at random (all of them when fewer), hands its GP to
-    the amortised model and trains the encoder to reproduce those cells' q(x)
-    (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
+    further keyword options go to the model class (q(u) has one covariance shared by the genes
+    unless ``shared_covariance=False``: the Laplace embedding of new cells and serving need it).
+    ``refine_latents`` (``model="aeb"``): the q(x) that :meth:`fit` writes and :meth:`transform`
+    returns is the encoder's, refined cell by cell by Newton steps to the Laplace approximation
+    at the cell's mode (:mod:`~gpflow_svi_gplvm.singlecell.mapping`; semi-amortised inference:
+    the encoder's q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch
+    out of the embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the
+    encoder's alone, one pass of its networks. ``encoder_training`` (``model="aeb"``):
+    "distilled" (default) fits B-SVI to ``distil_cells`` cells drawn at random (all of them when
+    fewer), hands its GP to the amortised model and trains the encoder to reproduce those cells'
+    q(x) (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
     process; the ELBO trace is that B-SVI fit's); "joint": the encoder and the GP together on
     the ELBO, as the paper's AEB-SVI (on a hard simulated atlas it lost the cell types that
     distillation keeps, benchmarks/results/single_cell.md). Latents start at a PCA of
@@ -142,6 +145,8 @@ class SingleCellGPLVM(GenesMixin):
             )
         self.encoder_training = encoder_training
         self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
+        if model_options.get("shared_covariance") is None:  # what mapping and serving need
+            model_options["shared_covariance"] = True
         self.model_options = model_options
         self.model: SVIGPLVM | None = None
         self.training_record: dict | None = None
@@ -149,7 +154,10 @@ class SingleCellGPLVM(GenesMixin):
         self.reference = None
         """A loaded model's minified training cells (:meth:`load`), when saved with them."""
         self.history: History | None = None
-        self._inference: LatentInference | None = None
+        self._cell_mapper: CellMapper | None = None
+        self.batch_offsets = BatchOffsets()
+        """The effects (offsets on f [K, D]) of batches the model was not fitted with, learnt
+        by :meth:`map_query`."""
 
     def fit(
         self,
@@ -205,7 +213,7 @@ class SingleCellGPLVM(GenesMixin):
         else:
             model = cast(SVIGPLVM, self.model)
             self.history = fit(model, data, iterations, strategy=strategy, **training)
-        self._inference = None
+        self.batch_offsets = BatchOffsets()
         summary = _summary(self, iterations, batch_size, learning_rate)
         elbo = summary["elbo"]
         final = float(np.mean(elbo[-100:])) if len(elbo) else None
@@ -311,37 +319,52 @@ class SingleCellGPLVM(GenesMixin):
         workers.agree("were given other inputs than the chief", inputs)
 
     def transform(
-        self, adata, iterations: int = INFERENCE_STEPS, chunk_size: int = 4096
+        self, adata, iterations: int = INFERENCE_STEPS, progress: bool = False
     ) -> np.ndarray:
-        """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name, and
-        the fitted ``obs`` columns) with the model frozen, written to ``obsm`` as in
-        :meth:`fit`; returns the means [N*, Q]."""
-        if self.model is None:
+        """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name in any
+        order, and the fitted ``obs`` columns) with the model frozen, each cell's the Laplace
+        approximation at its mode, ``iterations`` Newton steps at most
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`;
+        returns the means [N*, Q]. Cells of batches the model was not fitted with are refused
+        unless :meth:`map_query` has learnt them."""
+        return self._embed(adata, iterations, progress)
+
+    def map_query(
+        self,
+        adata,
+        iterations: int = INFERENCE_STEPS,
+        fit_cells: int = FIT_CELLS,
+        progress: bool = True,
+    ) -> np.ndarray:
+        """Map a query onto the fitted reference: its cells of batches the model was not fitted
+        with get their batch's effect, an offset per gene fitted by MAP with every parameter of
+        the model frozen from up to ``fit_cells`` cells of each new batch, kept for later
+        :meth:`transform`, :meth:`save` and :meth:`export_saved_model`; then every cell is
+        embedded as :meth:`transform` does (the reference cells' embedding is unchanged:
+        :mod:`~gpflow_svi_gplvm.singlecell.mapping`). Returns the means [N*, Q]."""
+        fit_cells = check_integer(fit_cells, "fit_cells", hint="e.g. 2000 cells of each batch")
+        return self._embed(adata, iterations, progress, fit_cells)
+
+    def _embed(
+        self, adata, iterations: int, progress: bool, fit_cells: int | None = None
+    ) -> np.ndarray:
+        """:meth:`transform`, and :meth:`map_query` with ``fit_cells``."""
+        iterations = check_integer(iterations, "iterations", hint="e.g. 50 Newton steps")
+        model = self.model
+        if model is None:
             raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
-        chunk_size = check_integer(chunk_size, "chunk_size", hint="e.g. 4096 cells at a time")
         check_anndata(adata)
         if adata.n_obs == 0:
-            raise ValueError("adata holds no cells to embed: give transform at least one cell.")
-        registration = self.registration
-        rows, library = registration.read_new(adata)
-        covariates = registration.encoding.transform(adata.obs)
-        sizes = registration.new_size_factors(adata.obs, library)
-        inference = self._latent_inference(iterations)
-        means, variances = [], []
-        for start in range(0, rows.shape[0], chunk_size):
-            block = rows[start : start + chunk_size]
-            part = slice(start, start + len(block))
-            inputs = new_row_inputs(
-                self.model,
-                block,
-                None if covariates is None else covariates[part],
-                None if sizes is None else sizes[part],
-            )
-            mean, variance = inference.infer(block, inputs)
-            means.append(mean.numpy())
-            variances.append(variance.numpy())
-        adata.obsm[f"X_{self.key_added}"] = np.concatenate(means)
-        adata.obsm[f"X_{self.key_added}_var"] = np.concatenate(variances)
+            raise ValueError("adata holds no cells to embed: give at least one cell.")
+        query = read_query(self, adata, learn=fit_cells is not None)
+        mapper = self._mapper(iterations)
+        if query.new:
+            learnt = mapper.learn_offsets(query, self.encoding, fit_cells or 0, self.seed)
+            self.batch_offsets.add(query.new, learnt)
+        moments = mapper.embed(
+            query.rows, query.inputs, query.offsets(self.batch_offsets), progress
+        )
+        adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
         return adata.obsm[f"X_{self.key_added}"]
 
     def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
@@ -356,6 +379,21 @@ class SingleCellGPLVM(GenesMixin):
         """The model :meth:`save` wrote to ``folder`` (in this or another process), ready for
         :meth:`transform`; its minified training cells, if saved, are :attr:`reference`."""
         return load_model(folder, cls)
+
+    def export_saved_model(
+        self,
+        path: str | Path,
+        version: int = 1,
+        overwrite: bool = False,
+        iterations: int = INFERENCE_STEPS,
+        dtype: tf.DType = tf.float64,
+    ) -> Path:
+        """Export the fitted model to ``path/<version>/`` as a TensorFlow SavedModel whose
+        signature ``embed`` takes raw counts of the fitted genes and the ``obs`` columns and
+        returns each cell's q(x*) as :meth:`transform` does, with TensorFlow alone
+        (:mod:`~gpflow_svi_gplvm.singlecell.serving`); returns that folder. ``overwrite``
+        replaces an earlier export of this package at that version."""
+        return export_cells(self, path, version, overwrite, iterations, dtype)
 
     @property
     def gene_names(self) -> list[str]:
@@ -373,39 +411,33 @@ class SingleCellGPLVM(GenesMixin):
         return self.refine_latents and cast(SVIGPLVM, self.model).latent.amortised
 
     def _training_moments(
-        self, rows: RowReader, progress: bool = False, block_size: int = 4096
+        self, rows: RowReader, progress: bool = False
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Means and variances [b, Q] of q(x_n) of the training cells, a block of rows at a time
         (an encoder reads their values, and with ``refine_latents`` each cell's q(x) is then
         refined as in :meth:`transform`; a latent table is read a block of its rows at a time)."""
-        model = self.model
-        assert model is not None
-        refine, inputs = self._refines, model.row_inputs
-        inference = self._latent_inference(INFERENCE_STEPS) if refine else None
-        shown = progress and refine  # the other cases are one quick pass
-        with tqdm(total=rows.shape[0], disable=not shown, desc="refine q(x)", unit="cell") as bar:
-            for start in range(0, rows.shape[0], block_size):
-                stop = min(start + block_size, rows.shape[0])
-                if inference is not None:
-                    block_inputs = None if inputs is None else inputs[start:stop].numpy()
-                    mean, variance = inference.infer(rows[start:stop], block_inputs)
-                else:
-                    idx = tf.range(start, stop, dtype=tf.int64)
-                    values = tf.constant(rows[start:stop]) if model.latent.amortised else None
-                    mean, variance = model.latent.moments(idx, values)
-                bar.update(stop - start)
-                yield mean.numpy(), variance.numpy()
+        model = cast(SVIGPLVM, self.model)
+        if self._refines:
+            inputs = None if model.row_inputs is None else model.row_inputs.numpy()
+            mapper = self._mapper(INFERENCE_STEPS)
+            yield from mapper.blocks(rows, inputs, progress=progress, desc="refine q(x)")
+            return
+        for start in range(0, rows.shape[0], BLOCK):
+            stop = min(start + BLOCK, rows.shape[0])
+            idx = tf.range(start, stop, dtype=tf.int64)
+            values = tf.constant(rows[start:stop]) if model.latent.amortised else None
+            mean, variance = model.latent.moments(idx, values)
+            yield mean.numpy(), variance.numpy()
 
-    def _latent_inference(self, iterations: int) -> LatentInference:
-        """The inference of cells' q(x) in at most ``iterations`` steps, kept: its compiled graphs
-        serve later calls with as many steps. An encoder's q(x) is refined by Newton steps with
-        ``refine_latents``; otherwise as :class:`LatentInference` does by default."""
-        if self._inference is None or self._inference.iterations != iterations:
-            tolerance = TOLERANCE if self._refines else "auto"
-            self._inference = LatentInference(
-                cast(SVIGPLVM, self.model), iterations, seed=self.seed, tolerance=tolerance
+    def _mapper(self, iterations: int) -> CellMapper:
+        """The embedding of cells with the model frozen, in at most ``iterations`` steps a cell,
+        kept: its compiled graphs serve later calls with as many steps."""
+        mapper = self._cell_mapper
+        if mapper is None or mapper.model is not self.model or mapper.iterations != iterations:
+            mapper = self._cell_mapper = CellMapper(
+                cast(SVIGPLVM, self.model), self.seed, iterations
             )
-        return self._inference
+        return mapper
 
 
 def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_rate: float) -> dict:

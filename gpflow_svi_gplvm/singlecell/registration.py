@@ -109,7 +109,10 @@ class CellRegistration:
             "covariate_keys": list(self.covariate_keys),
             "size_factors": self.size_factors,
             "counts": self.counts,
-            "categories": {k: [_plain(c) for c in v] for k, v in encoding.categories.items()},
+            "categories": {
+                column: list(map(plain_category, values))
+                for column, values in encoding.categories.items()
+            },
             "location": dict(encoding.location),
             "scale": dict(encoding.scale),
         }
@@ -133,7 +136,7 @@ class CellRegistration:
         return registration
 
 
-def _plain(value):
+def plain_category(value):
     """A category as a JSON value (NumPy's scalars as Python's); a ``ValueError`` for a kind
     JSON cannot hold."""
     if isinstance(value, np.generic):

@@ -6,9 +6,11 @@ The folder holds everything needed to use the model without its training data:
   the registration (layer, genes in order, ``obs`` columns with their categories and scales,
   size factors), the model's shapes and the training record;
 - ``variables.npz``: every variable of the GP, the likelihood and the encoder (by its path in the
-  model, unconstrained values), and the new batches' offsets where a query taught it some;
+  model, unconstrained values);
 - ``reference.npz``: the rows of the per-cell tables (q(x) and the observed GP inputs) of up to
   :data:`REFERENCE_CELLS` training cells drawn at random: where new cells' q(x) may start;
+- ``batch_offsets.npy``: the effects [K, D] of batches learnt by ``map_query``, whose
+  categories the manifest lists;
 - ``cells.h5ad`` (with ``adata=``): a minified AnnData of the training cells, their ``obs`` and
   their q(x) means and variances in ``obsm``, no counts.
 
@@ -43,7 +45,8 @@ from ..models import SVIGPLVM, lookup_model
 from ..sparse_rows import SparseRows
 from ..validation import check_path, check_writable_folder
 from .likelihoods import model_likelihood
-from .registration import CellRegistration
+from .mapping import BatchOffsets
+from .registration import CellRegistration, plain_category
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "REFERENCE_CELLS", "save_model", "load_model"]
 
@@ -81,6 +84,9 @@ def save_model(face: Any, folder: str | Path, adata=None, overwrite: bool = Fals
         np.savez(staging / "reference.npz", **_values(model, only=tables, rows=reference))
         if minified is not None:
             minified.write_h5ad(staging / "cells.h5ad")
+        learnt = face.batch_offsets
+        if learnt.categories:
+            np.save(staging / "batch_offsets.npy", learnt.offsets)
         record = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -90,6 +96,7 @@ def save_model(face: Any, folder: str | Path, adata=None, overwrite: bool = Fals
             "model": _shapes(model, len(reference)),
             "training": face.training_record,
             "cells": minified is not None,
+            "new_batches": [plain_category(c) for c in learnt.categories],
         }
         write_marker(staging, record, SAVED_MODEL)
         replace_folder(staging, path)
@@ -109,6 +116,9 @@ def load_model(folder: str | Path, face_class: type) -> Any:
     with np.load(path / "reference.npz") as tables, np.load(path / "variables.npz") as values:
         face.model = _skeleton(face, manifest["model"], dict(tables))
         _assign(face.model, {**dict(values), **dict(tables)}, path)
+    if manifest["new_batches"]:
+        offsets = np.load(path / "batch_offsets.npy")
+        face.batch_offsets = BatchOffsets(manifest["new_batches"], offsets)
     if manifest.get("cells"):
         import anndata
 
@@ -151,7 +161,7 @@ def _json_options(face: Any) -> dict[str, Any]:
     """The face's options as JSON values; a ``ValueError`` naming a model option JSON cannot
     hold (a kernel or a likelihood object, say)."""
     for name, value in face.model_options.items():
-        if not _plain(value):
+        if not _json_value(value):
             raise ValueError(
                 f"The model option {name}={value!r} cannot be saved: a saved model keeps "
                 "options that are numbers, text, True/False or lists of those. Fit with the "
@@ -171,9 +181,9 @@ def _json_options(face: Any) -> dict[str, Any]:
     }
 
 
-def _plain(value) -> bool:
+def _json_value(value) -> bool:
     if isinstance(value, (list, tuple)):
-        return all(_plain(v) for v in value)
+        return all(_json_value(v) for v in value)
     return value is None or isinstance(value, (bool, int, float, str))
 
 

@@ -1,0 +1,300 @@
+"""Reference mapping: new cells, of new batches, embedded onto a trained reference, against
+scVI's query mapping (scArches: ``SCVI.load_query_data`` and training of the new batch's
+weights alone).
+
+    python benchmarks/mapping.py atlas [--iterations 3000] [--scvi-epochs N]
+    python benchmarks/mapping.py kang  [--iterations 3000] [--scvi-epochs N]
+    python benchmarks/mapping.py speed [--cells 20000] [--compare 1000]
+
+``atlas``: the hard simulated atlas of benchmarks/single_cell.py (``--hard --de-scale 0.5
+--batch-scale 1.0``, 10,000 cells of 10 types, 4 batches, 2,000 genes); batches 0-2 are the
+reference, batch 3 the query. ``kang``: the Kang et al. PBMC counts (``GPFLOW_SVI_GPLVM_DATA``
+or the cache, ``kang_pbmc/``): control cells the reference, interferon-stimulated cells the
+query, the 2,000 genes most variable in the reference (scanpy's ``highly_variable_genes`` on its
+log-normalised counts), cell types by canonical markers
+(:func:`~gpflow_svi_gplvm.datasets.marker_cell_types`, unclear cells left out of the scores).
+
+Each contender fits the reference, then maps the query: B-SVI NB with the batch as covariate
+(``SingleCellGPLVM.fit``, ``map_query``), and, where ``$SCVI_PYTHON`` names a Python with
+scvi-tools, scVI with scvi-tools' recommended scArches architecture (``encode_covariates=True``,
+``deeply_inject_covariates=False``, layer norm) then ``load_query_data`` and 200 epochs of the
+query (``weight_decay=0``). Scores on the joint embedding of reference and query: the query's
+cell types predicted by the 15 nearest reference cells (accuracy), batch ASW (within types) and
+iLISI (scib-metrics, scaled to [0, 1]) of the reference and query batches, the CPU seconds of
+the mapping per 10^4 query cells, and the largest change of a reference cell's embedding.
+
+``speed``: cells embedded a second by ``transform`` (Laplace steps, a block of cells per
+compiled call) at 2,000 genes on the default simulated atlas, and, on ``--compare`` of them,
+the q(x*) of the package's general new-row inference (``infer_latents``: 300 Adam steps of the
+bound, as ``transform`` did before) beside it: k-means ARI and batch ASW of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from single_cell import HARD_ATLAS  # noqa: E402
+
+NEIGHBOURS = 15
+GENES = 2000
+
+
+def hard_atlas(path: Path, cells: int = 10_000) -> None:
+    """The hard atlas as an h5ad (counts in X, obs cell_type and batch)."""
+    import anndata
+    import pandas as pd
+
+    from gpflow_svi_gplvm.datasets import simulate_atlas
+
+    atlas = simulate_atlas(cells, GENES, de_scale=0.5, batch_scale=1.0, seed=0, **HARD_ATLAS)
+    obs = pd.DataFrame(
+        {
+            "cell_type": pd.Categorical([f"type{t}" for t in atlas.cell_type]),
+            "batch": pd.Categorical([f"batch{b}" for b in atlas.batch]),
+        },
+        index=[f"cell{i}" for i in range(cells)],
+    )
+    adata = anndata.AnnData(X=atlas.counts, obs=obs)
+    adata.var_names = [f"gene{j}" for j in range(GENES)]
+    adata.write_h5ad(path)
+
+
+def kang(path: Path) -> None:
+    """Kang et al.'s PBMC: the reference's 2,000 most variable genes, marker cell types."""
+    import scanpy as sc
+
+    from gpflow_svi_gplvm.datasets import load_kang_pbmc, marker_cell_types
+
+    adata = load_kang_pbmc()
+    adata.obs["cell_type"] = marker_cell_types(adata)
+    adata.obs["batch"] = adata.obs["condition"].astype(str)
+    reference = adata[adata.obs["batch"] == "control"].copy()
+    sc.pp.normalize_total(reference, target_sum=1e4)
+    sc.pp.log1p(reference)
+    sc.pp.highly_variable_genes(reference, n_top_genes=GENES)
+    adata = adata[:, reference.var["highly_variable"].to_numpy()].copy()
+    keep = np.asarray(adata.X.sum(axis=1)).ravel() > 0  # a size factor needs a count
+    adata[keep].copy().write_h5ad(path)
+
+
+def split(adata, query_batch: str):
+    query = adata.obs["batch"] == query_batch
+    return adata[~query].copy(), adata[query].copy()
+
+
+def run_gplvm(data: Path, query_batch: str, iterations: int, out: Path) -> None:
+    """Fit B-SVI NB to the reference, map the query; write the embeddings and timings."""
+    import anndata
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    reference, query = split(anndata.read_h5ad(data), query_batch)
+    face = SingleCellGPLVM(batch_key="batch")
+    start = time.process_time()
+    face.fit(reference, iterations=iterations, progress=False)
+    fitted = time.process_time() - start
+    before = reference.obsm["X_gplvm"].copy()
+    variables = [v.numpy().copy() for v in face.model.variables]
+    start, wall = time.process_time(), time.perf_counter()
+    face.map_query(query, progress=False)
+    mapped, mapped_wall = time.process_time() - start, time.perf_counter() - wall
+    again = face.model.latent_mean().numpy()
+    moved = max(
+        float(np.max(np.abs(again - before))),
+        max(float(np.max(np.abs(a - v.numpy()))) for a, v in zip(variables, face.model.variables)),
+    )
+    np.savez(out, reference=before, query=query.obsm["X_gplvm"])
+    out.with_suffix(".json").write_text(
+        json.dumps({"fit_cpu": fitted, "map_cpu": mapped, "map_wall": mapped_wall, "moved": moved})
+    )
+
+
+def run_scarches(data: Path, query_batch: str, epochs: int | None, out: Path) -> None:
+    """scVI on the reference (scvi-tools' scArches architecture), then its query mapping."""
+    import anndata
+    import scvi
+    import torch
+
+    scvi.settings.seed = 0
+    reference, query = split(anndata.read_h5ad(data), query_batch)
+    scvi.model.SCVI.setup_anndata(reference, batch_key="batch")
+    architecture = dict(
+        n_latent=10,
+        n_layers=2,
+        encode_covariates=True,
+        deeply_inject_covariates=False,
+        use_layer_norm="both",
+        use_batch_norm="none",
+    )
+    model = scvi.model.SCVI(reference, **architecture)
+    start = time.process_time()
+    model.train(max_epochs=epochs, accelerator="cpu")
+    fitted = time.process_time() - start
+    before = model.get_latent_representation()
+    start, wall = time.process_time(), time.perf_counter()
+    mapped_model = scvi.model.SCVI.load_query_data(query, model)
+    mapped_model.train(max_epochs=200, plan_kwargs=dict(weight_decay=0.0), accelerator="cpu")
+    embedding = mapped_model.get_latent_representation()
+    mapped, mapped_wall = time.process_time() - start, time.perf_counter() - wall
+    after = mapped_model.get_latent_representation(reference)
+    np.savez(out, reference=before, query=embedding)
+    out.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "fit_cpu": fitted,
+                "map_cpu": mapped,
+                "map_wall": mapped_wall,
+                "moved": float(np.max(np.abs(after - before))),
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
+
+
+def scores(reference: np.ndarray, query: np.ndarray, obs_ref, obs_query) -> dict:
+    """Label transfer accuracy, batch ASW and iLISI of the joint embedding."""
+    from scib_metrics import ilisi_knn
+    from scib_metrics.nearest_neighbors import NeighborsResults
+    from sklearn.neighbors import KNeighborsClassifier, NearestNeighbors
+
+    from gpflow_svi_gplvm.metrics import embedding_scores
+
+    types_ref = obs_ref["cell_type"].astype(str).to_numpy()
+    types_query = obs_query["cell_type"].astype(str).to_numpy()
+    known = types_ref != "unlabelled"
+    classifier = KNeighborsClassifier(NEIGHBOURS).fit(reference[known], types_ref[known])
+    scored = types_query != "unlabelled"
+    accuracy = np.mean(classifier.predict(query[scored]) == types_query[scored])
+    joint = np.concatenate([reference, query])
+    types = np.concatenate([types_ref, types_query])
+    batch = np.concatenate([obs_ref["batch"].astype(str), obs_query["batch"].astype(str)])
+    labelled = types != "unlabelled"
+    mixing = embedding_scores(joint[labelled], types[labelled], batch[labelled])
+    distances, indices = NearestNeighbors(n_neighbors=90).fit(joint).kneighbors(joint)
+    ilisi = ilisi_knn(NeighborsResults(indices=indices, distances=distances), batch, scale=True)
+    return {
+        "accuracy": float(accuracy),
+        "batch ASW": mixing["batch ASW"],
+        "ARI": mixing["ARI"],
+        "iLISI": float(ilisi),
+    }
+
+
+def compare(args: argparse.Namespace) -> None:
+    import anndata
+
+    folder = Path(tempfile.mkdtemp(prefix="mapping-"))
+    data = folder / "cells.h5ad"
+    if args.command == "atlas":
+        hard_atlas(data)
+        query_batch = "batch3"
+    else:
+        kang(data)
+        query_batch = "stimulated"
+    reference, query = split(anndata.read_h5ad(data), query_batch)
+    print(
+        f"{args.command}: reference {reference.n_obs} cells ({sorted(set(reference.obs['batch']))})"
+        f", query {query.n_obs} cells ({query_batch}), {reference.n_vars} genes"
+    )
+    contenders = {"B-SVI NB + batch, map_query": sys.executable}
+    if os.environ.get("SCVI_PYTHON"):
+        contenders["scVI + batch, scArches"] = os.environ["SCVI_PYTHON"]
+    rows = []
+    for name, python in contenders.items():
+        out = folder / f"{len(rows)}.npz"
+        command = [python, __file__, "one", name, str(data), query_batch, str(out)]
+        command += ["--iterations", str(args.iterations)]
+        if args.scvi_epochs:
+            command += ["--scvi-epochs", str(args.scvi_epochs)]
+        subprocess.run(command, check=True)
+        found = np.load(out)
+        record = json.loads(out.with_suffix(".json").read_text())
+        record.update(scores(found["reference"], found["query"], reference.obs, query.obs))
+        record["map_cpu per 1e4"] = record["map_cpu"] * 1e4 / query.n_obs
+        rows.append((name, record))
+    columns = ["accuracy", "batch ASW", "iLISI", "ARI", "map_cpu per 1e4", "fit_cpu", "moved"]
+    print("| contender | " + " | ".join(columns) + " |")
+    print("|---|" + "---:|" * len(columns))
+    for name, record in rows:
+        print(f"| {name} | " + " | ".join(f"{record[c]:.3g}" for c in columns) + " |")
+
+
+def speed(args: argparse.Namespace) -> None:
+    """Cells a second of transform, and its embedding beside infer_latents' on a subset."""
+    import anndata
+    import pandas as pd
+
+    from gpflow_svi_gplvm.datasets import simulate_atlas
+    from gpflow_svi_gplvm.inference import infer_latents
+    from gpflow_svi_gplvm.metrics import embedding_scores
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    total = args.reference + args.cells
+    atlas = simulate_atlas(total, GENES, num_batches=3, seed=0)
+    obs = pd.DataFrame(
+        {"batch": pd.Categorical([f"b{b}" for b in atlas.batch]), "cell_type": atlas.cell_type},
+        index=[f"cell{i}" for i in range(total)],
+    )
+    adata = anndata.AnnData(X=atlas.counts, obs=obs)
+    adata.var_names = [f"gene{j}" for j in range(GENES)]
+    reference, query = adata[: args.reference].copy(), adata[args.reference :].copy()
+    face = SingleCellGPLVM(batch_key="batch").fit(reference, args.iterations, progress=False)
+    face.transform(query[:100].copy())  # traces
+    start, wall = time.process_time(), time.perf_counter()
+    face.transform(query)
+    cpu, wall = time.process_time() - start, time.perf_counter() - wall
+    print(
+        f"transform: {query.n_obs} cells of {GENES} genes in {wall:.1f} s wall, {cpu:.1f} s CPU: "
+        f"{query.n_obs / wall:.0f} cells/s, {1e3 * cpu / query.n_obs:.2f} ms CPU a cell"
+    )
+    subset = query[: args.compare].copy()
+    laplace = subset.obsm["X_gplvm"] = query.obsm["X_gplvm"][: args.compare]
+    rows, _ = face.registration.read_new(subset)
+    covariates = face.encoding.transform(subset.obs)
+    start = time.perf_counter()
+    adam, _ = infer_latents(face.model, rows[: args.compare], covariates=covariates)
+    print(
+        f"infer_latents (300 Adam steps): {args.compare / (time.perf_counter() - start):.1f} cells/s"
+    )
+    types, batches = subset.obs["cell_type"].to_numpy(), subset.obs["batch"].astype(str).to_numpy()
+    for name, embedding in (("transform", laplace), ("infer_latents", adam.numpy())):
+        found = embedding_scores(embedding, types, batches)
+        print(f"{name}: ARI {found['ARI']:.3f}, batch ASW {found['batch ASW']:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["atlas", "kang", "speed", "one"])
+    parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--iterations", type=int, default=3000)
+    parser.add_argument("--scvi-epochs", type=int, default=None)
+    parser.add_argument("--cells", type=int, default=20_000)
+    parser.add_argument("--reference", type=int, default=5000)
+    parser.add_argument("--compare", type=int, default=1000)
+    args = parser.parse_args()
+    if args.command == "one":
+        name, data, query_batch, out = args.rest
+        if name.startswith("scVI"):
+            run_scarches(Path(data), query_batch, args.scvi_epochs, Path(out))
+        else:
+            run_gplvm(Path(data), query_batch, args.iterations, Path(out))
+    elif args.command == "speed":
+        speed(args)
+    else:
+        compare(args)
+
+
+if __name__ == "__main__":
+    main()

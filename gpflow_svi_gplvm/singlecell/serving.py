@@ -1,0 +1,213 @@
+"""A fitted :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` exported as a TensorFlow
+SavedModel that embeds cells from their raw counts, served by TensorFlow alone.
+
+The signature ``embed`` (also ``serving_default``) takes
+
+- ``counts`` [None, G]: each cell's counts of the model's G genes, in the registered order (the
+  export's marker file lists them);
+- one input per ``obs`` column of the GP input, named after the column (letters, digits and
+  underscores; another character becomes an underscore): a category as text [None] (a batch
+  learnt by ``map_query`` included), or a number [None];
+- ``size_factor`` [None] where the model reads size factors from an ``obs`` column (with
+  ``size_factors="library"`` they are the cells' totals over the training reference);
+
+and returns ``mean`` and ``variance`` [None, Q] of each cell's q(x*), found inside the graph as
+``transform`` finds it (:class:`~gpflow_svi_gplvm.laplace.LaplaceLatents`), the same numbers.
+Counts that are not non-negative integers, a cell without counts (under library size factors), a
+category the model does not know, a missing number, or another width of ``counts`` are errors
+that name the problem. The export goes to ``path/<version>/`` (TensorFlow Serving's layout: a
+model's versions side by side under its base path), written whole or not at all
+(:mod:`~gpflow_svi_gplvm.export_folder`).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from gpflow.config import default_float
+
+from ..export_folder import check_destination, make_staging, replace_folder, write_marker
+from ..laplace import LaplaceLatents
+from ..validation import check_integer, check_path, check_writable_folder
+
+__all__ = ["CellServing", "export_cells", "input_name"]
+
+
+def input_name(column: str) -> str:
+    """The signature input of an ``obs`` column: its name with every character other than a
+    letter, digit or underscore made an underscore (and a leading digit prefixed)."""
+    name = re.sub(r"\W", "_", str(column))
+    return f"obs_{name}" if not name or name[0].isdigit() else name
+
+
+class CellServing(tf.Module):
+    """The served function of a fitted face (see the module); holds the model's variables."""
+
+    def __init__(self, face: Any, iterations: int, dtype: tf.DType = tf.float64):
+        super().__init__()
+        model = face.model
+        registration = face.registration
+        self.laplace = LaplaceLatents(model, iterations, seed=face.seed)
+        self.genes = len(registration.gene_names)
+        self.counts = registration.counts
+        self.dtype = dtype
+        self.size_factors = registration.size_factors
+        self.batch_column = registration.batch_key
+        encoding, learnt = registration.encoding, face.batch_offsets
+        # (column, input name, fitted categories or None for numbers)
+        self.columns: list[tuple[str, str, list[str] | None]] = []
+        self.tables: dict[str, tf.lookup.StaticHashTable] = {}
+        self.numbers: dict[str, tuple[float, float]] = {}
+        for column in encoding.columns:
+            name = input_name(column)
+            if column in encoding.categories:
+                fitted = [str(c) for c in encoding.categories[column]]
+                batch = column in encoding.categorical
+                extra = [str(c) for c in learnt.categories] if batch else []
+                keys = tf.constant(fitted + extra)
+                values = tf.range(len(fitted) + len(extra), dtype=tf.int64)
+                initializer = tf.lookup.KeyValueTensorInitializer(keys, values)
+                self.tables[column] = tf.lookup.StaticHashTable(initializer, -1)
+                self.columns.append((column, name, fitted))
+            else:
+                location, scale = encoding.location[column], encoding.scale[column]
+                self.numbers[column] = (location, scale)
+                self.columns.append((column, name, None))
+        names = [name for _, name, _ in self.columns] + ["counts", "size_factor"]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(
+                f"obs columns {[c for c, n, _ in self.columns if n in repeated]} would be served "
+                f"as the same input {repeated}: rename them apart before fitting."
+            )
+        width = model.data_dim
+        zeros = np.zeros((1, width))
+        offsets = learnt.offsets if learnt.categories else np.zeros((0, width))
+        self.offsets = tf.constant(np.concatenate([zeros, offsets]), default_float())
+        self.embed = tf.function(self._embed, input_signature=self._signature())
+
+    def _signature(self) -> list[tf.TensorSpec]:
+        specs = [tf.TensorSpec([None, self.genes], self.dtype, name="counts")]
+        for _, name, categories in self.columns:
+            kind = tf.string if categories is not None else self.dtype
+            specs.append(tf.TensorSpec([None], kind, name=name))
+        if self.size_factors not in (None, "library"):
+            specs.append(tf.TensorSpec([None], self.dtype, name="size_factor"))
+        return specs
+
+    def _embed(self, counts: tf.Tensor, *columns: tf.Tensor) -> dict[str, tf.Tensor]:
+        counts = self._checked_counts(counts)
+        parts, offset_rows = [], tf.zeros(tf.shape(counts)[:1], tf.int64)
+        for (column, name, categories), values in zip(self.columns, columns):
+            if categories is None:
+                parts.append(self._number(column, name, values)[:, None])
+                continue
+            codes = self.tables[column].lookup(values)
+            known = tf.reduce_all(codes >= 0)
+            message = f"{name}: a category the model does not know (known: {categories}"
+            check = tf.debugging.Assert(known, [message + " and those map_query learnt)"])
+            with tf.control_dependencies([check]):
+                fitted = len(categories)
+                parts.append(tf.one_hot(codes, fitted, dtype=default_float()))
+            if column == self.batch_column:
+                offset_rows = tf.where(codes >= fitted, codes - fitted + 1, 0)
+        sizes = self._log_size_factors(counts, columns[len(self.columns) :])
+        if sizes is not None:
+            parts.append(sizes[:, None])
+        width = self.laplace.width
+        inputs = tf.concat(parts, axis=1) if parts else tf.zeros([tf.shape(counts)[0], width])
+        offsets = tf.gather(self.offsets, offset_rows)
+        mean, variance = self.laplace.fit(counts, tf.cast(inputs, default_float()), offsets)
+        return {"mean": tf.cast(mean, self.dtype), "variance": tf.cast(variance, self.dtype)}
+
+    def _checked_counts(self, counts: tf.Tensor) -> tf.Tensor:
+        """``counts`` [B, G] in the model's precision, after run-time checks of its width and
+        values."""
+        fits = tf.equal(tf.size(counts), tf.shape(counts)[0] * self.genes)
+        expected = f"counts must have shape [cells, {self.genes}] (the fitted genes); got"
+        width = tf.debugging.Assert(
+            fits, [expected, tf.shape(counts)], name="wrong_width_of_counts"
+        )
+        values = tf.cast(counts, default_float())
+        valid = tf.math.is_finite(values)
+        if self.counts:
+            valid &= (values >= 0) & tf.equal(values, tf.round(values))
+        check = tf.debugging.Assert(
+            tf.reduce_all(valid),
+            ["counts must be finite" + (" non-negative integers" if self.counts else "")],
+            name="counts_that_are_not_counts",
+        )
+        with tf.control_dependencies([width, check]):
+            return tf.identity(values)
+
+    def _number(self, column: str, name: str, values: tf.Tensor) -> tf.Tensor:
+        location, scale = self.numbers[column]
+        values = tf.cast(values, default_float())
+        check = tf.debugging.Assert(
+            tf.reduce_all(tf.math.is_finite(values)), [f"{name} must be finite numbers"]
+        )
+        with tf.control_dependencies([check]):
+            return (values - location) / scale
+
+    def _log_size_factors(self, counts: tf.Tensor, given: tuple) -> tf.Tensor | None:
+        """Each cell's log size factor [B]: of its total over the reference, or as given."""
+        if self.size_factors is None:
+            return None
+        if self.size_factors == "library":
+            reference = tf.cast(self.laplace.model.size_factor_reference, default_float())
+            factors = tf.reduce_sum(counts, axis=1) / reference
+            message = "a cell without counts in the fitted genes has no size factor"
+        else:
+            factors = tf.cast(given[0], default_float())
+            message = "size_factor must be positive numbers"
+        check = tf.debugging.Assert(tf.reduce_all(factors > 0), [message])
+        with tf.control_dependencies([check]):
+            return tf.math.log(factors)
+
+
+def export_cells(
+    face: Any,
+    path: str | Path,
+    version: int = 1,
+    overwrite: bool = False,
+    iterations: int = 50,
+    dtype: tf.DType = tf.float64,
+) -> Path:
+    """Export ``face`` (see the module) to ``path/<version>/`` and return that folder."""
+    if face.model is None:
+        raise ValueError("Fit the model first: only a fitted SingleCellGPLVM can be exported.")
+    version = check_integer(version, "version", hint="TensorFlow Serving's model version, e.g. 1")
+    base = check_path(path, "path (the export's base folder)")
+    target = base / str(version)
+    check_destination(target, overwrite)
+    if base.exists() and not base.is_dir():
+        raise ValueError(f"{base} is a file: give the base folder of the export's versions.")
+    module = CellServing(face, iterations, tf.as_dtype(dtype))
+    check_writable_folder(base.parent if not base.exists() else base, "The export's folder")
+    base.mkdir(parents=True, exist_ok=True)
+    concrete = module.embed.get_concrete_function()
+    signatures = {"embed": concrete, "serving_default": concrete}
+    staging = make_staging(target)
+    try:
+        tf.saved_model.save(module, str(staging), signatures=signatures)
+        record = {
+            "kind": "single-cell model",
+            "signatures": ["embed", "serving_default"],
+            "genes": list(face.registration.gene_names),
+            "inputs": {column: name for column, name, _ in module.columns},
+            "categories": {c: cats for c, _, cats in module.columns if cats is not None},
+            "learnt_batches": [str(c) for c in face.batch_offsets.categories],
+            "size_factors": module.size_factors,
+            "dtype": module.dtype.name,
+            "latent_dim": int(face.model.latent_dim),
+        }
+        write_marker(staging, record)
+        replace_folder(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

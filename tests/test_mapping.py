@@ -1,0 +1,111 @@
+"""Mapping a query onto a fitted reference: new batches' effects learnt with the model frozen
+(the reference's embedding bit-identical), kept for later transforms and saved with the model,
+genes aligned by name, and what cannot be mapped refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+anndata = pytest.importorskip("anndata")
+pd = pytest.importorskip("pandas")
+sp = pytest.importorskip("scipy.sparse")
+
+from gpflow.utilities import parameter_dict  # noqa: E402
+
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping import new_batch_prior_variance  # noqa: E402
+
+N, D, Q = 120, 30, 2
+SHIFT = 1.2  # the new batch's effect on its genes, on the log scale
+
+
+def _cells(seed: int, batches: list[str], shifted: str | None = None) -> anndata.AnnData:
+    """Counts of two cell types; the batch ``shifted`` scales the last ten genes by e^SHIFT."""
+    rng = np.random.default_rng(seed)
+    kind = rng.integers(0, 2, N)
+    batch = np.array(batches)[np.arange(N) % len(batches)]
+    log_rate = 1.0 + 1.5 * kind[:, None] * (np.arange(D) < 10)
+    log_rate = log_rate + SHIFT * ((batch == shifted)[:, None] & (np.arange(D) >= 20))
+    counts = rng.poisson(rng.uniform(0.7, 1.4, N)[:, None] * np.exp(log_rate)).astype(np.float32)
+    counts[:, 0] += 1
+    obs = pd.DataFrame(
+        {"batch": pd.Categorical(batch), "kind": kind}, index=[f"c{seed}-{i}" for i in range(N)]
+    )
+    cells = anndata.AnnData(X=sp.csr_matrix(counts), obs=obs)
+    cells.var_names = [f"g{j}" for j in range(D)]
+    return cells
+
+
+@pytest.fixture(scope="module")
+def mapped():
+    reference = _cells(0, ["a", "b"])
+    face = SingleCellGPLVM(Q, batch_key="batch", num_inducing=10, seed=0)
+    face.fit(reference, iterations=300, batch_size=40, progress=False)
+    before = {k: v.numpy().copy() for k, v in parameter_dict(face.model).items()}
+    embedding = reference.obsm["X_gplvm"].copy()
+    query = _cells(1, ["a", "new"], shifted="new")
+    face.map_query(query, progress=False)
+    return face, reference, embedding, before, query
+
+
+def test_a_new_batchs_effect_is_learnt_and_the_reference_does_not_move(mapped):
+    face, reference, embedding, before, query = mapped
+    after = parameter_dict(face.model)
+    assert all(np.array_equal(after[name].numpy(), value) for name, value in before.items())
+    np.testing.assert_array_equal(face.model.latent_mean().numpy(), embedding)
+    assert face.batch_offsets.categories == ["new"]
+    offsets = face.batch_offsets.offsets[0]  # [D]
+    # The shifted genes moved by about SHIFT against the others (on f's log scale).
+    assert offsets[20:].mean() - offsets[:20].mean() == pytest.approx(SHIFT, abs=0.35)
+    # Cells of the new batch land with the reference's cells of their kind.
+    new = (query.obs["batch"] == "new").to_numpy()
+    centres = [embedding[reference.obs["kind"] == k].mean(0) for k in (0, 1)]
+    nearest = np.argmin(
+        [np.linalg.norm(query.obsm["X_gplvm"][new] - c, axis=1) for c in centres], axis=0
+    )
+    assert np.mean(nearest == query.obs["kind"].to_numpy()[new]) > 0.9
+
+
+def test_learnt_batches_are_kept_for_transform_and_saved_with_the_model(mapped, tmp_path):
+    face, _, _, _, query = mapped
+    again = query.copy()
+    np.testing.assert_array_equal(face.transform(again), query.obsm["X_gplvm"])
+    loaded = SingleCellGPLVM.load(face.save(tmp_path / "model"))
+    np.testing.assert_array_equal(loaded.transform(query.copy()), query.obsm["X_gplvm"])
+    other = _cells(2, ["other"])
+    with pytest.raises(ValueError, match=r"\['other'\].*map_query"):
+        face.transform(other)
+
+
+def test_query_genes_are_aligned_by_name_and_missing_ones_named(mapped):
+    face, _, _, _, query = mapped
+    reordered = query[:, list(reversed(query.var_names))].copy()
+    reordered.var_names = list(reversed(query.var_names))
+    np.testing.assert_array_equal(face.transform(reordered), query.obsm["X_gplvm"])
+    extra = anndata.concat([query, query[:, :3]], axis=1, merge="first")
+    extra.var_names = list(query.var_names) + ["x1", "x2", "x3"]
+    np.testing.assert_array_equal(face.transform(extra), query.obsm["X_gplvm"])
+    with pytest.raises(ValueError, match=r"lack 2 of the fitted genes .*'g3', 'g7'"):
+        face.map_query(query[:, [g for g in query.var_names if g not in ("g3", "g7")]].copy())
+
+
+def test_what_cannot_be_mapped_is_refused_by_name(mapped):
+    face, _, _, _, query = mapped
+    twice = query.copy()
+    twice.var_names = ["g0"] + list(query.var_names[1:-1]) + ["g0"]
+    with pytest.raises(ValueError, match="var_names repeat"):
+        face.map_query(twice)
+    halves = query.copy()
+    halves.X = halves.X * 0.5
+    with pytest.raises(ValueError, match="non-negative integers"):
+        face.map_query(halves)
+    no_key = query.copy()
+    del no_key.obs["batch"]
+    with pytest.raises(ValueError, match="obs has no column 'batch'"):
+        face.map_query(no_key)
+    with pytest.raises(ValueError, match="fit_cells must be a positive integer"):
+        face.map_query(query, fit_cells=0)
+    with pytest.raises(ValueError, match="Fit the model first"):
+        SingleCellGPLVM(Q, batch_key="batch").map_query(query)
+    assert new_batch_prior_variance(face.model, 2) > 0
