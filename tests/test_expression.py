@@ -22,6 +22,7 @@ from gpflow_svi_gplvm.rates import paired_covariance  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.differential import posterior_fdr_selection  # noqa: E402
 from gpflow_svi_gplvm.singlecell.labels import LabelTransfer, transfer_labels  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping import BatchOffsets  # noqa: E402
 
 N, D, Q = 60, 8, 2
 
@@ -177,6 +178,26 @@ def test_expression_over_q_x_agrees_with_brute_force_monte_carlo(fitted):
         np.testing.assert_allclose(found_variance.to_numpy()[n], rates.var(axis=0), rtol=0.2)
 
 
+def test_a_batch_learnt_by_a_query_mapping_adds_its_offsets_to_f(fitted):
+    face, cells = fitted
+    learnt = np.random.default_rng(4).normal(0.0, 0.5, (1, D))
+    saved, face.batch_offsets = face.batch_offsets, BatchOffsets(["c"], learnt)
+    try:
+        points = _point_latents(cells[:6])
+        points.obs["batch"] = pd.Categorical(["c"] * 6)  # a batch the model was not fitted with
+        own = face.normalized_expression(points, n_samples=2)
+        swapped = face.normalized_expression(_point_latents(cells[:6]), "c", n_samples=2)
+    finally:
+        face.batch_offsets = saved
+    x = points.obsm["X_gplvm"]
+    inputs = np.concatenate([x, np.zeros((6, 3))], axis=1)  # its one-hot part zero
+    mean, _, variance = _NumpyGP(face.model).mean_and_covariance(inputs, inputs)
+    reference = face.model.size_factor_reference.numpy()
+    expected = np.exp(mean + learnt + variance[:, None] / 2) / reference
+    np.testing.assert_allclose(own.to_numpy(), expected, rtol=1e-10)
+    np.testing.assert_allclose(swapped.to_numpy(), expected, rtol=1e-10)
+
+
 def test_an_h5ad_path_is_read_a_block_at_a_time_and_written_to_output(fitted, tmp_path):
     face, cells = fitted
     path = tmp_path / "cells.h5ad"
@@ -211,7 +232,7 @@ def test_cells_without_counts_or_embedding_get_finite_expression(fitted):
 @pytest.mark.parametrize(
     "options, message",
     [
-        (dict(transform_batch="c"), r"transform_batch \['c'\].*fitted with: \['a', 'b'\]"),
+        (dict(transform_batch="c"), r"transform_batch \['c'\].*map_query learnt\): \['a', 'b'\]"),
         (dict(transform_batch=[]), "transform_batch"),
         (dict(genes=["gene1", "CD4"]), r"genes= names \['CD4'\]"),
         (dict(genes=[]), "genes= is empty"),
