@@ -20,6 +20,7 @@ __all__ = [
     "leiden_clusterings",
     "rare_type_f1",
     "scib_scores",
+    "expected_calibration_error",
     "RARE_SHARE",
     "NEIGHBOURS",
     "check_labels",
@@ -73,6 +74,36 @@ def nlpd(
         return float(np.mean(terms[scored]))
     per_row = np.where(scored, terms, 0.0).sum(axis=1)
     return float(np.mean(per_row[scored.any(axis=1)]))
+
+
+def expected_calibration_error(
+    probabilities: np.ndarray, labels: np.ndarray, num_bins: int = 15
+) -> float:
+    r"""The expected calibration error of class probabilities [N, T] against the true classes
+    ``labels`` [N] (column indices): with the cells binned by the probability of their most
+    probable class (their confidence) into ``num_bins`` equal bins of [0, 1],
+
+    .. math::
+
+        \mathrm{ECE} = \sum_b rac{|B_b|}{N}\, ig|\mathrm{acc}(B_b) - \mathrm{conf}(B_b)ig|,
+
+    accuracy and mean confidence within each bin (Guo et al. 2017): 0 when the confidences are
+    the frequencies with which the predictions come true."""
+    probabilities = np.asarray(probabilities, dtype=float)
+    labels = np.asarray(labels)
+    if probabilities.ndim != 2 or labels.shape != (len(probabilities),) or not len(labels):
+        raise ValueError(
+            f"probabilities must be [N, T] and labels [N] (N >= 1), got {probabilities.shape} "
+            f"and {labels.shape}."
+        )
+    confidence = probabilities.max(axis=1)
+    correct = probabilities.argmax(axis=1) == labels
+    bins = np.minimum((confidence * num_bins).astype(int), num_bins - 1)
+    error = 0.0
+    for b in np.unique(bins):
+        inside = bins == b
+        error += inside.mean() * abs(correct[inside].mean() - confidence[inside].mean())
+    return float(error)
 
 
 def _scored(Y_true, mask, *predictions) -> tuple[np.ndarray, np.ndarray]:

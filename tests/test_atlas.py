@@ -79,3 +79,21 @@ def test_blocks_are_drawn_as_consumed_and_stack_to_the_atlas():
 def test_bad_options_are_refused_by_name(options, message):
     with pytest.raises(ValueError, match=message):
         simulate_atlas(50, 10, num_types=3, **options)
+
+
+def test_the_effects_give_each_batchs_expected_shares_and_the_batch_free_ones():
+    atlas = simulate_atlas(20_000, 40, num_types=2, num_batches=2, seed=1, programme_scale=0.5)
+    cells = (atlas.cell_type == 0) & (atlas.batch == 1)
+    expected = atlas.effects.proportions(
+        atlas.cell_type[cells], atlas.programme[cells], atlas.batch[cells]
+    )
+    observed = np.asarray(atlas.counts[cells].sum(axis=0)).ravel() / atlas.library_size[cells].sum()
+    means = (atlas.library_size[cells, None] * expected).sum(axis=0) / atlas.library_size[
+        cells
+    ].sum()
+    assert np.allclose(observed, means, rtol=0.1, atol=2e-4)
+    free = atlas.batch_free_proportions(cells)
+    assert np.allclose(free.sum(axis=1), 1.0)
+    shift = atlas.effects.batch_shifts[1]  # the batch multiplies each gene's share, renormalised
+    ratio = expected * np.exp(-shift) / free
+    assert np.allclose(ratio, ratio[:, :1])

@@ -112,6 +112,18 @@ def test_single_cell_benchmark_quick():
         assert 0.0 <= float(pca.strip(" |").split(" | ")[index]) <= 1.0
 
 
+@pytest.mark.slow
+def test_expression_benchmark_quick():
+    pytest.importorskip("anndata")
+    pytest.importorskip("scanpy")
+    # The package against the Wilcoxon test (scVI runs where $SCVI_PYTHON is set): each table.
+    out = _run(str(BENCHMARKS / "expression.py"), "atlas", "--quick", "--contenders", "gplvm")
+    assert "| gplvm |" in out and "| Wilcoxon (scanpy) |" in out and "failed" not in out
+    assert "truth 'designed'" in out and "Label transfer to batch batch1" in out
+    out = _run(str(BENCHMARKS / "expression.py"), "memory", "--quick")
+    assert "| 6,000 | obsm of the file |" in out and "| 100 | inferred |" in out
+
+
 def _anchor(heading: str) -> str:
     """A heading's anchor as MyST (``myst_heading_anchors``) and GitHub make it."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")

@@ -16,7 +16,7 @@ experimental protocols (train/test splits, artificial missingness).
 Every public name of the submodules is importable from here.
 """
 
-from .atlas import SimulatedAtlas, atlas_blocks, simulate_atlas
+from .atlas import AtlasBlocks, AtlasEffects, SimulatedAtlas, atlas_blocks, simulate_atlas
 from .dataset import (
     DataSet,
     load_array_file,
@@ -62,6 +62,8 @@ from .splits import (
 )
 
 __all__ = [
+    "AtlasBlocks",
+    "AtlasEffects",
     "CONDITIONS",
     "PBMC_MARKERS",
     "load_kang_pbmc",

@@ -39,7 +39,44 @@ import scipy.sparse as sp
 from ..options import takes_options_of
 from ..validation import check_integer
 
-__all__ = ["SimulatedAtlas", "simulate_atlas", "atlas_blocks"]
+__all__ = ["AtlasBlocks", "AtlasEffects", "SimulatedAtlas", "simulate_atlas", "atlas_blocks"]
+
+
+@dataclass
+class AtlasEffects:
+    """The effects an atlas was drawn with (:func:`simulate_atlas`'s model): what a method
+    that reads genes should recover."""
+
+    base: np.ndarray
+    """[D] the genes' base levels :math:`\\beta_d`."""
+    type_effects: np.ndarray
+    """[T, D] :math:`\\delta_{td}`, non-zero on the genes each type expresses differentially."""
+    batch_shifts: np.ndarray
+    """[B, D] :math:`\\gamma_{bd}`, each batch's shift of every gene."""
+    programme: np.ndarray
+    """[T, D] :math:`\\kappa\\,\\omega_{td}` (zeros without a programme)."""
+    dispersion: np.ndarray
+    """[D] :math:`\\phi_d`."""
+
+    def proportions(
+        self, cell_type: np.ndarray, position: np.ndarray, batch: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Each cell's expected share of its library per gene [n, D],
+        :math:`p_{nd} / \\sum_{d'} p_{nd'}`, of cells of types ``cell_type`` [n] at programme
+        positions ``position`` [n]: in batches ``batch`` [n], or batch-free (no shift) when
+        None. Times the library size, the expected counts."""
+        weights = self._weights(cell_type, position, batch)
+        return weights / weights.sum(axis=1, keepdims=True)
+
+    def _weights(
+        self, cell_type: np.ndarray, position: np.ndarray, batch: np.ndarray | None
+    ) -> np.ndarray:
+        """[n, D] the shares up to a factor a cell: exp of the logits less their maximum."""
+        logits = self.base + self.type_effects[cell_type]
+        if batch is not None:
+            logits = logits + self.batch_shifts[batch]
+        logits = logits + position[:, None] * self.programme[cell_type]
+        return np.exp(logits - logits.max(axis=1, keepdims=True))
 
 
 @dataclass
@@ -57,6 +94,13 @@ class SimulatedAtlas:
     programme: np.ndarray
     """[N] each cell's position :math:`\\tau_n` in [-1, 1] along its type's programme (zeros
     without one)."""
+    effects: AtlasEffects
+    """The effects the counts were drawn with."""
+
+    def batch_free_proportions(self, cells=slice(None)) -> np.ndarray:
+        """The expected shares of the library [n, D] of ``cells`` (an index or mask of rows)
+        without their batch's shift: the truth that batch-corrected expression estimates."""
+        return self.effects.proportions(self.cell_type[cells], self.programme[cells])
 
 
 def atlas_blocks(
@@ -73,12 +117,13 @@ def atlas_blocks(
     type_proportions: Sequence[float] | None = None,
     composition: float | None = None,
     programme_scale: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Iterator[sp.csr_matrix]]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, AtlasBlocks]:
     """The cell types [N], batches [N], library sizes [N] and programme positions [N] of
     :func:`simulate_atlas`'s cells, and their counts as CSR blocks of ``block`` rows [block, D],
-    drawn as they are consumed, so that an atlas larger than memory can be written to disk a
-    block at a time. Without ``type_proportions``, ``composition`` and ``programme_scale`` a
-    seed draws the same atlas as before these options existed."""
+    drawn as they are consumed (:class:`AtlasBlocks`, which holds the effects), so that an atlas
+    larger than memory can be written to disk a block at a time. Without ``type_proportions``,
+    ``composition`` and ``programme_scale`` a seed draws the same atlas as before these options
+    existed."""
     num_cells, num_genes = (
         check_integer(num_cells, "num_cells"),
         check_integer(num_genes, "num_genes"),
@@ -104,17 +149,42 @@ def atlas_blocks(
         )
         position = rng.uniform(-1.0, 1.0, num_cells)
 
-    def blocks() -> Iterator[sp.csr_matrix]:
-        for start in range(0, num_cells, block):
-            rows = slice(start, min(start + block, num_cells))
-            types = cell_type[rows]
-            logits = base + de[types] + shift[batch[rows]] + position[rows, None] * programme[types]
-            proportions = np.exp(logits - logits.max(axis=1, keepdims=True))
-            mean = library[rows, None] * proportions / proportions.sum(axis=1, keepdims=True)
-            rate = rng.gamma(1.0 / dispersion, dispersion * mean)
-            yield sp.csr_matrix(rng.poisson(rate).astype(np.float32))
+    effects = AtlasEffects(base, de, shift, programme, dispersion)
+    draw = _CountDraw(rng, effects, cell_type, batch, library, position)
+    return cell_type, batch, library, position, AtlasBlocks(draw, num_cells, block)
 
-    return cell_type, batch, library, position, blocks()
+
+@dataclass
+class _CountDraw:
+    """Draws the counts of rows of an atlas from its effects (in order: they share ``rng``)."""
+
+    rng: np.random.Generator
+    effects: AtlasEffects
+    cell_type: np.ndarray
+    batch: np.ndarray
+    library: np.ndarray
+    position: np.ndarray
+
+    def __call__(self, rows: slice) -> sp.csr_matrix:
+        weights = self.effects._weights(self.cell_type[rows], self.position[rows], self.batch[rows])
+        # The library times the weights, then over their sum: the order the atlases were drawn in.
+        mean = self.library[rows, None] * weights / weights.sum(axis=1, keepdims=True)
+        dispersion = self.effects.dispersion
+        rate = self.rng.gamma(1.0 / dispersion, dispersion * mean)
+        return sp.csr_matrix(self.rng.poisson(rate).astype(np.float32))
+
+
+class AtlasBlocks:
+    """The counts of an atlas as CSR blocks of ``block`` rows [block, D], drawn as they are
+    consumed (once); :attr:`effects` are the effects they are drawn with."""
+
+    def __init__(self, draw: _CountDraw, num_cells: int, block: int):
+        self._draw, self.num_cells, self.block = draw, num_cells, block
+        self.effects = draw.effects
+
+    def __iter__(self) -> Iterator[sp.csr_matrix]:
+        for start in range(0, self.num_cells, self.block):
+            yield self._draw(slice(start, min(start + self.block, self.num_cells)))
 
 
 def _de(rng: np.random.Generator, de_scale: float, n: int) -> np.ndarray:
@@ -191,4 +261,4 @@ def simulate_atlas(*args: Any, **options: Any) -> SimulatedAtlas:
     counts of ``block`` cells are drawn at a time)."""
     cell_type, batch, library, position, blocks = atlas_blocks(*args, **options)
     counts = sp.vstack(list(blocks), format="csr")
-    return SimulatedAtlas(counts, cell_type, batch, library, position)
+    return SimulatedAtlas(counts, cell_type, batch, library, position, blocks.effects)

@@ -20,6 +20,7 @@ from ..validation import check_integer, check_seed
 from .cells import CellsFile, assembled, check_anndata, check_output, content_hash, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
 from .encoding import CovariateEncoding
+from .genes import GenesMixin
 from .likelihoods import LIKELIHOODS, model_likelihood
 from .mapping import (
     BLOCK,
@@ -64,7 +65,7 @@ against 0.976, 0.905 and 0.913 with 50 (0.901 with 25 on the second), for about 
 CPU time. benchmarks/results/single_cell.md has the table."""
 
 
-class SingleCellGPLVM:
+class SingleCellGPLVM(GenesMixin):
     """A GPLVM fitted to an AnnData: counts of chosen genes, batch and covariates from ``obs``.
 
     ``latent_dim``: Q, 10 by default, as scVI's latent space (on hard simulated atlases 20 kept

@@ -1,0 +1,50 @@
+"""The methods of :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` that read genes once it
+is fitted (as scvi-tools' ``RNASeqMixin`` gives its models): normalised, batch-corrected
+expression, change-mode differential expression and label transfer, each a few lines handing
+the fitted model (:func:`~gpflow_svi_gplvm.singlecell.fitted.fitted_cells`) to its module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..options import takes_options_of
+from . import differential, expression, labels
+from .cell_states import latent_moments
+from .fitted import fitted_cells
+
+__all__ = ["GenesMixin"]
+
+
+class GenesMixin:
+    """Reading genes from a fitted single-cell model. Cells' q(x) is the one ``fit`` or
+    ``transform`` stored in ``obsm`` where there is one for every cell, else inferred as
+    ``transform`` infers it; an AnnData or the path of an ``.h5ad`` file."""
+
+    @takes_options_of(expression.normalized_expression, omit=("fitted",))
+    def normalized_expression(self, adata, *args: Any, **options: Any):
+        """The expected rate of each gene at each cell's q(x), its batch set to a reference
+        (:mod:`~gpflow_svi_gplvm.singlecell.expression`): a DataFrame [N, G], with
+        ``return_variance`` a pair, with ``output`` arrays written to that folder."""
+        return expression.normalized_expression(fitted_cells(self), adata, *args, **options)
+
+    @takes_options_of(differential.differential_expression, omit=("fitted",))
+    def differential_expression(self, adata, *args: Any, **options: Any):
+        """Change-mode DE between groups of ``obs[groupby]`` with a posterior expected FDR
+        (:mod:`~gpflow_svi_gplvm.singlecell.differential`): a DataFrame, a row a gene."""
+        return differential.differential_expression(fitted_cells(self), adata, *args, **options)
+
+    @takes_options_of(labels.transfer_labels, omit=("moments", "key"))
+    def transfer_labels(self, reference, query, labels_key: str, **options: Any):
+        """Carry ``reference.obs[labels_key]`` to the ``query`` cells as probabilities
+        (:mod:`~gpflow_svi_gplvm.singlecell.labels`); the reference's batches are held out in
+        turn to calibrate them unless ``groups_key`` says otherwise."""
+        fitted = fitted_cells(self)
+        options.setdefault("groups_key", fitted.batch_key)
+        return labels.transfer_labels(
+            reference,
+            query,
+            labels_key,
+            moments=lambda adata: latent_moments(fitted, adata),
+            key=fitted.key,
+            **options,
+        )
