@@ -3,9 +3,11 @@ the ELBO, its growth with K towards its limit (by quadrature on a Q = 1 toy), th
 against a two-pass reference and against the plain estimator's expectation, the flows' density
 gradient against their inverse, and bad input. Eager and tiny, but for one compiled fit."""
 
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import gpflow
 import numpy as np
@@ -300,3 +302,16 @@ def test_an_importance_weighted_fit_on_two_replicas_traces_once():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[1, true]"
+
+
+@pytest.mark.slow
+def test_the_tutorials_block_runs_as_written(tmp_path):
+    tutorial = (Path(__file__).resolve().parents[1] / "tutorials" / "01_the_bound.md").read_text()
+    section = tutorial.split("## A tighter bound", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+    result = subprocess.run(
+        [sys.executable, "-c", block], capture_output=True, text=True, timeout=900, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log_likelihood, error = map(float, result.stdout.split()[-2:])
+    assert np.isfinite(log_likelihood) and 0.0 < error < 1.0
