@@ -3,6 +3,7 @@
 
     python benchmarks/importance.py step [--repeats 7]
     python benchmarks/importance.py heldout oilflow qpcr mnist kang [--seeds 3 --kang-folder DIR]
+    python benchmarks/importance.py heldout oilflow --curve           # against training time
     python benchmarks/importance.py step heldout oilflow --quick      # a smoke run of each path
 
 ``step``: the compiled step's steps per second at K = 1, 5 and 20 (``num_importance``), measured
@@ -14,21 +15,24 @@ default (B-SVI's in closed form over q(x) under a Gaussian likelihood).
 
 ``heldout``: for each data set, B-SVI (or ``--model``) trained at K = 1, 5 and 20 for the same
 steps (equal steps), and at K = 5 and 20 for the steps that take K = 1's run's time (equal
-seconds: the steps scaled by the step rates measured side by side in the same process), three
-seeds (the model's initialisation and the minibatches; one split of the rows). The score is the
-held-out log-likelihood per test row, log p(y*) of its observed entries, estimated by
-``marginal_log_likelihood`` (256 draws of a proposal made of the row's q(x*), from new-row
-inference or the encoder), averaged over the test rows; the tables give its mean and standard error
-over the seeds, the paired difference from K = 1 (mean and standard error over the seeds) and
-the estimator's mean Monte Carlo standard error per row.
+seconds: the steps scaled by the step rates measured side by side in the same process, median
+of five interleaved rounds of 100 steps), three seeds (the model's initialisation and the
+minibatches; one split of the rows). The score is the held-out log-likelihood per test row,
+log p(y*) of its observed entries, estimated by ``marginal_log_likelihood`` (256 draws of a
+proposal made of the row's q(x*), from new-row inference or the encoder), averaged over the test
+rows; the tables give its mean and standard error over the seeds, the paired difference from
+K = 1 (mean and standard error over the seeds) and the estimator's mean Monte Carlo standard
+error per row. With ``--curve``: the score of K = 1 and K = 5 (seed 0) after 1, 2 and 4 times the
+data set's steps, beside their training seconds, so that equal seconds can be read off at
+several budgets.
 
 Data sets: oil flow (1000 x 12, 80/20 split), qPCR (437 x 48, 80/20), MNIST (the first 2000
 training images, 60% of the pixels hidden at random, scored on 500 test images with 60% hidden),
 and Kang et al.'s PBMC control cells (``pbmc_ctrl.h5ad`` of ``--kang-folder``, written by
 ``shared/data/kang_pbmc/fetch.sh``): the 1000 most variable genes (scanpy's Seurat flavour on
-log-normalised counts), 2500 cells drawn at random for training and 500 for testing, their raw
+log-normalised counts), 2000 cells drawn at random for training and 400 for testing, their raw
 counts under a negative binomial likelihood with a dispersion per gene and size factors (each
-cell's total count over the training cells' mean), batch 100 and 1500 steps. Data:
+cell's total count over the training cells' mean), batch 100 and 1000 steps. Data:
 $GPFLOW_SVI_GPLVM_DATA.
 """
 
@@ -129,7 +133,7 @@ def mnist() -> HeldOut:
     return HeldOut("MNIST, 60% missing", Y_train, Y_test, 5, 100, 100, 2000)
 
 
-def kang(folder: Path, train: int = 2500, test: int = 500, genes: int = 1000) -> HeldOut:
+def kang(folder: Path, train: int = 2000, test: int = 400, genes: int = 1000) -> HeldOut:
     import anndata
     import scanpy as sc
 
@@ -154,7 +158,7 @@ def kang(folder: Path, train: int = 2500, test: int = 500, genes: int = 1000) ->
         10,
         50,
         100,
-        1500,
+        1000,
         options=dict(
             likelihood=lambda: NegativeBinomial(num_outputs=genes),
             size_factors=factors[train_rows],
@@ -166,8 +170,8 @@ def kang(folder: Path, train: int = 2500, test: int = 500, genes: int = 1000) ->
 # --------------------------------------------------------------------------------- step cost
 
 
-def step_entries(shape: str, K: int) -> dict:
-    """{(column, model): Trainer factory} for the step benchmark at one K."""
+def step_entries(shape: str, K: int, names: list[str]) -> dict:
+    """{(column, model): Trainer factory} for the step benchmark at one K, models ``names``."""
     rng = np.random.default_rng(0)
     if shape == "oil flow":
         Y, Q, M = rng.standard_normal((800, 12)), 10, 25
@@ -175,9 +179,9 @@ def step_entries(shape: str, K: int) -> dict:
         Y = np.where(rng.random((2000, 784)) < 0.6, np.nan, rng.random((2000, 784)))
         Q, M = 5, 100
     entries = {}
-    for name, model_class in MODELS.items():
+    for name in names:
 
-        def trainer(model_class=model_class):
+        def trainer(model_class=MODELS[name]):
             options = {"num_layers": 10} if model_class is FlowBayesianGPLVM else {}
             model = model_class(Y, Q, M, num_samples=1, num_importance=K, **options)
             return Trainer(model, Y, batch_size=100)
@@ -187,9 +191,10 @@ def step_entries(shape: str, K: int) -> dict:
 
 
 def step_table(shape: str, args: argparse.Namespace) -> str:
+    names = ["bsvi"] if args.quick else list(MODELS)
     entries = {}
     for K in KS:
-        entries.update(step_entries(shape, K))
+        entries.update(step_entries(shape, K, names))
     results = measure(entries, args.step_iterations, args.repeats, args.step_iterations)
     lines = [
         f"{shape}: steps per second (median of {args.repeats} interleaved rounds of "
@@ -198,7 +203,7 @@ def step_table(shape: str, args: argparse.Namespace) -> str:
         "| model | K = 1 | K = 5 | K = 20 | K = 5 step / K = 1 step | K = 20 / K = 1 |",
         "|---|---|---|---|---|---|",
     ]
-    for name in NAMES.values():
+    for name in (NAMES[n] for n in names):
         rates = [results[f"K={K}"][name].median for K in KS]
         lines.append(
             f"| {name} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[2]:.0f} | "
@@ -223,8 +228,8 @@ def step_rates(data: HeldOut, args: argparse.Namespace) -> dict[int, float]:
         return lambda: Trainer(data.build(K, 0), data.Y_train, batch_size=data.batch_size)
 
     entries = {("rate", f"K={K}"): trainer(K) for K in KS}
-    iterations = max(10, args.rate_iterations)
-    results = measure(entries, iterations, args.repeats, iterations)["rate"]
+    iterations = args.rate_iterations
+    results = measure(entries, iterations, args.rate_repeats, iterations)["rate"]
     return {K: results[f"K={K}"].median for K in KS}
 
 
@@ -279,6 +284,32 @@ def heldout_table(data: HeldOut, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def curve_table(data: HeldOut, args: argparse.Namespace) -> str:
+    """Held-out log p(y*) per row against steps and training seconds (the first step's tracing
+    left out), for K = 1 and 5, one seed: equal seconds at every budget of the curve."""
+    checkpoints = [data.iterations * f for f in (1, 2, 4)]
+    lines = [
+        f"{data.name}: {NAMES[data.model]}, seed 0, held-out log p(y*) per test row as training "
+        "goes on",
+        "",
+        "| K | steps | training seconds | held-out log p(y*) per row |",
+        "|---|---|---|---|",
+    ]
+    for K in (1, 5):
+        model = data.build(K, 0)
+        trainer = Trainer(model, data.Y_train, batch_size=data.batch_size, seed=0)
+        trainer.train(1, progress=False)  # the trace, untimed
+        seconds = 0.0
+        for steps in checkpoints:
+            start = time.perf_counter()
+            trainer.train(steps - trainer.num_steps, progress=False)
+            seconds += time.perf_counter() - start
+            score, error = data.score(model, args.num_samples)
+            lines.append(f"| {K} | {steps} | {seconds:.0f} | {score:.3f} (MC s.e. {error:.3f}) |")
+            print("  " + lines[-1], flush=True)
+    return "\n".join(lines)
+
+
 def shrunk(data: HeldOut) -> HeldOut:
     """A smoke run's copy of ``data``: 200 training rows, 20 test rows, 40 steps, M <= 10."""
     options = dict(data.options)
@@ -309,7 +340,8 @@ def heldout(args: argparse.Namespace) -> None:
             data.model = args.model
         if args.quick:
             data = shrunk(data)
-        print("\n" + heldout_table(data, args) + "\n", flush=True)
+        table = curve_table if args.curve else heldout_table
+        print("\n" + table(data, args) + "\n", flush=True)
 
 
 def main() -> None:
@@ -320,14 +352,16 @@ def main() -> None:
     parser.add_argument("--model", choices=list(MODELS), help="instead of each data set's")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--step-iterations", type=int, default=100)
-    parser.add_argument("--rate-iterations", type=int, default=30)
+    parser.add_argument("--rate-iterations", type=int, default=100)
+    parser.add_argument("--rate-repeats", type=int, default=5)
     parser.add_argument("--kang-folder", default=os.environ.get("KANG_FOLDER", KANG_FOLDER))
+    parser.add_argument("--curve", action="store_true", help="held-out score against time")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny and short")
     args = parser.parse_args()
     commands = [c for c in args.commands if c in ("step", "heldout")]
     args.datasets = [c for c in args.commands if c not in ("step", "heldout")]
     if args.quick:
-        args.seeds, args.num_samples, args.repeats = 1, 16, 1
+        args.seeds, args.num_samples, args.repeats, args.rate_repeats = 1, 16, 1, 1
         args.step_iterations, args.rate_iterations = 10, 10
     if "step" in commands:
         step(args)

@@ -22,8 +22,10 @@ over q(u), because log-sum-exp is convex (Jensen's inequality); that expectation
 likelihood's variational expectations above (closed form for Gaussian and Poisson likelihoods,
 Gauss-Hermite quadrature otherwise, observed entries only). K = 1 is the ELBO with
 :math:`-\mathrm{KL}(q(x_n) \| p(x_n))` estimated from the draw, and the bound's expectation grows
-with K towards the likelihood of the data under the GP's q(u) (Burda et al., 2016, Theorem 1).
-``num_samples`` S independent K-draw estimates of each row are averaged; p(x) = N(0, I).
+with K (Burda et al., 2016, Theorem 1) towards the bound with each row's x integrated out
+exactly, :math:`\sum_n \log \int p(x)\, e^{d_n(x)}\, dx - \mathrm{KL}(q(u) \| p(u))`, with
+:math:`d_n(x)` the data term above. ``num_samples`` S independent K-draw estimates of each row
+are averaged; p(x) = N(0, I).
 
 Gradients. The globals (kernel, likelihood, q(u), Z) take the estimator's own gradient,
 :math:`\sum_k \tilde w_{nk} \nabla \log w_{nk}` with the normalised weights
@@ -37,9 +39,10 @@ tables, an encoder, flow layers) that gradient's signal-to-noise ratio falls as 
     \frac{\partial x_{nk}}{\partial \phi},
 
 with :math:`\log q(x)` differentiated through the draw only (its parameters held, the batch's
-``density_gradient``), has the same expectation without that decay. Both come out of one
-backward pass: the gradient that reaches a draw is multiplied by its normalised weight on its way
-on to :math:`\phi` (:class:`WeightedDraws`).
+``density_gradient``), has the same expectation, and Tucker et al. show that its signal-to-noise
+ratio does not fall as K grows. Both come out of one backward pass: the gradient that reaches a
+draw is multiplied by its normalised weight on its way on to :math:`\phi`
+(:class:`WeightedDraws`).
 """
 
 from __future__ import annotations
