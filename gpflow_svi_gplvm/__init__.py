@@ -19,6 +19,7 @@ from .latents import (
     RowLatentVariables,
 )
 from .likelihoods import MaskedLikelihood, NegativeBinomial
+from .marginal_likelihood import marginal_log_likelihood
 from .models import (
     MAPGPLVM,
     SVIGPLVM,
@@ -60,6 +61,7 @@ __all__ = [
     "multi_worker_strategy",
     "LatentInference",
     "log_predictive_density",
+    "marginal_log_likelihood",
     "export_saved_model",
     "posterior_draws",
     "latent_draws",

@@ -167,19 +167,19 @@ class SizeFactorOffset(MeanFunction):
 )
 def with_row_inputs(batch: LatentBatch, inputs: tf.Tensor) -> LatentBatch:
     """The latent ``batch`` with the rows' observed ``inputs`` [B, R] appended to every draw, to
-    the mean and, with zero variance, to the variance and the covariance factor: [.., Q + R]."""
+    the mean and, with zero variance, to the variance and the covariance factor: [.., Q + R].
+    The densities of the draws (of the latents alone) are kept as they are."""
     draws = tf.broadcast_to(inputs, tf.concat([tf.shape(batch.samples)[:1], tf.shape(inputs)], 0))
     zeros = tf.zeros_like(inputs)
     scale = batch.scale
     if scale is not None:
         width = tf.shape(inputs)[1]
         scale = tf.pad(scale, [[0, 0], [0, width], [0, width]])
-    return LatentBatch(
-        tf.concat([batch.samples, draws], axis=-1),
-        batch.row_term,
-        tf.concat([batch.mean, inputs], axis=-1),
-        tf.concat([batch.variance, zeros], axis=-1),
-        scale,
+    return batch._replace(
+        samples=tf.concat([batch.samples, draws], axis=-1),
+        mean=tf.concat([batch.mean, inputs], axis=-1),
+        variance=tf.concat([batch.variance, zeros], axis=-1),
+        scale=scale,
     )
 
 

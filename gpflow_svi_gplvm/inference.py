@@ -52,6 +52,7 @@ __all__ = [
     "NewRowOptions",
     "check_new_row_model",
     "chunk_rows",
+    "draw_log_densities",
     "exact_predictive_applies",
     "in_row_chunks",
     "infer_latents",
@@ -202,43 +203,49 @@ class LatentInference(tf.Module):
     def infer(self, Y: np.ndarray, inputs: np.ndarray | None = None) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [N*, Q] of q(x*) for checked rows Y [N*, D] (and their
         observed ``inputs`` [N*, R] where the model has them), in chunks."""
-        return self._in_chunks(self.latents, self.model.num_samples, Y, inputs)
+        return self.in_chunks(self.latents, self.model.num_samples, Y, inputs)
 
     def reconstruct(
         self, Y: np.ndarray, inputs: np.ndarray | None = None
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N*, D] of every entry of checked rows Y, in chunks."""
-        return self._in_chunks(self.predict, self.num_samples, Y, inputs)
+        return self.in_chunks(self.predict, self.num_samples, Y, inputs)
 
     def log_density(
         self, Y: np.ndarray, targets: np.ndarray, inputs: np.ndarray | None = None
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """log p(targets | q(x*) inferred from Y), per entry [N*, D] (NaN where a target is
         missing) and per row [N*], for checked rows Y and targets [N*, D], in chunks."""
-        return self._in_chunks(self.log_densities, self.num_samples, Y, targets, inputs)
+        return self.in_chunks(self.log_densities, self.num_samples, Y, targets, inputs, exact=False)
 
     def draws(self, Y: np.ndarray, num_draws: int) -> tf.Tensor:
         """Draws [num_draws, N*, Q] of q(x*) for checked rows Y [N*, D], fitted as in
         :meth:`infer`, each row with standard draws of its own (stateless, from the seed)."""
         shape = [num_draws, len(Y), self.model.latent_dim]
         noise = tf.random.stateless_normal(shape, seed=[self.seed, 2], dtype=default_float())
-        draw = tf.function(lambda Y: self._batch(Y, None, num_draws, noise).samples)
+        draw = tf.function(lambda Y: self.fitted_batch(Y, None, num_draws, noise).samples)
         return draw(tf.convert_to_tensor(Y))
 
-    def _in_chunks(
+    def in_chunks(
         self,
         function: GraphFunction,
         num_draws: int,
         *arrays: np.ndarray | None,
+        exact: bool | None = None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The pair of outputs of ``function`` over ``arrays`` [N*, ...] (None left out), in
-        chunks of rows."""
-        # Newton steps fit a Gaussian q(x*)'s 2Q parameters a row (a point's Q: fewer).
-        parameters = 2 * self.model.latent_dim if self.tolerance is not None else 1
-        size = chunk_rows(self.model, self.chunk_size, num_draws, parameters)
+        """The pair of outputs of the compiled ``function`` over ``arrays`` [N*, ...] (None left
+        out), in chunks of :meth:`rows_per_chunk` rows."""
+        size = self.rows_per_chunk(num_draws, exact)
         tensors = (tf.convert_to_tensor(a) for a in arrays if a is not None)
         first, second = in_row_chunks(function, size, *tensors)
         return first, second
+
+    def rows_per_chunk(self, num_draws: int, exact: bool | None = None) -> int:
+        """Rows at a time (:func:`chunk_rows`) for work with ``num_draws`` draws a row in the
+        graph that fits the rows (``exact``: without draws, the exact predictive)."""
+        # Newton steps fit a Gaussian q(x*)'s 2Q parameters a row (a point's Q: fewer).
+        parameters = 2 * self.model.latent_dim if self.tolerance is not None else 1
+        return chunk_rows(self.model, self.chunk_size, num_draws, parameters, exact)
 
     @check_shapes("Y: [batch, D]", "return: [batch, Q]")
     def _initial_means(self, Y: tf.Tensor, inputs: tf.Tensor | None = None) -> tf.Tensor:
@@ -306,11 +313,12 @@ class LatentInference(tf.Module):
             self.model.expected_data_term(batch, Y, self.likelihood, closed_form) + batch.row_term
         )
 
-    def _batch(
+    def fitted_batch(
         self, Y: tf.Tensor, inputs: tf.Tensor | None, num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
-        """q(x*) of rows Y [B, D] drawn with ``noise``, fitted and drawn with their observed
-        ``inputs`` [B, R] appended (where the model has them)."""
+        """q(x*) of rows Y [B, D] drawn with ``noise`` [S, B or 1, Q], in-graph: fitted (or
+        encoded) and drawn with the rows' observed ``inputs`` [B, R] appended (where the model
+        has them)."""
         if inputs is None:
             return self.model.latent.new_rows(Y, num_samples, noise, self._fit)
         fit = self._fit._replace(
@@ -327,7 +335,7 @@ class LatentInference(tf.Module):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and marginal variance [B, Q] of q(x*)."""
         noise = tf.zeros([1, 1, self.model.latent_dim], dtype=Y.dtype)
-        batch = self._batch(Y, inputs, 1, noise)
+        batch = self.fitted_batch(Y, inputs, 1, noise)
         q = self.model.latent_dim
         return batch.mean[:, :q], batch.variance[:, :q]
 
@@ -338,10 +346,12 @@ class LatentInference(tf.Module):
         """Predictive mean and variance [B, D] of every entry, integrating over q(x*): exactly
         where :func:`exact_predictive_applies`, else by ``num_samples`` draws."""
         if self.exact_model is not None:
-            batch = self._batch(Y, inputs, 1, tf.zeros([1, 1, self.model.latent_dim], Y.dtype))
+            batch = self.fitted_batch(
+                Y, inputs, 1, tf.zeros([1, 1, self.model.latent_dim], Y.dtype)
+            )
             return closed_form_predictive(self.exact_model, batch.mean, batch.covariance)
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
-        samples = self._batch(Y, inputs, self.num_samples, noise).samples
+        samples = self.fitted_batch(Y, inputs, self.num_samples, noise).samples
         return predictive_moments(self.model, samples)
 
     @check_shapes(
@@ -359,19 +369,28 @@ class LatentInference(tf.Module):
             \log p(t_n) = \log \frac{1}{S} \sum_s \prod_d p(t_{nd} \mid x^{(s)}).
         """
         noise = _predictive_noise(self.num_samples, self.model.latent_dim, self.seed)
-        samples = self._batch(Y, inputs, self.num_samples, noise).samples  # [S, B, Q (+ R)]
-        X = tf.reshape(samples, [-1, tf.shape(samples)[-1]])  # draw-major
-        f_mean, f_var = self.model.predict_f(X)
-        num_draws = tf.shape(samples)[0]
-        terms = self.likelihood.entry_log_densities(
-            X, f_mean, f_var, tf.tile(targets, [num_draws, 1])
-        )
-        terms = tf.reshape(terms, tf.concat([tf.shape(samples)[:2], [-1]], axis=0))  # [S, B, D]
-        log_draws = tf.math.log(tf.cast(num_draws, terms.dtype))
+        samples = self.fitted_batch(Y, inputs, self.num_samples, noise).samples
+        terms = draw_log_densities(self.model, self.likelihood, samples, targets)  # [S, B, D]
+        log_draws = tf.math.log(tf.cast(tf.shape(samples)[0], terms.dtype))
         per_entry = tf.reduce_logsumexp(terms, axis=0) - log_draws
         per_row = tf.reduce_logsumexp(tf.reduce_sum(terms, axis=-1), axis=0) - log_draws
         missing = tf.math.is_nan(targets)
         return tf.where(missing, tf.constant(np.nan, terms.dtype), per_entry), per_row
+
+
+@check_shapes("samples: [S, batch, Q]", "targets: [batch, D]", "return: [S, batch, D]")
+def draw_log_densities(
+    model: NewRowModel, likelihood: MaskedLikelihood, samples: tf.Tensor, targets: tf.Tensor
+) -> tf.Tensor:
+    r""":math:`\log p(t_{nd} \mid x^{(s)}) = \log \int p(t_{nd} \mid f)\, q(f_d(x^{(s)}))\, df`
+    [S, B, D] of ``targets`` [B, D] at draws ``samples`` [S, B, Q (+ R)] of the rows' GP inputs,
+    zero where a target is missing: the masked ``likelihood``'s per-entry predictive densities
+    (closed form for a Gaussian, Gauss-Hermite quadrature in log space otherwise)."""
+    X = tf.reshape(samples, [-1, tf.shape(samples)[-1]])  # draw-major
+    f_mean, f_var = model.predict_f(X)
+    num_draws = tf.shape(samples)[0]
+    terms = likelihood.entry_log_densities(X, f_mean, f_var, tf.tile(targets, [num_draws, 1]))
+    return tf.reshape(terms, tf.concat([tf.shape(samples)[:2], [-1]], axis=0))
 
 
 @check_shapes("samples: [S, batch, Q]", "return[0]: [batch, D]", "return[1]: [batch, D]")
@@ -617,7 +636,11 @@ def _predictive_noise(num_samples: int, latent_dim: int, seed: int) -> tf.Tensor
 
 
 def chunk_rows(
-    model: NewRowModel, chunk_size: int | None, num_samples: int, row_parameters: int = 1
+    model: NewRowModel,
+    chunk_size: int | None,
+    num_samples: int,
+    row_parameters: int = 1,
+    exact: bool | None = None,
 ) -> int:
     """``chunk_size`` (checked as in :func:`~gpflow_svi_gplvm.validation.check_chunk_size`) or
     by default rows such that the GP's intermediates stay near 5e7 numbers: D x M x (rows x
@@ -625,12 +648,14 @@ def chunk_rows(
     when Newton steps differentiate them once per parameter of a row (``row_parameters``, P,
     vectorised) for the rows' Hessians, P times over; or, where the predictive is exact
     (:func:`exact_predictive_applies`, no draws), (M + D) x M x rows near 5e6 (larger chunks
-    measured slower: a step's working set leaves the caches)."""
+    measured slower: a step's working set leaves the caches). ``exact``: whether the work is
+    that exact predictive (default: wherever it applies); False for work with draws even there.
+    """
     chunk_size = check_chunk_size(chunk_size)
     if chunk_size is not None:
         return chunk_size
     D, M = model.data_dim, int(model.inducing_variable.num_inducing)
-    if exact_predictive_applies(model):
+    if exact_predictive_applies(model) if exact is None else exact:
         return max(1, int(5e6 // ((M + D) * M)))
     per_draw = D + M if model.shared_covariance else D * M
     budget = 5e7 if row_parameters == 1 else 5e6 / row_parameters

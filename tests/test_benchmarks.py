@@ -124,6 +124,31 @@ def test_expression_benchmark_quick():
     assert "| 6,000 | obsm of the file |" in out and "| 100 | inferred |" in out
 
 
+def _needs_data(*folders: str):
+    """Skip unless GPFLOW_SVI_GPLVM_DATA holds each of ``folders``."""
+    root = os.environ.get("GPFLOW_SVI_GPLVM_DATA")
+    present = root and all((Path(root) / folder).exists() for folder in folders)
+    return pytest.mark.skipif(not present, reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA")
+
+
+@pytest.mark.slow
+@_needs_data("oilflow")
+def test_importance_benchmark_quick():
+    out = _run(str(BENCHMARKS / "importance.py"), "step", "heldout", "oilflow", "--quick")
+    assert "| B-SVI |" in out and "K = 5 step / K = 1 step" in out
+    assert "| 20, equal seconds |" in out and "held-out log p(y*) per row" in out
+
+
+@pytest.mark.slow
+@_needs_data("movielens100k")
+def test_movielens_benchmark_quick():
+    settings = ["--folds", "1", "--iterations", "30", "--latent-dim", "2", "--num-inducing", "5"]
+    out = _run(str(BENCHMARKS / "movielens.py"), *settings, "--mf-sweeps", "1", "--mf-rank", "2")
+    rows = {line.split(" | ")[0]: line for line in out.splitlines() if line.startswith("| ")}
+    assert "| RMSE on u_i.test" in rows and "| matrix factorisation (rank 2)" in rows
+    assert 0.5 < float(rows["| global mean"].split(" | ")[1].strip(" |")) < 1.5
+
+
 def _anchor(heading: str) -> str:
     """A heading's anchor as MyST (``myst_heading_anchors``) and GitHub make it."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")

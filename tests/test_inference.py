@@ -364,7 +364,9 @@ def test_the_exact_predictive_is_gauss_hermite_quadrature_over_q_x(bsvi, full):
 def _fitted_bounds(inference, Y):
     """Each row's bound [N*] at q(x*) as ``inference`` fits it (compiled, like its graphs)."""
     zeros = tf.zeros([1, 1, Q], tf.float64)
-    bounds = tf.function(lambda Y: inference._row_bounds(inference._batch(Y, None, 1, zeros), Y))
+    bounds = tf.function(
+        lambda Y: inference._row_bounds(inference.fitted_batch(Y, None, 1, zeros), Y)
+    )
     return bounds(tf.constant(Y)).numpy()
 
 

@@ -66,6 +66,10 @@ class LatentVariables(Module, abc.ABC):
     gaussian: bool = False
     """True when q(x_n) is a Gaussian with the batch's moments, so that expectations over it
     may be taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`)."""
+    has_density: bool = False
+    """True when q(x_n) is a density over each row's x_n whose batches carry ``log_density``
+    and ``density_gradient`` at their draws, so that draws can be importance-weighted
+    (:mod:`gpflow_svi_gplvm.importance`)."""
 
     def __init__(self, latent_dim: int, name: str | None = None):
         super().__init__(name=name)

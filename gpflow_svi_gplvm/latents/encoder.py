@@ -56,6 +56,7 @@ class EncoderLatent(LatentVariables):
 
     amortised = True
     gaussian = True
+    has_density = True
 
     def __init__(
         self,
@@ -185,7 +186,10 @@ class EncoderLatent(LatentVariables):
         trace = tf.reduce_sum(variance, axis=-1)
         log_det = 2.0 * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale)), axis=-1)
         kl = 0.5 * (trace + tf.reduce_sum(tf.square(mean), -1) - self.latent_dim - log_det)
-        return LatentBatch(samples, -kl, mean, variance, scale)
+        log_density = -0.5 * (
+            tf.reduce_sum(tf.square(eps), -1) + log_det + self.latent_dim * np.log(2.0 * np.pi)
+        )
+        return LatentBatch(samples, -kl, mean, variance, scale, log_density, -_solve_t(scale, eps))
 
     @inherit_check_shapes
     def new_rows(
@@ -202,6 +206,15 @@ class EncoderLatent(LatentVariables):
         transforms = [None, positive()]
         rows = fit_rows(diagonal_gaussian_batch, transforms, start, Y, fit)
         return diagonal_gaussian_batch(rows, num_samples, noise)
+
+
+def _solve_t(scale: tf.Tensor, eps: tf.Tensor) -> tf.Tensor:
+    r""":math:`L^{-\top} \epsilon` [S, B, Q] for factors L [B, Q, Q] and draws eps [S, B, Q]: at
+    :math:`x = \mu + L \epsilon`, the gradient in x of :math:`\log N(x; \mu, L L^\top)` is
+    :math:`-L^{-\top} \epsilon`."""
+    columns = tf.transpose(eps, [1, 2, 0])  # [B, Q, S]
+    solved = tf.linalg.triangular_solve(scale, columns, lower=True, adjoint=True)
+    return tf.transpose(solved, [2, 0, 1])
 
 
 def _check_encoder_options(covariance: str, missing_aware: bool, hide_fraction: float) -> None:

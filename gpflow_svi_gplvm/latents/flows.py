@@ -338,6 +338,8 @@ class FlowLatent(RowLatentVariables):
     grouped).
     """
 
+    has_density = True
+
     def __init__(
         self,
         initial_mean: np.ndarray,
@@ -393,14 +395,44 @@ class FlowLatent(RowLatentVariables):
         mean, variance = tf.nn.moments(x, axes=[0])
         return mean, variance
 
+    @check_shapes(
+        "noise: [num_draws, broadcast batch, Q]",
+        "return[0]: [num_draws, batch, Q]",
+        "return[1]: [num_draws, batch]",
+        "return[2]: [num_draws, batch, Q]",
+    )
+    def transformed_with_gradient(
+        self, rows: tuple[tf.Tensor, ...], noise: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        r""":meth:`transformed`'s draws x and :math:`\log q(x)` [S, B], and the gradient in x of
+        :math:`\log q(x)` with the parameters held fixed [S, B, Q]: with :math:`x = T(\epsilon)`
+        and :math:`h(\epsilon) = \log q(T(\epsilon))`,
+        :math:`\nabla_x \log q = J^{-\top} \nabla_\epsilon h`, :math:`J = \partial x /
+        \partial \epsilon` [Q, Q] per draw (one Jacobian of the flow per draw, no inverse)."""
+        shape = tf.broadcast_dynamic_shape(tf.shape(noise), tf.shape(rows[0][None]))  # [S, B, Q]
+        flat = tf.reshape(tf.broadcast_to(noise, shape), [-1, self.latent_dim])
+        with tf.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+            tape.watch(flat)
+            x, log_q = self.transformed(rows, tf.reshape(flat, shape))
+            flat_x = tf.reshape(x, [-1, self.latent_dim])
+        jacobian = tape.batch_jacobian(flat_x, flat)  # [S B, Q, Q]
+        along_noise = tape.gradient(log_q, flat)[..., None]  # each draw's h reads its own eps
+        gradient = tf.linalg.solve(jacobian, along_noise, adjoint=True)[..., 0]
+        return x, log_q, tf.reshape(tf.stop_gradient(gradient), shape)
+
     @inherit_check_shapes
     def batch_of(
         self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
-        x, log_q = self.transformed(rows, noise)
+        if self.has_density:
+            x, log_q, gradient = self.transformed_with_gradient(rows, noise)
+            densities = (log_q, gradient)
+        else:  # a joint flow's log q is all rows' together
+            x, log_q = self.transformed(rows, noise)
+            densities = (None, None)
         row_term = tf.reduce_mean(log_prior(x) - log_q, axis=0)
         mean, variance = self.moments_of(rows)
-        return LatentBatch(x, row_term, mean, variance)
+        return LatentBatch(x, row_term, mean, variance, None, *densities)
 
     @inherit_check_shapes
     def initial_rows(self, mean: tf.Tensor) -> tuple[tf.Tensor, ...]:
@@ -430,8 +462,11 @@ class JointFlowLatent(FlowLatent):
     Every step draws all rows (cost O(N)): meant for a few rows. Each row's term is
     :math:`\frac{1}{N}` of the joint :math:`\frac1J \sum_j [\log p(X^{(j)}) - \log q(X^{(j)})]`,
     so the bound's rows add up to it for any batch. Its flow describes the training rows only:
-    new rows are refused (:meth:`check_new_rows`).
+    new rows are refused (:meth:`check_new_rows`), and so is the importance-weighted bound, whose
+    weights need each row's own density.
     """
+
+    has_density = False
 
     @property
     def event_size(self) -> int:

@@ -24,6 +24,7 @@ class GaussianLatent(RowLatentVariables):
     """
 
     gaussian = True
+    has_density = True
 
     def __init__(
         self,
@@ -65,8 +66,13 @@ def diagonal_gaussian_batch(
 ) -> LatentBatch:
     r"""The :class:`LatentBatch` of :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, s_n)` for rows
     (means, variances), each [B, Q], drawn with ``noise`` [S, B or 1, Q]; the row term is
-    :math:`-\mathrm{KL}(q(x_n) \| N(0, I))`."""
+    :math:`-\mathrm{KL}(q(x_n) \| N(0, I))`. At a draw :math:`x = \mu + \sqrt{s}\, \epsilon`,
+    :math:`\log q(x) = -\frac12 \sum_q (\epsilon_q^2 + \log 2 \pi s_q)` and its gradient in x
+    is :math:`-\epsilon / \sqrt{s}`."""
     mean, variance = rows
-    samples = mean + tf.sqrt(variance) * noise
+    scale = tf.sqrt(variance)
+    samples = mean + scale * noise
     kl = 0.5 * tf.reduce_sum(variance + tf.square(mean) - 1.0 - tf.math.log(variance), -1)
-    return LatentBatch(samples, -kl, mean, variance)
+    log_density = -0.5 * tf.reduce_sum(tf.square(noise) + tf.math.log(2.0 * np.pi * variance), -1)
+    gradient = -noise / scale
+    return LatentBatch(samples, -kl, mean, variance, None, log_density, gradient)

@@ -12,7 +12,9 @@ Every model is :class:`SVIGPLVM` with a different latent module (the named ones 
 
 with :math:`r_n` the latent module's row term (0, :math:`\log p(x_n)` or
 :math:`-\mathrm{KL}(q(x_n) \| p(x_n))`) and :math:`E_{q(x_n)}` estimated by S reparameterised
-draws, or taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`).
+draws, or taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`). With
+``num_importance`` K > 1 each row's part is instead the log of the mean of K importance weights
+of draws of q(x_n), a tighter bound (:mod:`gpflow_svi_gplvm.importance`).
 :math:`q(u_d) = N(m_d, S_d)` has a covariance per output, or one :math:`S` shared by all outputs
 (``shared_covariance``, see :mod:`gpflow_svi_gplvm.shared_covariance`).
 """
@@ -33,6 +35,7 @@ from numpy.typing import ArrayLike
 from .. import inference
 from ..covariates import RowInputs, with_row_inputs, with_row_inputs_components
 from ..distributed import RowShard, Workers, owned_by_worker, worker_owned, worker_owned_variables
+from ..importance import check_num_importance, importance_weighted_rows
 from ..initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
     check_sizes,
@@ -99,6 +102,11 @@ _PARAMETERS = """
         is summed with a linear ARD kernel on C (see :mod:`gpflow_svi_gplvm.covariates`).
     :param size_factors: s [N], a positive size factor (library size) per row for a count
         likelihood with a log link: the rate of y_nd is s_n exp(f_d).
+    :param num_importance: K, the draws of q(x_n) per row of the importance-weighted bound
+        (:mod:`~gpflow_svi_gplvm.importance`), each S times (``num_samples``); 1 (default) is
+        the ELBO. K > 1 needs a q(x) with a density (B-SVI, AEB-SVI, a flow).
+    :param doubly_reparameterised: with K > 1, whether q(x)'s parameters take the doubly
+        reparameterised gradient (DReG, default) instead of the plain estimator's.
 """
 
 
@@ -175,6 +183,8 @@ class SVIGPLVM(SharedCovarianceSVGP):
         latent_expectation: str = "auto",
         covariates: ArrayLike | None = None,
         size_factors: ArrayLike | None = None,
+        num_importance: int = 1,
+        doubly_reparameterised: bool = True,
     ):
         seed = self.seed = check_seed(seed)
         Y, rows, num_data, workers = _local_rows(data, mask)
@@ -186,8 +196,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
         inputs = _row_inputs(
             covariates, size_factors, summary.totals, rows, num_data, workers, owned
         )
-        data_dim = Y.shape[1]
-        shared = default_shared_covariance(shared_covariance, data_dim)
+        shared = default_shared_covariance(shared_covariance, Y.shape[1])
         latent_dim, num_inducing, num_samples = check_sizes(
             num_data, latent_dim, num_inducing, num_samples
         )
@@ -205,17 +214,16 @@ class SVIGPLVM(SharedCovarianceSVGP):
             components.likelihood,
             Z,
             mean_function=components.mean_function,
-            num_latent_gps=data_dim,
+            num_latent_gps=Y.shape[1],
             whiten=whiten,
             num_data=num_data,
-            # SVGP's shape checks admit one factor per output; a shared layout starts from its
-            # small diagonal placeholder [M, D] instead of D identity factors, then replaces it.
+            # SVGP's checks admit no [1, M, M]: a shared layout replaces a diagonal [M, D].
             q_diag=shared,
         )
         self._share_q_sqrt(shared, num_inducing)
-        self.data_dim, self.latent_dim, self.num_samples = data_dim, latent_dim, num_samples
+        self.data_dim, self.latent_dim, self.num_samples = Y.shape[1], latent_dim, num_samples
         self._build_row_tables(latent, initial, Y, workers, inputs, owned)
-        self.closed_form = _closed_form(self, latent_expectation)
+        _set_bound(self, latent_expectation, num_importance, doubly_reparameterised)
 
     def _build_row_tables(
         self,
@@ -300,24 +308,30 @@ class SVIGPLVM(SharedCovarianceSVGP):
     @check_shapes(
         "samples: [S, batch, Q]",
         "Y: [batch, D]",
+        "return: [S, batch]",
+    )
+    def draw_data_terms(
+        self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
+    ) -> tf.Tensor:
+        r"""The data term of each row at each draw ``samples`` [S, B, Q]: [S, B],
+        :math:`\sum_{d \in O_n} E_{q(f_d(x_n^{(s)}))} \log p(y_{nd} \mid f_d)`; ``likelihood``
+        replaces the model's (e.g. a masked view)."""
+        likelihood = self.likelihood if likelihood is None else likelihood
+        f_mean, f_var = self.predict_f_at_draws(samples)
+        Y_draws = tf.broadcast_to(Y, tf.shape(f_mean))
+        return likelihood.variational_expectations(samples, f_mean, f_var, Y_draws)
+
+    @check_shapes(
+        "samples: [S, batch, Q]",
+        "Y: [batch, D]",
         "return: [batch]",
     )
     def data_term(
         self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
     ) -> tf.Tensor:
         r"""The data term per row [B], averaged over the draws ``samples`` [S, B, Q]:
-
-        .. math::
-
-            \frac1S \sum_s \sum_{d \in O_n} E_{q(f_d(x_n^{(s)}))} \log p(y_{nd} \mid f_d);
-
-        ``likelihood`` replaces the model's (e.g. a masked view).
-        """
-        likelihood = self.likelihood if likelihood is None else likelihood
-        f_mean, f_var = self.predict_f_at_draws(samples)
-        Y_draws = tf.broadcast_to(Y, tf.shape(f_mean))
-        expected_log_lik = likelihood.variational_expectations(samples, f_mean, f_var, Y_draws)
-        return tf.reduce_mean(expected_log_lik, axis=0)
+        :math:`\frac1S \sum_s` of :meth:`draw_data_terms`."""
+        return tf.reduce_mean(self.draw_data_terms(samples, Y, likelihood), axis=0)
 
     @check_shapes(
         "batch.samples: [S, batch, Q]",
@@ -347,7 +361,10 @@ class SVIGPLVM(SharedCovarianceSVGP):
     )
     def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Each row's part of the bound [B], unscaled: the data term plus the row term
-        :math:`r_n`."""
+        :math:`r_n`; with :attr:`num_importance` K > 1 the log of the mean of K importance
+        weights (:func:`~gpflow_svi_gplvm.importance.importance_weighted_rows`)."""
+        if self.num_importance > 1:
+            return importance_weighted_rows(self, idx, Y, training)
         batch = self.latent_batch(idx, Y, self.num_samples, training=training)
         return self.expected_data_term(batch, Y) + batch.row_term
 
@@ -492,6 +509,8 @@ _AGREED_OPTIONS = {
     "shared_covariance": "shared",
     "whiten": "whiten",
     "latent_expectation": "latent_expectation",
+    "num_importance": "num_importance",
+    "doubly_reparameterised": "doubly_reparameterised",
     "latent_init": "latent_init",
     "kernel": "kernel",
     "likelihood": "likelihood",
@@ -566,6 +585,17 @@ def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> La
             f"The latent module has {latent.latent_dim} dims but latent_dim={latent_dim}."
         )
     return latent
+
+
+def _set_bound(
+    model: SVIGPLVM, latent_expectation: str, num_importance: int, doubly_reparameterised: bool
+) -> None:
+    """Which bound ``model`` trains on: ``num_importance`` K draws of each row
+    (:mod:`~gpflow_svi_gplvm.importance`; K = 1 is the ELBO) and ``closed_form``, whether the
+    ELBO's expectation over q(x) is taken in closed form (never with K > 1)."""
+    model.num_importance = check_num_importance(num_importance, model.latent, latent_expectation)
+    model.doubly_reparameterised = bool(doubly_reparameterised)
+    model.closed_form = model.num_importance == 1 and _closed_form(model, latent_expectation)
 
 
 def _closed_form(model: SVIGPLVM, choice: str) -> bool:
