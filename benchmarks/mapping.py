@@ -265,9 +265,8 @@ def speed(args: argparse.Namespace) -> None:
     covariates = face.encoding.transform(subset.obs)
     start = time.perf_counter()
     adam, _ = infer_latents(face.model, rows[: args.compare], covariates=covariates)
-    print(
-        f"infer_latents (300 Adam steps): {args.compare / (time.perf_counter() - start):.1f} cells/s"
-    )
+    rate = args.compare / (time.perf_counter() - start)
+    print(f"infer_latents (300 Adam steps): {rate:.1f} cells/s")
     types, batches = subset.obs["cell_type"].to_numpy(), subset.obs["batch"].astype(str).to_numpy()
     for name, embedding in (("transform", laplace), ("infer_latents", adam.numpy())):
         found = embedding_scores(embedding, types, batches)

@@ -121,8 +121,9 @@ print(pd.crosstab(adata.obs["leiden"], adata.obs["cell_type"]).to_string())
 #
 # The scores single-cell benchmarks use (`gpflow_svi_gplvm.metrics.embedding_scores`), beside
 # PCA's of the log-normalised counts: NMI and ARI of k-means against the cell types (and of
-# Leiden clusters at the resolution that best matches them, as scIB takes them); cell-type ASW (1: types apart); batch ASW (1: batches mixed within each type);
-# graph connectivity (1: each type one connected piece of the neighbour graph).
+# Leiden clusters at the resolution that best matches them, as scIB takes them); cell-type ASW
+# (1: types apart); batch ASW (1: batches mixed within each type); graph connectivity (1: each
+# type one connected piece of the neighbour graph).
 
 # %%
 normalised = adata.copy()

@@ -26,7 +26,7 @@ import importlib.util, sys
 from pathlib import Path
 print("go", flush=True)
 spec = importlib.util.spec_from_file_location("export_folder", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
+module = sys.modules["export_folder"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 module.replace_folder(Path(sys.argv[2]), Path(sys.argv[3]))
 """

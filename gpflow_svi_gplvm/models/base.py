@@ -136,10 +136,9 @@ class SVIGPLVM(SharedCovarianceSVGP):
     step then costs O(B M D) instead of O(B M^2 D), at the price of a smaller variational family
     (exact at the optimum for complete data with a Gaussian likelihood) in which
     :math:`f_d(x)`'s variance is the same for every output.
-    The default (None) shares it when D >= 100 (:data:`SHARED_COVARIANCE_MIN_OUTPUTS`; the
-    step times of both layouts at the MNIST shape are measured by ``benchmarks/speed.py
-    --high-d``); below D=100 per-output covariances cost little. Choose ``False`` at large D
-    when each output's own uncertainty matters (e.g. outputs observed very unequally often).
+    The default (None) shares it when D >= 100 (:data:`SHARED_COVARIANCE_MIN_OUTPUTS`; both
+    layouts' steps at the MNIST shape: ``benchmarks/speed.py --high-d``). Choose ``False`` at
+    large D when each output's own uncertainty matters (e.g. outputs observed unequally often).
     ``latent`` builds the latent module from the initial latents [N, Q]; the named models
     (:mod:`~gpflow_svi_gplvm.models.gplvms`) fix it, and a new latent family is used without a
     class of its own as ``SVIGPLVM(Y, Q, latent=MyLatent)``. A subclass whose module is built
