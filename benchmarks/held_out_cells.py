@@ -141,7 +141,8 @@ def one(args: argparse.Namespace) -> None:
 
 
 def compare(args: argparse.Namespace) -> None:
-    """Split the cells, fit and score each model in a process of its own, print the table."""
+    """Split the cells, fit and score each model in a process of its own (unless --keep holds
+    its results), print the table."""
     with contextlib.ExitStack() as stack:
         folder = Path(args.keep or stack.enter_context(tempfile.TemporaryDirectory()))
         folder.mkdir(parents=True, exist_ok=True)
@@ -153,6 +154,9 @@ def compare(args: argparse.Namespace) -> None:
                 print("scvi: $SCVI_PYTHON is not set, skipped")
                 continue
             out = folder / f"{contender}.npz"
+            if out.exists():  # kept from an earlier run in --keep
+                results[contender] = dict(np.load(out))
+                continue
             command = [python, __file__, "one", "--contender", contender, "--out", str(out)]
             command += ["--train", str(train), "--test", str(test)]
             command += ["--iterations", str(args.iterations)]
