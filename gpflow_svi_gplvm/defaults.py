@@ -18,6 +18,8 @@ __all__ = [
     "CELL_LATENT_DIM",
     "BATCH_SIZE",
     "CELL_BATCH_SIZE",
+    "CELL_TABLE_LEARNING_RATE",
+    "CELL_ENCODER_LEARNING_RATE",
 ]
 
 MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
@@ -53,3 +55,12 @@ BATCH_SIZE = 100
 CELL_BATCH_SIZE = 256
 """Cells per step of ``SingleCellGPLVM.fit`` (and the command line for an ``.h5ad``) unless
 given."""
+
+CELL_TABLE_LEARNING_RATE = 0.03
+"""Adam's step size for latent tables (B-SVI, MAP, point) in ``SingleCellGPLVM.fit`` unless
+given: three times ``fit``'s 0.01, which kept hard simulated atlases' cell types apart and
+mixed their batches better (``benchmarks/results/single_cell.md``)."""
+
+CELL_ENCODER_LEARNING_RATE = 0.01
+"""Adam's step size for an encoder in ``SingleCellGPLVM.fit`` unless given: with 0.03 the
+amortised model lost the default atlas's cell types (``benchmarks/results/single_cell.md``)."""

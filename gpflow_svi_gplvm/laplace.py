@@ -59,9 +59,8 @@ _ZERO = tf.UnconnectedGradients.ZERO  # a point estimate's prior is 0 everywhere
 
 LOW = tf.float32
 r"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
-terms): about 5x the throughput of double precision in the products and twice in the
-elementwise terms on CPUs with wide vector units (``benchmarks/results/mapping.md``); the
-latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
+terms), which CPUs with wide vector units run at several times double precision's throughput;
+the latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
 :math:`10^{-7}` of its terms' size, which places its mode to a small fraction of q(x*)'s spread
 (steps below that cannot be judged)."""
 
