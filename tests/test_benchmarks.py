@@ -28,6 +28,15 @@ def test_speed_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_mapping_speed_benchmark_quick():
+    pytest.importorskip("anndata")
+    settings = ["--reference", "300", "--cells", "200", "--iterations", "20", "--compare", "20"]
+    out = _run(str(BENCHMARKS / "mapping.py"), "speed", *settings)
+    assert "ms CPU a cell" in out and "infer_latents (300 Adam steps)" in out
+    assert "transform: ARI" in out and "infer_latents: ARI" in out
+
+
+@pytest.mark.slow
 def test_gpu_check_runs_on_a_cpu_in_its_smoke_setting():
     result = subprocess.run(
         ["bash", str(BENCHMARKS / "gpu_check.sh"), "--smoke"],
