@@ -133,6 +133,14 @@ def test_expression_benchmark_quick():
     assert "| 6,000 | obsm of the file |" in out and "| 100 | inferred |" in out
 
 
+@pytest.mark.slow
+def test_held_out_cells_benchmark_quick():
+    pytest.importorskip("anndata")
+    pytest.importorskip("scanpy")
+    out = _run(str(BENCHMARKS / "held_out_cells.py"), "atlas", "--quick")
+    assert "| SingleCellGPLVM (B-SVI NB + batch) |" in out and "failed" not in out
+
+
 def _needs_data(*folders: str):
     """Skip unless GPFLOW_SVI_GPLVM_DATA holds each of ``folders``."""
     root = os.environ.get("GPFLOW_SVI_GPLVM_DATA")
