@@ -104,6 +104,7 @@ class CellServing(tf.Module):
         counts = self._checked_counts(counts)
         parts, offset_rows = [], tf.zeros(tf.shape(counts)[:1], tf.int64)
         for (column, name, categories), values in zip(self.columns, columns):
+            values = self._one_per_cell(values, name, counts)
             if categories is None:
                 parts.append(self._number(column, name, values)[:, None])
                 continue
@@ -145,6 +146,15 @@ class CellServing(tf.Module):
         with tf.control_dependencies([width, check]):
             return tf.identity(values)
 
+    @staticmethod
+    def _one_per_cell(values: tf.Tensor, name: str, counts: tf.Tensor) -> tf.Tensor:
+        """``values`` after a run-time check that they hold one value per row of ``counts``."""
+        fits = tf.equal(tf.size(values), tf.shape(counts)[0])
+        message = f"{name} must hold one value per cell (as many as the rows of counts); got"
+        check = tf.debugging.Assert(fits, [message, tf.size(values), "for", tf.shape(counts)[0]])
+        with tf.control_dependencies([check]):
+            return tf.identity(values)
+
     def _number(self, column: str, name: str, values: tf.Tensor) -> tf.Tensor:
         location, scale = self.numbers[column]
         values = tf.cast(values, default_float())
@@ -163,7 +173,7 @@ class CellServing(tf.Module):
             factors = tf.reduce_sum(counts, axis=1) / reference
             message = "a cell without counts in the fitted genes has no size factor"
         else:
-            factors = tf.cast(given[0], default_float())
+            factors = tf.cast(self._one_per_cell(given[0], "size_factor", counts), default_float())
             message = "size_factor must be positive numbers"
         check = tf.debugging.Assert(tf.reduce_all(factors > 0), [message])
         with tf.control_dependencies([check]):
@@ -182,12 +192,13 @@ def export_cells(
     if face.model is None:
         raise ValueError("Fit the model first: only a fitted SingleCellGPLVM can be exported.")
     version = check_integer(version, "version", hint="TensorFlow Serving's model version, e.g. 1")
+    dtype = _check_dtype(dtype)
     base = check_path(path, "path (the export's base folder)")
     target = base / str(version)
     check_destination(target, overwrite)
     if base.exists() and not base.is_dir():
         raise ValueError(f"{base} is a file: give the base folder of the export's versions.")
-    module = CellServing(face, iterations, tf.as_dtype(dtype))
+    module = CellServing(face, iterations, dtype)
     check_writable_folder(base.parent if not base.exists() else base, "The export's folder")
     base.mkdir(parents=True, exist_ok=True)
     concrete = module.embed.get_concrete_function()
@@ -211,3 +222,18 @@ def export_cells(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _check_dtype(dtype: Any) -> tf.DType:
+    """``dtype`` as a TensorFlow float type; a ``ValueError`` for any other (the counts and the
+    embedding pass through it: an integer type would round the embedding)."""
+    try:
+        found = tf.as_dtype(dtype)
+    except TypeError:
+        found = None
+    if found not in (tf.float32, tf.float64):
+        raise ValueError(
+            f"dtype is the precision of the served counts and embedding: tf.float32 or "
+            f"tf.float64, got {dtype!r}."
+        )
+    return found
