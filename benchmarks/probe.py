@@ -1,0 +1,186 @@
+"""An adversarial probe of the single-cell model's surfaces, as users would get them wrong.
+
+Usage::
+
+    python benchmarks/probe.py [--only SURFACE ...] [--keep FOLDER]
+
+One tiny model (40 cells, 8 genes, a batch and a numeric covariate, 30 steps) is fitted, saved
+and exported once; then several hundred cases call ``SingleCellGPLVM.save`` and ``load``,
+``export_saved_model`` and the served model, ``transform``, ``map_query``,
+``normalized_expression``, ``differential_expression`` and ``transfer_labels``, ``fit`` of an
+``.h5ad`` path changed or truncated while it trains, and the command line, with inputs that are
+wrong, odd or merely unusual. Each case is classified (benchmarks/probe_kit.py): correct result,
+refused clearly (a ``ValueError`` naming the problem; the command line's ``error:`` line; the
+served model's failed check), raw or misleading, silently wrong (a result that is wrong: NaNs,
+numbers other than the same cells read correctly give), output lost (a file the user had
+changed or removed) or hang. Prints a table of the classes by surface and every case that is
+not clean. The cases live in probe_cells.py, probe_files.py and probe_runs.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import probe_cells  # noqa: E402
+import probe_files  # noqa: E402
+import probe_runs  # noqa: E402
+from probe_kit import CLASSES, CORRECT, HANG, REFUSED, check_close, classify, counts_cells  # noqa: E402
+
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping import BatchOffsets  # noqa: E402
+
+BUILDERS = (
+    probe_cells.query_cases,
+    probe_cells.argument_cases,
+    probe_files.save_cases,
+    probe_files.load_cases,
+    probe_files.export_cases,
+    probe_runs.serving_cases,
+    probe_runs.disk_cases,
+    probe_runs.cli_cases,
+)
+
+
+class Lab:
+    """What the cases share: the fitted model, its training cells, a clean query of 10 cells and
+    what the model makes of it, the model saved and exported once, a small ``.h5ad``, and a
+    fresh folder for each case."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.cells = counts_cells(40, 8, seed=0)
+        self.face = SingleCellGPLVM(
+            2, layer="counts", batch_key="batch", covariate_keys=["depth"], num_inducing=8
+        )
+        self.face.fit(self.cells, iterations=30, batch_size=16, progress=False)
+        self.query = counts_cells(10, 8, seed=1)
+        self.baseline = np.array(self.face.transform(self.query.copy()))
+        self.expression = self.face.normalized_expression(self.query.copy(), n_samples=3)
+        self.expression = self.expression.to_numpy()
+        at_prior = self.query.copy()  # what the gene-reading methods read for cells without counts
+        at_prior.obsm["X_gplvm"], at_prior.obsm["X_gplvm_var"] = np.zeros((10, 2)), np.ones((10, 2))
+        self.prior_expression = self.face.normalized_expression(at_prior, n_samples=3).to_numpy()
+        self.saved = root / "saved"
+        self.face.save(self.saved, adata=self.cells)
+        self.exported = self.face.export_saved_model(root / "exported" / "served")
+        self.atlas = root / "atlas.h5ad"
+        atlas = counts_cells(200, 8, seed=5)
+        atlas.var["gene_ids"] = [f"ENSG{j:05d}" for j in range(8)]  # a column that is not a mask
+        atlas.write_h5ad(self.atlas)
+        self._embed = None
+        self._folders = 0
+
+    def folder(self, name: str) -> Path:
+        self._folders += 1
+        folder = self.root / "cases" / f"{self._folders:04d}-{name}"
+        folder.mkdir(parents=True)
+        return folder
+
+    def a_file(self) -> Path:
+        path = self.folder("file") / "file.txt"
+        path.write_text("a user's file")
+        return path
+
+    def served(self):
+        """The exported model's ``embed`` signature, loaded once."""
+        if self._embed is None:
+            import tensorflow as tf
+
+            self._embed = tf.saved_model.load(str(self.exported)).signatures["embed"]
+        return self._embed
+
+    def serve(self, folder: Path, rtol: float = 1e-6) -> None:
+        """A :class:`~probe_kit.Wrong` unless the export at ``folder`` embeds the clean query as
+        the fitted model does."""
+        import tensorflow as tf
+
+        embed = tf.saved_model.load(str(folder)).signatures["embed"]
+        spec = embed.structured_input_signature[1]["counts"].dtype
+        query = self.query
+        result = embed(
+            counts=tf.constant(query.layers["counts"].toarray(), spec),
+            batch=tf.constant(query.obs["batch"].astype(str).to_numpy()),
+            depth=tf.constant(query.obs["depth"].to_numpy(), spec),
+        )
+        check_close(result["mean"], self.baseline, f"served from {folder.name}", rtol, 1e-4)
+
+    def new_batch(self):
+        query = self.query.copy()
+        query.obs["batch"] = "c"
+        return query
+
+    def map_query(self, adata, **options):
+        """``map_query`` of ``adata``; the batches it learns forgotten afterwards, and the
+        reference's embedding checked to be unchanged."""
+        try:
+            result = self.face.map_query(adata, progress=False, **options)
+        finally:
+            self.face.batch_offsets = BatchOffsets()
+        check_close(self.face.transform(self.query.copy()), self.baseline, "after map_query")
+        return result
+
+
+def table(outcomes) -> str:
+    """The classes' counts by surface, as a Markdown table."""
+    surfaces = list(dict.fromkeys(o.case.surface for o in outcomes))
+    counts = Counter((o.case.surface, o.kind) for o in outcomes)
+    lines = [
+        "| surface | cases | " + " | ".join(CLASSES) + " |",
+        "|---|---:|" + "---:|" * len(CLASSES),
+    ]
+    for surface in [*surfaces, None]:
+        chosen = [o for o in outcomes if surface is None or o.case.surface == surface]
+        cells = [
+            str(len([o for o in chosen if o.kind == kind]))
+            if surface is None
+            else str(counts[surface, kind])
+            for kind in CLASSES
+        ]
+        name = "**all**" if surface is None else surface
+        lines.append(f"| {name} | {len(chosen)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", help="surfaces to probe (default: all)")
+    parser.add_argument("--keep", type=Path, help="a folder to work in, kept afterwards")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = args.keep or Path(scratch)
+        root.mkdir(parents=True, exist_ok=True)
+        lab = Lab(root)
+        cases = [case for build in BUILDERS for case in build(lab)]
+        if args.only:
+            cases = [case for case in cases if case.surface in args.only]
+        outcomes = []
+        for number, case in enumerate(cases, 1):
+            outcome = classify(case)
+            outcomes.append(outcome)
+            print(
+                f"[{number}/{len(cases)}] {case.surface}: {case.name}: {outcome.kind} "
+                f"({outcome.seconds:.1f} s) {outcome.detail[:160]}",
+                flush=True,
+            )
+        print("\n" + table(outcomes) + "\n")
+        unclean = [o for o in outcomes if o.kind not in (CORRECT, REFUSED)]
+        print(f"Cases not clean ({len(unclean)}):")
+        for outcome in unclean:
+            case = outcome.case
+            print(f"- {case.surface}: {case.name}: **{outcome.kind}**: {outcome.detail}")
+    if any(o.kind == HANG for o in outcomes):
+        sys.stdout.flush()
+        os._exit(1)  # a hung case's thread would keep the process alive
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
