@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/probe.py [--only SURFACE ...] [--keep FOLDER]
+    python benchmarks/probe.py --summarise LOG [LOG ...]
 
 One tiny model (40 cells, 8 genes, a batch and a numeric covariate, 30 steps) is fitted, saved
 and exported once; then several hundred cases call ``SingleCellGPLVM.save`` and ``load``,
@@ -14,13 +15,15 @@ refused clearly (a ``ValueError`` naming the problem; the command line's ``error
 served model's failed check), raw or misleading, silently wrong (a result that is wrong: NaNs,
 numbers other than the same cells read correctly give), output lost (a file the user had
 changed or removed) or hang. Prints a table of the classes by surface and every case that is
-not clean. The cases live in probe_cells.py, probe_files.py and probe_runs.py.
+not clean (``--summarise``: the same of the printed logs of runs, e.g. of some surfaces each).
+The cases live in probe_cells.py, probe_files.py and probe_runs.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -128,55 +131,89 @@ class Lab:
         return result
 
 
-def table(outcomes) -> str:
+Row = tuple[str, str, str, str]
+"""A classified case: its surface, its name, its class and what was raised."""
+
+LINE = re.compile(
+    r"^\[\d+/\d+\] (?P<surface>[^:]+): (?P<name>.*): (?P<kind>"
+    + "|".join(CLASSES)
+    + r") \([\d.]+ s\) ?(?P<detail>.*)$"
+)
+"""A case's line as :func:`main` prints it while probing."""
+
+
+def table(rows: list[Row]) -> str:
     """The classes' counts by surface, as a Markdown table."""
-    surfaces = list(dict.fromkeys(o.case.surface for o in outcomes))
-    counts = Counter((o.case.surface, o.kind) for o in outcomes)
+    surfaces = list(dict.fromkeys(surface for surface, *_ in rows))
+    counts = Counter((surface, kind) for surface, _, kind, _ in rows)
     lines = [
         "| surface | cases | " + " | ".join(CLASSES) + " |",
         "|---|---:|" + "---:|" * len(CLASSES),
     ]
-    for surface in [*surfaces, None]:
-        chosen = [o for o in outcomes if surface is None or o.case.surface == surface]
-        cells = [
-            str(len([o for o in chosen if o.kind == kind]))
-            if surface is None
-            else str(counts[surface, kind])
-            for kind in CLASSES
-        ]
-        name = "**all**" if surface is None else surface
-        lines.append(f"| {name} | {len(chosen)} | " + " | ".join(cells) + " |")
+    for surface in surfaces:
+        cells = [str(counts[surface, kind]) for kind in CLASSES]
+        total = sum(counts[surface, kind] for kind in CLASSES)
+        lines.append(f"| {surface} | {total} | " + " | ".join(cells) + " |")
+    cells = [str(sum(counts[s, kind] for s in surfaces)) for kind in CLASSES]
+    lines.append(f"| **all** | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def summary(rows: list[Row]) -> str:
+    """The table and every case that is neither correct nor refused clearly."""
+    unclean = [row for row in rows if row[2] not in (CORRECT, REFUSED)]
+    listed = [
+        f"- {surface}: {name}: **{kind}**: {detail}" for surface, name, kind, detail in unclean
+    ]
+    return "\n".join([table(rows), "", f"Cases not clean ({len(unclean)}):", *listed])
+
+
+def read_logs(paths: list[Path]) -> list[Row]:
+    """The cases of the probe's printed logs (a case in several, the last log's), e.g. of runs
+    of some surfaces each (``--only``)."""
+    found: dict[tuple[str, str], Row] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            match = LINE.match(line)
+            if match:
+                surface, name = match["surface"], match["name"]
+                found[surface, name] = (surface, name, match["kind"], match["detail"])
+    return list(found.values())
+
+
+def probe(lab: Lab, only: list[str] | None) -> list[Row]:
+    """Run every case (of the surfaces ``only``), printing each as it is classified."""
+    cases = [case for build in BUILDERS for case in build(lab)]
+    cases = [case for case in cases if not only or case.surface in only]
+    rows = []
+    for number, case in enumerate(cases, 1):
+        outcome = classify(case)
+        rows.append((case.surface, case.name, outcome.kind, outcome.detail))
+        print(
+            f"[{number}/{len(cases)}] {case.surface}: {case.name}: {outcome.kind} "
+            f"({outcome.seconds:.1f} s) {outcome.detail[:160]}",
+            flush=True,
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", help="surfaces to probe (default: all)")
     parser.add_argument("--keep", type=Path, help="a folder to work in, kept afterwards")
+    parser.add_argument(
+        "--summarise", nargs="+", type=Path, metavar="LOG", help="summarise printed runs instead"
+    )
     args = parser.parse_args(argv)
+    if args.summarise:
+        print(summary(read_logs(args.summarise)))
+        return 0
     with tempfile.TemporaryDirectory() as scratch:
         root = args.keep or Path(scratch)
         root.mkdir(parents=True, exist_ok=True)
-        lab = Lab(root)
-        cases = [case for build in BUILDERS for case in build(lab)]
-        if args.only:
-            cases = [case for case in cases if case.surface in args.only]
-        outcomes = []
-        for number, case in enumerate(cases, 1):
-            outcome = classify(case)
-            outcomes.append(outcome)
-            print(
-                f"[{number}/{len(cases)}] {case.surface}: {case.name}: {outcome.kind} "
-                f"({outcome.seconds:.1f} s) {outcome.detail[:160]}",
-                flush=True,
-            )
-        print("\n" + table(outcomes) + "\n")
-        unclean = [o for o in outcomes if o.kind not in (CORRECT, REFUSED)]
-        print(f"Cases not clean ({len(unclean)}):")
-        for outcome in unclean:
-            case = outcome.case
-            print(f"- {case.surface}: {case.name}: **{outcome.kind}**: {outcome.detail}")
-    if any(o.kind == HANG for o in outcomes):
+        rows = probe(Lab(root), args.only)
+        print("\n" + summary(rows))
+    if any(kind == HANG for _, _, kind, _ in rows):
         sys.stdout.flush()
         os._exit(1)  # a hung case's thread would keep the process alive
     return 0

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from probe_kit import Case, Lost, Wrong, check_close, check_kept, snapshot
+from probe_kit import Case, Lost, Wrong, check_close, check_kept, keeping, snapshot
 
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM, saving
 from gpflow_svi_gplvm.singlecell.saving import MANIFEST
@@ -127,11 +127,7 @@ def _save_over_user_file(lab, name: str, content: bytes, overwrite: bool):
         folder = lab.folder("user") / "model"
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(content)
-        before = snapshot(folder)
-        try:
-            lab.face.save(folder, overwrite=overwrite)
-        finally:
-            check_kept(before, folder)
+        keeping(folder, lambda: lab.face.save(folder, overwrite=overwrite))
         _loads_to_baseline(lab, folder)
 
     return run
@@ -169,11 +165,7 @@ def _save_over_saved(lab, overwrite: bool, extra: str | None = None):
 def _save_onto_file(lab, overwrite: bool):
     def run():
         path = lab.a_file()
-        before = snapshot(path)
-        try:
-            lab.face.save(path, overwrite=overwrite)
-        finally:
-            check_kept(before, path)
+        keeping(path, lambda: lab.face.save(path, overwrite=overwrite))
 
     return run
 
@@ -480,7 +472,7 @@ def export_cases(lab) -> list[Case]:
     face, cases = lab.face, []
 
     def add(name, run, names):
-        cases.append(Case("export", name, run, names, timeout=240))
+        cases.append(Case("export", name, run, names, timeout=900))
 
     def export(base_name: str, **options):
         def run():
@@ -547,11 +539,7 @@ def _export_beside(lab):
 def _export_onto_file(lab):
     def run():
         path = lab.a_file()
-        before = snapshot(path)
-        try:
-            lab.face.export_saved_model(path)
-        finally:
-            check_kept(before, path)
+        keeping(path, lambda: lab.face.export_saved_model(path))
 
     return run
 
@@ -561,11 +549,7 @@ def _export_over_user_file(lab):
         base = lab.folder("userfile") / "served"
         shutil.copytree(lab.exported, base / "1")
         (base / "1" / "notes.txt").write_text("mine")
-        before = snapshot(base)
-        try:
-            lab.face.export_saved_model(base, overwrite=True)
-        finally:
-            check_kept(before, base)
+        keeping(base, lambda: lab.face.export_saved_model(base, overwrite=True))
 
     return run
 
@@ -574,11 +558,7 @@ def _export_over_saved(lab):
     def run():
         base = lab.folder("oversaved") / "served"
         shutil.copytree(lab.saved, base / "1")
-        before = snapshot(base)
-        try:
-            lab.face.export_saved_model(base, overwrite=True)
-        finally:
-            check_kept(before, base)
+        keeping(base, lambda: lab.face.export_saved_model(base, overwrite=True))
 
     return run
 

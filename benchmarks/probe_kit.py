@@ -55,7 +55,7 @@ class Case:
     name: str
     run: Callable[[], Any]
     names: Sequence[str] | None = None
-    timeout: float = 120.0
+    timeout: float = 900.0
 
 
 @dataclass
@@ -172,6 +172,16 @@ def check_kept(before: dict[str, str], folder: Path, only: Sequence[str] | None 
     changed = [name for name in names if after.get(name) != before[name]]
     if changed:
         raise Lost(f"the user's files {changed[:4]} were changed or removed")
+
+
+def keeping(folder: Path, call: Callable[[], Any]) -> Any:
+    """``call()``; a :class:`Lost` (in place of whatever it raised) when it changed or removed a
+    file under ``folder``."""
+    before = snapshot(folder)
+    try:
+        return call()
+    finally:
+        check_kept(before, folder)
 
 
 def check_close(got, expected, what: str, rtol: float = 1e-6, atol: float = 1e-8) -> None:

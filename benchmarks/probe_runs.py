@@ -180,7 +180,7 @@ def disk_cases(lab) -> list[Case]:
     """``fit`` of an ``.h5ad`` path: files damaged before and during the run, outputs."""
     cases = []
 
-    def add(name, run, names, timeout=240.0):
+    def add(name, run, names, timeout=900.0):
         cases.append(Case("out-of-core", name, run, names, timeout))
 
     damages = {
@@ -347,7 +347,7 @@ def cli_cases(lab) -> list[Case]:
     cells = ["--data", atlas, "--layer", "counts", "--batch-key", "batch", *tiny]
     cases = []
 
-    def add(name, run, names, timeout=240.0):
+    def add(name, run, names, timeout=900.0):
         cases.append(Case("command line", name, run, names, timeout))
 
     def refused(args, output="flags"):
@@ -524,7 +524,7 @@ def _run_cases(lab, cells: list[str], add) -> list[Case]:
 def _process(args: list[str]):
     def run():
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        result = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+        result = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
         return _status(result.returncode, result.stdout, result.stderr)
 
     return run

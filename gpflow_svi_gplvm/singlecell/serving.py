@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
+from ..export import check_serving_dtype
 from ..export_folder import check_destination, make_staging, replace_folder, write_marker
 from ..laplace import LaplaceLatents
 from ..validation import check_integer, check_path, check_writable_folder
@@ -192,7 +193,7 @@ def export_cells(
     if face.model is None:
         raise ValueError("Fit the model first: only a fitted SingleCellGPLVM can be exported.")
     version = check_integer(version, "version", hint="TensorFlow Serving's model version, e.g. 1")
-    dtype = _check_dtype(dtype)
+    dtype = check_serving_dtype(dtype)  # an integer type would round the embedding
     base = check_path(path, "path (the export's base folder)")
     target = base / str(version)
     check_destination(target, overwrite)
@@ -223,17 +224,3 @@ def export_cells(
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
-
-def _check_dtype(dtype: Any) -> tf.DType:
-    """``dtype`` as a TensorFlow float type; a ``ValueError`` for any other (the counts and the
-    embedding pass through it: an integer type would round the embedding)."""
-    try:
-        found = tf.as_dtype(dtype)
-    except TypeError:
-        found = None
-    if found not in (tf.float32, tf.float64):
-        raise ValueError(
-            f"dtype is the precision of the served counts and embedding: tf.float32 or "
-            f"tf.float64, got {dtype!r}."
-        )
-    return found
