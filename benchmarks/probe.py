@@ -73,13 +73,20 @@ class Lab:
         self.prior_expression = self.face.normalized_expression(at_prior, n_samples=3).to_numpy()
         self.saved = root / "saved"
         self.face.save(self.saved, adata=self.cells)
-        self.exported = self.face.export_saved_model(root / "exported" / "served")
         self.atlas = root / "atlas.h5ad"
         atlas = counts_cells(200, 8, seed=5)
         atlas.var["gene_ids"] = [f"ENSG{j:05d}" for j in range(8)]  # a column that is not a mask
         atlas.write_h5ad(self.atlas)
         self._embed = None
         self._folders = 0
+
+    @property
+    def exported(self) -> Path:
+        """The model exported once (on first use: only export and serving cases need it)."""
+        folder = self.root / "exported" / "served"
+        if not (folder / "1").exists():
+            self.face.export_saved_model(folder)
+        return folder / "1"
 
     def folder(self, name: str) -> Path:
         self._folders += 1
