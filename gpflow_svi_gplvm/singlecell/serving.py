@@ -223,4 +223,3 @@ def export_cells(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
