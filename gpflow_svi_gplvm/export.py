@@ -56,7 +56,7 @@ MODEL_UNITS = "the model's: Y as the model was trained on it"
 DATA_UNITS = "the data's own: Y = location + scale * (the model's Y), column by column"
 
 
-def _serving_dtype(dtype: object) -> tf.DType:
+def check_serving_dtype(dtype: object) -> tf.DType:
     """``dtype`` (a ``tf.DType``, a NumPy dtype or a name such as "float32") as tf.float32 or
     tf.float64, or a ``ValueError`` naming the choices."""
     try:
@@ -87,7 +87,7 @@ class ServingModule(tf.Module):
         scale: np.ndarray | None = None,
     ):
         super().__init__()
-        dtype = _serving_dtype(dtype)
+        dtype = check_serving_dtype(dtype)
         if getattr(model, "row_inputs", None) is not None:
             raise ValueError(
                 "This model was fitted with covariates or size factors, which its served rows "

@@ -149,6 +149,8 @@ def check_path(path, name: str) -> Path:
     included."""
     if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
         raise ValueError(f"{name} must be a non-empty str or pathlib.Path, got {path!r}.")
+    if "\0" in str(path):  # no file system takes one; os calls would say only "null byte"
+        raise ValueError(f"{name} {str(path)!r} holds a NUL character ('\\0'): remove it.")
     return Path(path)
 
 

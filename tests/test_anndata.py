@@ -494,3 +494,20 @@ def test_an_output_that_cannot_be_a_folder_is_refused_before_training(tmp_path):
     assert (tmp_path / "mine").read_text() == "a user's file" and face.model is None
     with pytest.raises(ValueError, match=r"output must be a non-empty str or pathlib.Path"):
         face.fit(path, iterations=1, output="")
+    with pytest.raises(ValueError, match=r"output 'bad\\x00name' holds a NUL character"):
+        face.fit(path, iterations=1, output="bad\0name")
+
+
+def test_new_cells_numeric_covariates_that_are_not_finite_numbers_are_named():
+    from gpflow_svi_gplvm.singlecell.encoding import CovariateEncoding
+
+    obs = pd.DataFrame({"depth": [1.0, 2.0, 3.0]}, index=["a", "b", "c"])
+    encoding = CovariateEncoding(["depth"]).fit(obs)
+    expected = (obs["depth"].to_numpy() - 2.0) / np.sqrt(2.0 / 3.0)
+    np.testing.assert_allclose(encoding.transform(obs)[:, 0], expected)
+    for values, message in [
+        ([1.0, np.inf, 2.0], "obs column 'depth' holds inf for cell 'b'"),
+        (["1", "x", "2"], "obs column 'depth' is a numeric covariate but holds values that are"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            encoding.transform(pd.DataFrame({"depth": values}, index=obs.index))

@@ -28,6 +28,15 @@ def test_speed_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_mapping_speed_benchmark_quick():
+    pytest.importorskip("anndata")
+    settings = ["--reference", "300", "--cells", "200", "--iterations", "20", "--compare", "20"]
+    out = _run(str(BENCHMARKS / "mapping.py"), "speed", *settings)
+    assert "ms CPU a cell" in out and "infer_latents (300 Adam steps)" in out
+    assert "transform: ARI" in out and "infer_latents: ARI" in out
+
+
+@pytest.mark.slow
 def test_gpu_check_runs_on_a_cpu_in_its_smoke_setting():
     result = subprocess.run(
         ["bash", str(BENCHMARKS / "gpu_check.sh"), "--smoke"],
@@ -249,3 +258,31 @@ def test_row_update_and_count_likelihood_step_benchmarks_quick():
 def test_default_settings_benchmark_quick():
     out = _run(str(BENCHMARKS / "amortised_defaults.py"), "--quick", "--models", "AEB-SVI")
     assert "| AEB-SVI | defaults |" in out and "| AEB-SVI | Monte Carlo, Adam |" in out
+
+
+def test_the_probe_classifies_an_outcome_by_what_was_raised_and_its_words(monkeypatch):
+    """benchmarks/probe_kit.py: a refusal is clear only as a ValueError (or the command line's
+    and the served model's answer) naming one of the case's words."""
+    import time
+
+    kit = benchmark_module("probe_kit", monkeypatch)
+
+    def kind(run, names=("gene",), timeout=30.0):
+        return kit.classify(kit.Case("surface", "case", run, names, timeout)).kind
+
+    def raising(error):
+        def run():
+            raise error
+
+        return run
+
+    assert kind(lambda: 1) == kit.CORRECT
+    assert kind(raising(ValueError("Gene3 is missing"))) == kit.REFUSED
+    assert kind(raising(kit.Refusal("error: no gene"))) == kit.REFUSED
+    assert kind(raising(TypeError("got an unexpected keyword argument 'gene'"))) == kit.REFUSED
+    assert kind(raising(ValueError("bad input"))) == kit.RAW  # names nothing
+    assert kind(raising(KeyError("gene"))) == kit.RAW
+    assert kind(raising(ValueError("gene")), names=None) == kit.RAW  # a valid request refused
+    assert kind(raising(kit.Wrong("NaN"))) == kit.WRONG
+    assert kind(raising(kit.Lost("notes.txt"))) == kit.LOST
+    assert kind(lambda: time.sleep(2), timeout=0.1) == kit.HANG

@@ -127,13 +127,43 @@ def test_requests_the_model_cannot_read_are_refused_by_name(exported):
             ),
             "depth must be finite",
         ),
+        (
+            dict(counts=tf.constant(counts), batch=good["batch"][:5], depth=good["depth"]),
+            "batch must hold one value per cell",
+        ),
+        (
+            dict(counts=tf.constant(counts), batch=good["batch"], depth=good["depth"][:5]),
+            "depth must hold one value per cell",
+        ),
     ]
     for inputs, message in cases:
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             embed(**inputs)
 
 
+@pytest.mark.parametrize("dtype", ["int32", "string", "bad"])
+def test_an_export_of_another_dtype_than_a_float_is_refused_before_tracing(exported, dtype):
+    import tensorflow as tf
+
+    face, _, base, _ = exported
+    given = getattr(tf, dtype, dtype)
+    with pytest.raises(ValueError, match="dtype must be float64 or float32"):
+        face.export_saved_model(base, version=7, dtype=given)
+    assert not (base / "7").exists()
+
+
 def test_input_names_are_what_a_signature_accepts():
     assert input_name("batch") == "batch"
     assert input_name("sample id") == "sample_id"
     assert input_name("10x-run") == "obs_10x_run"
+
+
+def test_expression_that_overflows_is_refused_naming_the_cell_and_its_obs(exported):
+    """A covariate far outside the fitted range (here 1e300 where the cells held about 1) makes
+    the rate overflow: refused by name rather than infinite or NaN."""
+    face, query, _, _ = exported
+    far = query[:4].copy()
+    far.obs["depth"] = far.obs["depth"] * 1e300
+    cell = far.obs_names[0]
+    with pytest.raises(ValueError, match=rf"expression of cell '{cell}' overflows .*'depth'"):
+        face.normalized_expression(far, n_samples=2)

@@ -250,6 +250,21 @@ def test_bad_expression_requests_are_named(fitted, options, message):
         face.normalized_expression(cells, **options)
 
 
+def test_an_output_that_is_a_file_or_holds_earlier_arrays_is_refused(fitted, tmp_path):
+    face, cells = fitted
+    (tmp_path / "taken").write_text("mine")
+    with pytest.raises(ValueError, match=r"output .*taken is a file: name a folder"):
+        face.normalized_expression(cells, output=tmp_path / "taken")
+    assert (tmp_path / "taken").read_text() == "mine"
+    out = tmp_path / "out"
+    first = np.array(face.normalized_expression(cells[:5], n_samples=2, output=out))
+    with pytest.raises(ValueError, match="holds an earlier call's arrays .*pass overwrite=True"):
+        face.normalized_expression(cells[5:9], n_samples=2, output=out)
+    np.testing.assert_array_equal(np.load(out / "normalized_expression.npy"), first)
+    again = face.normalized_expression(cells[5:9], n_samples=2, output=out, overwrite=True)
+    assert again.shape == (4, first.shape[1])
+
+
 def test_the_fdr_rule_keeps_the_longest_run_whose_mean_error_is_within_target():
     proba = np.array([0.99, 0.2, 0.97, 0.9, 0.5, 0.96])
     # Sorted: 0.99, 0.97, 0.96, 0.9, 0.5, 0.2; 1 - p: .01 .03 .04 .10 .50 .80; running means
@@ -380,6 +395,10 @@ def test_labels_are_transferred_between_anndatas_and_bad_input_named(fitted):
         transfer_labels(reference, query, "kind")
     with pytest.raises(ValueError, match="one label only"):
         LabelTransfer().fit(np.zeros((5, 2)), np.zeros((5, 2)), ["t"] * 5)
+    unlabelled = reference.copy()
+    unlabelled.obs["none"] = pd.Series([None] * 40, index=unlabelled.obs_names, dtype=object)
+    with pytest.raises(ValueError, match=r"obs\['none'\] has no label: every value is missing"):
+        transfer_labels(unlabelled, query, "none")
     # Through the model, the query's q(x) is inferred as transform would, and the reference's
     # batches are held out in turn.
     probabilities = face.transfer_labels(reference, query, "kind", num_neighbours=10)

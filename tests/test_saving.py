@@ -95,6 +95,32 @@ def test_a_folder_that_is_not_a_whole_saved_model_of_this_version_is_named(saved
         SingleCellGPLVM.load(other)
 
 
+@pytest.mark.parametrize("damage", ["genes reordered", "numbers changed", "cells truncated"])
+def test_a_folder_edited_or_damaged_after_the_save_is_refused(saved, tmp_path, damage):
+    """An edit that keeps the folder's form (genes in another order, other numbers) would embed
+    new cells wrongly without a word: the manifest's digest tells it."""
+    import shutil
+
+    _, _, folder = saved
+    copy = tmp_path / "model"
+    shutil.copytree(folder, copy)
+    if damage == "genes reordered":
+        manifest = json.loads((copy / MANIFEST).read_text())
+        manifest["registration"]["gene_names"].reverse()
+        (copy / MANIFEST).write_text(json.dumps(manifest))
+    elif damage == "numbers changed":
+        with np.load(copy / "variables.npz") as stored:
+            values = dict(stored)
+        values[".q_mu"] = 2 * values[".q_mu"]
+        np.savez(copy / "variables.npz", **values)
+    else:
+        data = (copy / "cells.h5ad").read_bytes()
+        (copy / "cells.h5ad").write_bytes(data[: len(data) // 2])
+    match = "cannot be read" if damage == "cells truncated" else "was changed after it was saved"
+    with pytest.raises(ValueError, match=match):
+        SingleCellGPLVM.load(copy)
+
+
 def test_a_save_replaces_only_its_own_folder_and_a_failed_one_leaves_it_whole(
     saved, tmp_path, monkeypatch
 ):

@@ -38,7 +38,7 @@ class CovariateEncoding:
             columns = {column: obs_column(obs, column) for column in self.columns}
             for column, values in columns.items():
                 if not (_categorical(values) or column in self.categorical):
-                    _check_finite(column, values)
+                    _numbers(column, values)
         for column, values in columns.items():
             if _categorical(values) or column in self.categorical:
                 seen = list(values.astype("category").cat.categories)
@@ -92,21 +92,30 @@ class CovariateEncoding:
                 extra = mapped if column in self.categorical else ()
                 parts.append(_one_hot(values, column, self.categories[column], extra))
             else:
-                numbers = values.to_numpy(dtype=float)
+                numbers = _numbers(column, values)
                 parts.append(((numbers - self.location[column]) / self.scale[column])[:, None])
         return np.concatenate(parts, axis=1)
 
 
-def _check_finite(column: str, values) -> None:
-    """A ``ValueError`` naming the first cell whose numeric covariate is infinite (NaN is named
-    by :meth:`CovariateEncoding.transform`, as missing)."""
-    numbers = values.to_numpy(dtype=float)
+def _numbers(column: str, values) -> np.ndarray:
+    """The values of a numeric covariate column as numbers [N]; a ``ValueError`` naming the
+    column for values that are not numbers, and the first cell whose value is infinite (NaN is
+    named by :meth:`CovariateEncoding.transform`, as missing)."""
+    try:
+        numbers = values.to_numpy(dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"obs column {column!r} is a numeric covariate but holds values that are not numbers "
+            f"({error}): give numbers, e.g. adata.obs[{column!r}] = "
+            f"adata.obs[{column!r}].astype(float)."
+        ) from error
     if np.isinf(numbers).any():
         raise ValueError(
             f"obs column {column!r} holds {numbers[np.isinf(numbers)][0]} for "
             f"cell {values.index[np.argmax(np.isinf(numbers))]!r}: a numeric "
             "covariate must be finite. Fix or drop those cells, or leave it out."
         )
+    return numbers
 
 
 def _agreed_categories(seen: list, workers: Workers) -> list:

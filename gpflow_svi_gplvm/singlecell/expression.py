@@ -38,7 +38,7 @@ import numpy as np
 
 from ..options import takes_options_of
 from ..rates import inverse_link, rate_moments
-from ..validation import check_integer, check_path, check_seed
+from ..validation import check_integer, check_path, check_seed, check_writable_folder
 from .cell_states import CellStates, cell_states
 from .cells import opened
 from .fitted import FittedCells
@@ -85,6 +85,7 @@ def expression_blocks(
         drawn = noise if states.variance.any() else noise[:1] * 0.0
         mean, second = _moments(fitted, states, references, drawn, return_variance)
         mean = mean[:, columns]
+        _check_finite(fitted, states, scale * mean)
         variance = None
         if second is not None:
             variance = scale**2 * np.maximum(second[:, columns] - mean**2, 0.0)
@@ -93,13 +94,19 @@ def expression_blocks(
 
 @takes_options_of(expression_blocks)
 def normalized_expression(
-    fitted: FittedCells, adata, *args: Any, output: str | Path | None = None, **options: Any
+    fitted: FittedCells,
+    adata,
+    *args: Any,
+    output: str | Path | None = None,
+    overwrite: bool = False,
+    **options: Any,
 ):
     """The normalised expression of ``adata``'s cells (an AnnData or the path of an ``.h5ad``
     file): a pandas DataFrame [N, G] (cells by ``genes``, default every fitted gene), with
     ``return_variance`` a pair (means, variances); with ``output`` (a folder) the arrays are
     written there a block at a time (``normalized_expression.npy``, and
-    ``normalized_expression_variance.npy``) and returned memory-mapped. The options are
+    ``normalized_expression_variance.npy``) and returned memory-mapped; arrays an earlier call
+    wrote there are replaced only with ``overwrite``. The options are
     :func:`expression_blocks`'."""
     request = inspect.signature(expression_blocks).bind(fitted, opened(adata), *args, **options)
     request.apply_defaults()
@@ -108,6 +115,13 @@ def normalized_expression(
     blocks = expression_blocks(*request.args, **request.kwargs)
     if output is not None:
         folder = Path(check_path(output, "output"))
+        check_writable_folder(folder, "output")  # now, not after the cells are read
+        earlier = [f"{name}.npy" for name in _ARRAYS if (folder / f"{name}.npy").exists()]
+        if earlier and not overwrite:
+            raise ValueError(
+                f"output {folder} holds an earlier call's arrays ({', '.join(earlier)}): pass "
+                "overwrite=True to replace them, or choose another output."
+            )
         shape = (request.arguments["adata"].n_obs, len(names))
         return _written(blocks, folder, shape, variance)
     import pandas as pd
@@ -125,6 +139,10 @@ def normalized_expression(
         for column in ((1, 2) if variance else (1,))
     ]
     return tuple(frames) if variance else frames[0]
+
+
+_ARRAYS = ("normalized_expression", "normalized_expression_variance")
+"""The arrays written to ``output``: the means, and the variances."""
 
 
 def check_genes(fitted: FittedCells, genes: Sequence[str] | None) -> list[str]:
@@ -287,6 +305,20 @@ def _moments(
     return np.concatenate(firsts), np.concatenate(seconds) if second_moment else None
 
 
+def _check_finite(fitted: FittedCells, states: CellStates, mean: np.ndarray) -> None:
+    """A ``ValueError`` naming the first cell whose expression overflows (an ``obs`` value far
+    outside those the model was fitted on, say), rather than infinite or NaN rates."""
+    bad = ~np.isfinite(mean).all(axis=1)
+    if bad.any():
+        row = states.obs.iloc[int(np.argmax(bad))]
+        columns = fitted.registration.columns
+        raise ValueError(
+            f"The expression of cell {row.name!r} overflows (its rate is not finite): its obs "
+            f"values {row[columns].to_dict() if columns else {}} or library_size lie far "
+            "outside what the model was fitted on. Check their units, or leave such cells out."
+        )
+
+
 def _gene_positions(fitted: FittedCells, genes: list[str]) -> np.ndarray:
     position = {g: i for i, g in enumerate(fitted.registration.gene_names)}
     return np.array([position[g] for g in genes], dtype=np.int64)
@@ -296,7 +328,7 @@ def _written(blocks, folder: Path, shape: tuple[int, int], variance: bool):
     """Write the blocks' means (and variances) to ``folder`` as ``.npy`` files of ``shape``
     [N, G], a block at a time, each moved into place once whole; return them memory-mapped."""
     folder.mkdir(parents=True, exist_ok=True)
-    names = ["normalized_expression"] + (["normalized_expression_variance"] if variance else [])
+    names = list(_ARRAYS[: 2 if variance else 1])
     staging = [folder / f".{name}.partial" for name in names]
     with contextlib.ExitStack() as stack:
         handles = [stack.enter_context(path.open("wb")) for path in staging]

@@ -222,6 +222,11 @@ def transfer_labels(
         )
     labels = reference.obs[labels_key]
     known = labels.notna().to_numpy()
+    if not known.any():
+        raise ValueError(
+            f"The reference's obs[{labels_key!r}] has no label: every value is missing (NaN or "
+            "None). Give reference cells with labels."
+        )
     reference_mean, reference_variance = _moments_of(reference, key, moments, "reference")
     groups = None
     if groups_key is not None:

@@ -4,7 +4,8 @@ The folder holds everything needed to use the model without its training data:
 
 - ``gpflow_svi_gplvm_model.json``, the manifest: the format and its version, the face's options,
   the registration (layer, genes in order, ``obs`` columns with their categories and scales,
-  size factors), the model's shapes and the training record;
+  size factors), the model's shapes, the training record, and a digest of these and of the
+  model's numbers (a folder edited or damaged after it was saved is refused by :func:`load_model`);
 - ``variables.npz``: every variable of the GP, the likelihood and the encoder (by its path in the
   model, unconstrained values);
 - ``reference.npz``: the rows of the per-cell tables (q(x) and the observed GP inputs) of up to
@@ -21,6 +22,7 @@ model of this package that holds nothing else (:mod:`~gpflow_svi_gplvm.export_fo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -98,6 +100,7 @@ def save_model(face: Any, folder: str | Path, adata=None, overwrite: bool = Fals
             "cells": minified is not None,
             "new_batches": [plain_category(c) for c in learnt.categories],
         }
+        record["digest"] = _digest(record, staging)
         write_marker(staging, record, SAVED_MODEL)
         replace_folder(staging, path)
     finally:
@@ -120,10 +123,21 @@ def load_model(folder: str | Path, face_class: type) -> Any:
         offsets = np.load(path / "batch_offsets.npy")
         face.batch_offsets = BatchOffsets(manifest["new_batches"], offsets)
     if manifest.get("cells"):
-        import anndata
-
-        face.reference = anndata.read_h5ad(path / "cells.h5ad")
+        face.reference = _read_cells(path / "cells.h5ad")
     return face
+
+
+def _read_cells(path: Path):
+    """The minified training cells a saved model keeps; a ``ValueError`` for a damaged file."""
+    import anndata
+
+    try:
+        return anndata.read_h5ad(path)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} cannot be read ({type(error).__name__}: {error}): the saved model's "
+            "training cells are damaged. Save the model again (with adata=) to keep them."
+        ) from error
 
 
 def _read_manifest(path: Path) -> dict:
@@ -139,8 +153,14 @@ def _read_manifest(path: Path) -> dict:
         manifest = json.loads(marker.read_text())
     except ValueError as error:
         raise ValueError(f"{marker} is not JSON ({error}): the folder is damaged.") from error
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{marker} is not a manifest (a JSON object): the folder is damaged.")
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path} holds a {manifest.get('format')!r}, not a {FORMAT}.")
+        raise ValueError(
+            f"{marker} names the format {manifest.get('format')!r}, not {FORMAT!r}: {path} is "
+            "not a saved model of this package, or it is damaged. Give the folder that "
+            "SingleCellGPLVM.save wrote, or save the model again."
+        )
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
         raise ValueError(
@@ -154,7 +174,41 @@ def _read_manifest(path: Path) -> dict:
             f"{path} is incomplete: it lacks {missing} that its manifest lists. The folder is "
             "damaged: save the model again."
         )
+    lacking = [key for key in _FIELDS if key not in manifest]
+    if lacking:
+        raise ValueError(
+            f"{marker} lacks {lacking}: the folder is damaged or was edited. Save the model again."
+        )
+    if "digest" in manifest and manifest["digest"] != _digest(manifest, path):
+        raise ValueError(
+            f"{path} was changed after it was saved: its manifest or the model's numbers "
+            f"({', '.join(_NUMBERS)}) no longer match the digest the manifest records. The "
+            "folder is damaged or was edited: save the model again."
+        )
     return manifest
+
+
+_FIELDS = ("options", "registration", "model", "new_batches")
+"""The manifest's fields that :func:`load_model` reads."""
+
+_NUMBERS = ("variables.npz", "reference.npz", "batch_offsets.npy")
+"""The files of the model's numbers, which the manifest's digest covers with the manifest."""
+
+
+def _digest(record: dict, folder: Path) -> str:
+    """A hash of what the manifest ``record`` says (but the fields of the folder's marker) and
+    of the bytes of the model's numbers in ``folder``: a folder edited or damaged after it was
+    saved no longer matches it."""
+    digest = hashlib.blake2b(digest_size=16)
+    told = {k: v for k, v in record.items() if k not in ("digest", "files", "written_by")}
+    digest.update(json.dumps(told, sort_keys=True).encode())
+    for name in _NUMBERS:
+        if (folder / name).is_file():
+            digest.update(name.encode())
+            with (folder / name).open("rb") as file:
+                for piece in iter(lambda: file.read(2**20), b""):
+                    digest.update(piece)
+    return digest.hexdigest()
 
 
 def _json_options(face: Any) -> dict[str, Any]:

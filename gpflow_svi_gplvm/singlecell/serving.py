@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
+from ..export import check_serving_dtype
 from ..export_folder import check_destination, make_staging, replace_folder, write_marker
 from ..laplace import LaplaceLatents
 from ..validation import check_integer, check_path, check_writable_folder
@@ -104,6 +105,7 @@ class CellServing(tf.Module):
         counts = self._checked_counts(counts)
         parts, offset_rows = [], tf.zeros(tf.shape(counts)[:1], tf.int64)
         for (column, name, categories), values in zip(self.columns, columns):
+            values = self._one_per_cell(values, name, counts)
             if categories is None:
                 parts.append(self._number(column, name, values)[:, None])
                 continue
@@ -145,6 +147,15 @@ class CellServing(tf.Module):
         with tf.control_dependencies([width, check]):
             return tf.identity(values)
 
+    @staticmethod
+    def _one_per_cell(values: tf.Tensor, name: str, counts: tf.Tensor) -> tf.Tensor:
+        """``values`` after a run-time check that they hold one value per row of ``counts``."""
+        fits = tf.equal(tf.size(values), tf.shape(counts)[0])
+        message = f"{name} must hold one value per cell (as many as the rows of counts); got"
+        check = tf.debugging.Assert(fits, [message, tf.size(values), "for", tf.shape(counts)[0]])
+        with tf.control_dependencies([check]):
+            return tf.identity(values)
+
     def _number(self, column: str, name: str, values: tf.Tensor) -> tf.Tensor:
         location, scale = self.numbers[column]
         values = tf.cast(values, default_float())
@@ -163,7 +174,7 @@ class CellServing(tf.Module):
             factors = tf.reduce_sum(counts, axis=1) / reference
             message = "a cell without counts in the fitted genes has no size factor"
         else:
-            factors = tf.cast(given[0], default_float())
+            factors = tf.cast(self._one_per_cell(given[0], "size_factor", counts), default_float())
             message = "size_factor must be positive numbers"
         check = tf.debugging.Assert(tf.reduce_all(factors > 0), [message])
         with tf.control_dependencies([check]):
@@ -182,12 +193,13 @@ def export_cells(
     if face.model is None:
         raise ValueError("Fit the model first: only a fitted SingleCellGPLVM can be exported.")
     version = check_integer(version, "version", hint="TensorFlow Serving's model version, e.g. 1")
+    dtype = check_serving_dtype(dtype)  # an integer type would round the embedding
     base = check_path(path, "path (the export's base folder)")
     target = base / str(version)
     check_destination(target, overwrite)
     if base.exists() and not base.is_dir():
         raise ValueError(f"{base} is a file: give the base folder of the export's versions.")
-    module = CellServing(face, iterations, tf.as_dtype(dtype))
+    module = CellServing(face, iterations, dtype)
     check_writable_folder(base.parent if not base.exists() else base, "The export's folder")
     base.mkdir(parents=True, exist_ok=True)
     concrete = module.embed.get_concrete_function()
