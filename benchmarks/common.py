@@ -30,12 +30,20 @@ class Trainable(Protocol):
 
 def seconds_per_step(trainer: Trainable, short: int, long: int) -> float:
     """The time of one step: the difference of a long and a short run, over their difference."""
-    times = []
+    return wall_and_cpu_per_step(trainer, short, long)[0]
+
+
+def wall_and_cpu_per_step(trainer: Trainable, short: int, long: int) -> tuple[float, float]:
+    """Wall and process CPU seconds (all threads) of one step, each the difference of a long and
+    a short run over their difference. On a shared machine the CPU time moves less than the
+    wall time with other jobs' load."""
+    wall, cpu = [], []
     for steps in (short, long):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         trainer.train(steps, steps_per_call=steps, progress=False)
-        times.append(time.perf_counter() - start)
-    return (times[1] - times[0]) / (long - short)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+    return (wall[1] - wall[0]) / (long - short), (cpu[1] - cpu[0]) / (long - short)
 
 
 def mean_and_error(values) -> str:

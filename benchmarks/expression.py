@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from single_cell import atlas_options, make_atlas, peak_gib
+from single_cell import add_atlas_arguments, atlas_options, make_atlas, peak_gib
 
 HERE = Path(__file__).resolve().parent
 PAIRS = ((0, 1), (2, 3), (4, 5))
@@ -338,11 +338,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=None)
     parser.add_argument("--genes", type=int, default=2000)
     parser.add_argument("--iterations", type=int, default=3000)
-    parser.add_argument("--hard", action="store_true", help="single_cell.py's HARD_ATLAS")
-    parser.add_argument("--de-scale", type=float, default=1.5)
-    parser.add_argument("--batch-scale", type=float, default=0.5)
-    parser.add_argument("--library-size", type=float, default=2000.0)
-    parser.add_argument("--atlas-seed", type=int, default=0)
+    add_atlas_arguments(parser)
     parser.add_argument("--scvi-epochs", type=int, default=None)
     parser.add_argument("--contenders", nargs="*", default=["gplvm", "scvi"])
     parser.add_argument("--reference", type=int, default=10_000, help="memory: cells fitted")

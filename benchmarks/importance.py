@@ -3,14 +3,18 @@
 
     python benchmarks/importance.py step [--repeats 7]
     python benchmarks/importance.py heldout oilflow qpcr mnist kang [--seeds 3 --kang-folder DIR]
+    python benchmarks/importance.py heldout mnist --rows 1000 200 --steps 1000   # smaller
     python benchmarks/importance.py heldout oilflow --curve           # against training time
     python benchmarks/importance.py step heldout oilflow --quick      # a smoke run of each path
 
-``step``: the compiled step's steps per second at K = 1, 5 and 20 (``num_importance``), measured
-side by side in one process (``speed.py``'s interleaved rounds, median), for B-SVI, AEB-SVI and
-the planar flow (10 shared layers), each with one draw per K (``num_samples=1``), at oil flow's
-shape (N=800, D=12, Q=10, M=25, batch 100) and MNIST's (N=2000, D=784, 60% missing, Q=5, M=100,
-batch 100, one q(u) covariance shared by the outputs). K = 1 is each model's ELBO as it trains by
+``step``: the compiled step's time at K = 1, 5 and 20 (``num_importance``), measured side by
+side in one process: one compiled trainer per setting, a step's time the difference of runs of
+``--step-iterations`` and twice as many steps over their difference, in wall and in process CPU
+time, in ``--repeats`` rounds that alternate the trainers (ratios taken within a round, medians
+over the rounds), for B-SVI, AEB-SVI and the planar flow (10 shared layers), each with one draw
+per K (``num_samples=1``), at oil flow's shape (N=800, D=12, Q=10, M=25, batch 100) and MNIST's
+(N=2000, D=784, 60% missing, Q=5, M=100, batch 100, one q(u) covariance shared by the outputs;
+``--step-shapes`` picks). K = 1 is each model's ELBO as it trains by
 default (B-SVI's in closed form over q(x) under a Gaussian likelihood).
 
 ``heldout``: for each data set, B-SVI (or ``--model``) trained at K = 1, 5 and 20 for the same
@@ -32,7 +36,10 @@ and Kang et al.'s PBMC control cells (``pbmc_ctrl.h5ad`` of ``--kang-folder``, w
 ``shared/data/kang_pbmc/fetch.sh``): the 1000 most variable genes (scanpy's Seurat flavour on
 log-normalised counts), 2000 cells drawn at random for training and 400 for testing, their raw
 counts under a negative binomial likelihood with a dispersion per gene and size factors (each
-cell's total count over the training cells' mean), batch 100 and 1000 steps. Data:
+cell's total count over the training cells' mean), batch 100 and 1000 steps, scored 8 cells at a
+time (the estimator's default chunk bounds the GP's intermediates, not the quadrature's [cells,
+draws, genes, points], which at 1000 genes and 256 draws outgrew 16 GB). ``--rows TRAIN
+TEST`` keeps the first rows of each set and ``--steps`` replaces the data set's steps. Data:
 $GPFLOW_SVI_GPLVM_DATA.
 """
 
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,7 +56,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import mean_and_error  # noqa: E402
+from common import mean_and_error, wall_and_cpu_per_step  # noqa: E402
 from speed import measure  # noqa: E402
 
 from gpflow_svi_gplvm import (  # noqa: E402
@@ -73,6 +81,7 @@ tf.get_logger().setLevel("ERROR")
 KS = (1, 5, 20)
 MODELS = {"bsvi": BayesianSVIGPLVM, "aeb": AmortisedBayesianGPLVM, "flow": FlowBayesianGPLVM}
 NAMES = {"bsvi": "B-SVI", "aeb": "AEB-SVI", "flow": "B-SVI (flow)"}
+STEP_SHAPES = {"oilflow": "oil flow", "mnist": "MNIST"}
 KANG_FOLDER = Path.home() / ".cache" / "gpflow_svi_gplvm" / "kang_pbmc"  # fetch.sh's default
 
 
@@ -91,6 +100,7 @@ class HeldOut:
     learning_rate: float = 0.01
     options: dict = field(default_factory=dict)
     test_size_factors: np.ndarray | None = None
+    score_chunk_size: int | None = None
 
     def build(self, K: int, seed: int):
         options = {
@@ -109,7 +119,9 @@ class HeldOut:
     def score(self, model, num_samples: int) -> tuple[float, float]:
         """Mean held-out log p(y*) per test row and the estimator's mean standard error."""
         extra = {} if self.test_size_factors is None else {"size_factors": self.test_size_factors}
-        result = marginal_log_likelihood(model, self.Y_test, num_samples=num_samples, **extra)
+        result = marginal_log_likelihood(
+            model, self.Y_test, num_samples, chunk_size=self.score_chunk_size, **extra
+        )
         return float(np.mean(result.log_likelihood)), float(np.mean(result.standard_error))
 
 
@@ -164,6 +176,7 @@ def kang(folder: Path, train: int = 2000, test: int = 400, genes: int = 1000) ->
             size_factors=factors[train_rows],
         ),
         test_size_factors=factors[test_rows],
+        score_chunk_size=8,
     )
 
 
@@ -191,30 +204,54 @@ def step_entries(shape: str, K: int, names: list[str]) -> dict:
 
 
 def step_table(shape: str, args: argparse.Namespace) -> str:
+    """Wall and CPU ms per step of every (K, model) trainer, in rounds alternating the trainers;
+    a round's ratios are taken within the round, and the table gives medians over the rounds."""
     names = ["bsvi"] if args.quick else list(MODELS)
-    entries = {}
+    factories = {}
     for K in KS:
-        entries.update(step_entries(shape, K, names))
-    results = measure(entries, args.step_iterations, args.repeats, args.step_iterations)
+        factories.update(step_entries(shape, K, names))
+    short, long = args.step_iterations, 2 * args.step_iterations
+    trainers = {}
+    for key, factory in factories.items():
+        start = time.perf_counter()
+        trainers[key] = factory()
+        trainers[key].train(short, steps_per_call=short, progress=False)  # the trace, untimed
+        print(f"  warm-up {key}: {time.perf_counter() - start:.0f} s", flush=True)
+    rounds = []
+    for number in range(args.repeats):
+        keys = list(trainers)
+        keys = keys[number % len(keys) :] + keys[: number % len(keys)]
+        rounds.append({key: wall_and_cpu_per_step(trainers[key], short, long) for key in keys})
+        print(f"  round {number + 1}/{args.repeats} done", flush=True)
     lines = [
-        f"{shape}: steps per second (median of {args.repeats} interleaved rounds of "
-        f"{args.step_iterations} steps)",
+        f"{shape}: ms per step, wall / CPU (medians of {args.repeats} rounds alternating the "
+        f"trainers; a step's time is the difference of runs of {long} and {short} steps over "
+        f"{long - short}); the ratios to K = 1 are per round, wall / CPU",
         "",
         "| model | K = 1 | K = 5 | K = 20 | K = 5 step / K = 1 step | K = 20 / K = 1 |",
         "|---|---|---|---|---|---|",
     ]
+
+    def median(values) -> float:
+        return statistics.median(list(values))
+
     for name in (NAMES[n] for n in names):
-        rates = [results[f"K={K}"][name].median for K in KS]
-        lines.append(
-            f"| {name} | {rates[0]:.0f} | {rates[1]:.0f} | {rates[2]:.0f} | "
-            f"{rates[0] / rates[1]:.2f}x | {rates[0] / rates[2]:.2f}x |"
-        )
+        cells = []
+        for K in KS:
+            wall, cpu = (median(1e3 * r[f"K={K}", name][i] for r in rounds) for i in (0, 1))
+            cells.append(f"{wall:.1f} / {cpu:.1f}")
+        for K in KS[1:]:
+            wall, cpu = (
+                median(r[f"K={K}", name][i] / r["K=1", name][i] for r in rounds) for i in (0, 1)
+            )
+            cells.append(f"{wall:.2f}x / {cpu:.2f}x")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def step(args: argparse.Namespace) -> None:
-    shapes = ["oil flow"] if args.quick else ["oil flow", "MNIST"]
-    for shape in shapes:
+    shapes = ["oilflow"] if args.quick else args.step_shapes
+    for shape in (STEP_SHAPES[name] for name in shapes):
         print("\n" + step_table(shape, args) + "\n", flush=True)
 
 
@@ -310,18 +347,21 @@ def curve_table(data: HeldOut, args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def shrunk(data: HeldOut) -> HeldOut:
-    """A smoke run's copy of ``data``: 200 training rows, 20 test rows, 40 steps, M <= 10."""
+def shrunk(
+    data: HeldOut, train: int, test: int, iterations: int, max_inducing: int | None = None
+) -> HeldOut:
+    """A copy of ``data`` on its first ``train`` training and ``test`` test rows, trained for
+    ``iterations`` steps, with at most ``max_inducing`` inducing points."""
     options = dict(data.options)
     if "size_factors" in options:
-        options["size_factors"] = options["size_factors"][:200]
-    factors = None if data.test_size_factors is None else data.test_size_factors[:20]
+        options["size_factors"] = options["size_factors"][:train]
+    factors = None if data.test_size_factors is None else data.test_size_factors[:test]
     return replace(
         data,
-        Y_train=data.Y_train[:200],
-        Y_test=data.Y_test[:20],
-        iterations=40,
-        num_inducing=min(data.num_inducing, 10),
+        Y_train=data.Y_train[:train],
+        Y_test=data.Y_test[:test],
+        iterations=iterations,
+        num_inducing=min(data.num_inducing, max_inducing or data.num_inducing),
         options=options,
         test_size_factors=factors,
     )
@@ -339,7 +379,10 @@ def heldout(args: argparse.Namespace) -> None:
         if args.model is not None:
             data.model = args.model
         if args.quick:
-            data = shrunk(data)
+            data = shrunk(data, 200, 20, 40, max_inducing=10)
+        elif args.rows or args.steps:
+            train, test = args.rows or (len(data.Y_train), len(data.Y_test))
+            data = shrunk(data, train, test, args.steps or data.iterations)
         table = curve_table if args.curve else heldout_table
         print("\n" + table(data, args) + "\n", flush=True)
 
@@ -352,9 +395,16 @@ def main() -> None:
     parser.add_argument("--model", choices=list(MODELS), help="instead of each data set's")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--step-iterations", type=int, default=100)
+    parser.add_argument(
+        "--step-shapes", nargs="+", choices=list(STEP_SHAPES), default=list(STEP_SHAPES)
+    )
     parser.add_argument("--rate-iterations", type=int, default=100)
     parser.add_argument("--rate-repeats", type=int, default=5)
     parser.add_argument("--kang-folder", default=os.environ.get("KANG_FOLDER", KANG_FOLDER))
+    parser.add_argument(
+        "--rows", nargs=2, type=int, metavar=("TRAIN", "TEST"), help="the first rows of each set"
+    )
+    parser.add_argument("--steps", type=int, help="instead of each data set's")
     parser.add_argument("--curve", action="store_true", help="held-out score against time")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny and short")
     args = parser.parse_args()

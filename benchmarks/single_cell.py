@@ -106,6 +106,17 @@ def make_atlas(cells: int, genes: int, path: Path, options: dict) -> None:
     adata.write_h5ad(path)
 
 
+def add_atlas_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command line's options of the simulated atlas (:func:`atlas_options` reads them)."""
+    parser.add_argument("--de-scale", type=float, default=1.5, help="simulate_atlas's de_scale")
+    parser.add_argument("--library-size", type=float, default=2000.0, help="mean counts a cell")
+    parser.add_argument(
+        "--batch-scale", type=float, default=0.5, help="simulate_atlas's batch_scale"
+    )
+    parser.add_argument("--hard", action="store_true", help="the harder atlas, HARD_ATLAS")
+    parser.add_argument("--atlas-seed", type=int, default=0, help="simulate_atlas's seed")
+
+
 def atlas_options(args: argparse.Namespace) -> dict:
     """simulate_atlas's options from the command line: --hard's atlas or the defaults, with the
     scales and seed given."""
@@ -388,13 +399,7 @@ def main() -> None:
     parser.add_argument("command", choices=["atlas", "pbmc", "step", "one"])
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--genes", type=int, default=2000)
-    parser.add_argument("--de-scale", type=float, default=1.5, help="simulate_atlas's de_scale")
-    parser.add_argument("--library-size", type=float, default=2000.0, help="mean counts a cell")
-    parser.add_argument(
-        "--batch-scale", type=float, default=0.5, help="simulate_atlas's batch_scale"
-    )
-    parser.add_argument("--hard", action="store_true", help="the harder atlas, HARD_ATLAS")
-    parser.add_argument("--atlas-seed", type=int, default=0, help="simulate_atlas's seed")
+    add_atlas_arguments(parser)
     parser.add_argument("--iterations", type=int, default=3000)
     parser.add_argument(
         "--learning-rate", type=float, default=None, help="fit's (default: SingleCellGPLVM's)"

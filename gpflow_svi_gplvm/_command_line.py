@@ -25,28 +25,24 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from .defaults import (
+    BATCH_SIZE,
+    CELL_BATCH_SIZE,
+    CELL_LATENT_DIM,
+    CELL_NUM_INDUCING,
+    LATENT_DIM,
+    LIKELIHOOD_NAMES,
+    MODEL_NAMES,
+    NUM_INDUCING,
+)
+
 __all__ = ["running_the_command_line", "quiet_standard_error", "build_parser"]
 
-MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
-"""``--model``'s choices: the names of ``models.MODELS`` (a test keeps them equal)."""
+INDUCING_HELP = f"M (default: {NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
 
-LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "negative_binomial", "poisson")
-"""``--likelihood``'s choices: the names of ``cli.LIKELIHOODS`` (a test keeps them equal)."""
+LATENT_HELP = f"Q (default: {LATENT_DIM}; {CELL_LATENT_DIM} for an .h5ad)"
 
-DEFAULT_NUM_INDUCING, CELL_NUM_INDUCING = 25, 100
-"""``models.DEFAULT_NUM_INDUCING`` and ``singlecell.model.NUM_INDUCING`` (an ``.h5ad``'s), which
-this module cannot import (a test keeps them equal)."""
-
-INDUCING_HELP = f"M (default: {DEFAULT_NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
-
-DEFAULT_LATENT_DIM, CELL_LATENT_DIM = 5, 10
-"""Q for a table of rows, and ``SingleCellGPLVM``'s default for an ``.h5ad`` (a test keeps it
-equal)."""
-
-LATENT_HELP = f"Q (default: {DEFAULT_LATENT_DIM}; {CELL_LATENT_DIM} for an .h5ad)"
-
-BATCH_HELP = "rows per step (default: fit's; for an .h5ad, SingleCellGPLVM.fit's)"
-"""``--batch-size``'s help: its default is the Python face's, which this module cannot import."""
+BATCH_HELP = f"rows per step (default: {BATCH_SIZE}; {CELL_BATCH_SIZE} for an .h5ad)"
 
 MODEL_HELP = """models (--model):
   point  the paper's Point: a free latent point per row (a sparse GPLVM)

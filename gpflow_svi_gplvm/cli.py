@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,16 +35,9 @@ import gpflow
 import matplotlib
 import numpy as np
 import tensorflow as tf
-from gpflow.likelihoods import Likelihood
 
-from . import __version__, datasets, plotting
-from ._command_line import (
-    CELL_LATENT_DIM,
-    CELL_NUM_INDUCING,
-    DEFAULT_LATENT_DIM,
-    DEFAULT_NUM_INDUCING,
-    build_parser,
-)
+from . import __version__, datasets, defaults, plotting
+from ._command_line import build_parser
 from .checkpoint_folder import RunFolder
 from .cluster import multi_worker_strategy
 from .distributed import (
@@ -58,10 +49,10 @@ from .distributed import (
 from .export import export_saved_model
 from .export_folder import check_destination, is_export
 from .initialisation import column_location_and_scale
-from .likelihoods import NegativeBinomial
+from .likelihoods import likelihood_by_name
 from .metrics import rmse
 from .models import SVIGPLVM, lookup_model
-from .training import History, Trainer, fit
+from .training import History, fit
 from .validation import check_observations, check_writable_folder
 
 __all__ = ["LIKELIHOODS", "RELEVANCE_KEPT", "build_parser", "main"]
@@ -71,15 +62,9 @@ RELEVANCE_KEPT = 0.1
 means in lengthscales, ``SVIGPLVM.latent_relevance``) is >= 10% of the largest."""
 
 
-LIKELIHOODS: dict[str, Callable[[int], Likelihood]] = {
-    "gaussian": lambda D: gpflow.likelihoods.Gaussian(),
-    "poisson": lambda D: gpflow.likelihoods.Poisson(),
-    "negative_binomial": lambda D: NegativeBinomial(num_outputs=D),
-    "bernoulli": lambda D: gpflow.likelihoods.Bernoulli(),
-}
-"""The likelihoods ``--likelihood`` names, for D columns (the model's default Gaussian starts
-from the data's variance; the others are GPflow's defaults, the package's negative binomial with
-a dispersion per column)."""
+LIKELIHOODS = defaults.LIKELIHOOD_NAMES
+"""The likelihoods ``--likelihood`` names (:func:`~gpflow_svi_gplvm.likelihoods.likelihood_by_name`
+builds them)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,11 +98,11 @@ def _run(args: argparse.Namespace) -> int:
     _check_cell_options(args, cells)
     args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
     if args.num_inducing is None:
-        args.num_inducing = CELL_NUM_INDUCING if cells else DEFAULT_NUM_INDUCING
+        args.num_inducing = defaults.CELL_NUM_INDUCING if cells else defaults.NUM_INDUCING
     if args.latent_dim is None:
-        args.latent_dim = CELL_LATENT_DIM if cells else DEFAULT_LATENT_DIM
-    if args.batch_size is None:  # the Python face's default, which owns it
-        args.batch_size = _batch_size_default(cells)
+        args.latent_dim = defaults.CELL_LATENT_DIM if cells else defaults.LATENT_DIM
+    if args.batch_size is None:
+        args.batch_size = defaults.CELL_BATCH_SIZE if cells else defaults.BATCH_SIZE
     if strategy is not None and args.export:
         raise ValueError(
             "--export is for a run on one machine: train with --distributed --save, then export "
@@ -178,15 +163,6 @@ def _check_earlier_outputs(args: argparse.Namespace) -> None:
             "--resume to continue that run (with --save), --overwrite to replace them, or "
             "choose another --output."
         )
-
-
-def _batch_size_default(cells: bool) -> int:
-    """``fit``'s default batch size, or ``SingleCellGPLVM.fit``'s for single cells."""
-    if cells:
-        from .singlecell.model import BATCH_SIZE
-
-        return BATCH_SIZE
-    return int(inspect.signature(Trainer.__init__).parameters["batch_size"].default)
 
 
 def _check_cell_options(args: argparse.Namespace, cells: bool) -> None:
@@ -374,9 +350,7 @@ def _train(
 
 def _built(args: argparse.Namespace, data: np.ndarray | RowShard, num_columns: int) -> SVIGPLVM:
     """The model ``--model`` names, with the run's options, built from ``data``."""
-    likelihood = (
-        None if args.likelihood == "gaussian" else LIKELIHOODS[args.likelihood](num_columns)
-    )
+    likelihood = likelihood_by_name(args.likelihood, num_columns)
     return lookup_model(args.model)(
         data,
         args.latent_dim,

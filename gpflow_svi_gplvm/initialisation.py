@@ -336,20 +336,11 @@ def inducing_inputs(
     return workers.sum(Z)
 
 
-def initial_offset(
-    likelihood: Likelihood, Y: np.ndarray, workers: Workers | None = None
-) -> np.ndarray:
-    """A per-output constant [D] for the mean function so that f starts at the data's level.
-
-    Gaussian: the observed column means (of all ``workers``' rows). Counts with a log link
-    (Poisson with the exp link, negative binomial): their logs. Other likelihoods: zeros (the
-    offset is trained either way; this only shortens the start).
-    """
-    return _offset(likelihood, column_moments(Y, workers)[1])
-
-
-def _offset(likelihood: Likelihood, means: np.ndarray) -> np.ndarray:
-    """:func:`initial_offset` from the column means [D] (0 for a column with nothing observed)."""
+def initial_offset(likelihood: Likelihood, means: np.ndarray) -> np.ndarray:
+    """A per-output constant [D] for the mean function so that f starts at the data's level,
+    from the observed column means [D] (0 for a column with nothing observed): the means for a
+    Gaussian, their logs for counts with a log link, zeros otherwise (the offset is trained
+    either way; this only shortens the start)."""
     base = base_likelihood(likelihood)
     if isinstance(base, Gaussian):
         return means
@@ -476,7 +467,7 @@ def default_components(
     check_support(likelihood, summary.counts, summary.binary)
     _warn_unobserved(summary.empty_rows, count)
     if mean_function is None:
-        mean_function = Constant(_offset(likelihood, summary.mean))
+        mean_function = Constant(initial_offset(likelihood, summary.mean))
     return ModelComponents(kernel, likelihood, mean_function)
 
 

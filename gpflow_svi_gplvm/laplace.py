@@ -59,9 +59,8 @@ _ZERO = tf.UnconnectedGradients.ZERO  # a point estimate's prior is 0 everywhere
 
 LOW = tf.float32
 r"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
-terms): about 5x the throughput of double precision in the products and twice in the
-elementwise terms on CPUs with wide vector units (``benchmarks/results/mapping.md``); the
-latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
+terms), which CPUs with wide vector units run at several times double precision's throughput;
+the latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
 :math:`10^{-7}` of its terms' size, which places its mode to a small fraction of q(x*)'s spread
 (steps below that cannot be judged)."""
 
@@ -164,6 +163,24 @@ class LaplaceLatents(tf.Module):
             variances.append(variance.numpy())
         return np.concatenate(means), np.concatenate(variances)
 
+    def typical_rate(self) -> np.ndarray | None:
+        """The likelihood's predictive mean [D] averaged over the candidate latents, at a size
+        factor of one: the fitted rows' typical value of each output (None for an amortised
+        family, which has no candidates)."""
+        if self.model.latent.amortised:
+            return None
+        rates = _Predictive(self.model).rate(
+            self._candidates_at, self._unit_size_inputs(), self.likelihood
+        )
+        return tf.reduce_mean(tf.cast(rates, default_float()), axis=0).numpy()
+
+    def _unit_size_inputs(self) -> tf.Tensor:
+        """The candidates' observed inputs [C, R] with a size factor of one."""
+        own = self._candidate_inputs
+        if self.model.size_factor_reference is None:
+            return own
+        return tf.pad(own[:, :-1], [[0, 0], [0, 1]])
+
     def _candidates(
         self, candidates: np.ndarray | None, inputs: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -216,10 +233,7 @@ class LaplaceLatents(tf.Module):
             idx = tf.zeros(tf.shape(rows.values)[:1], tf.int64)
             Y = tf.cast(rows.targets(), default_float())
             return cast(tf.Tensor, model.latent.moments(idx, Y)[0])
-        own = self._candidate_inputs
-        if model.size_factor_reference is not None:  # decoded at a size factor of one
-            own = tf.pad(own[:, :-1], [[0, 0], [0, 1]])
-        decoded = gp.rate(self._candidates_at, own, self.likelihood)  # [C, D]
+        decoded = gp.rate(self._candidates_at, self._unit_size_inputs(), self.likelihood)  # [C, D]
         scale = tf.cast(tf.exp(_log_size(model, rows.inputs)), LOW)
         mask = tf.cast(rows.observed, LOW)
         scaled = rows.values / scale * mask

@@ -21,6 +21,7 @@ from gpflow.config import default_float
 from gpflow.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, ScalarLikelihood
 from gpflow.utilities import positive
 
+from .defaults import LIKELIHOOD_NAMES
 from .sparse_rows import row_blocks
 from .validation import check_integer
 
@@ -32,6 +33,7 @@ __all__ = [
     "check_likelihood_support",
     "check_support",
     "expectation_derivatives",
+    "likelihood_by_name",
     "log_link",
 ]
 
@@ -41,6 +43,20 @@ TRAINING_GAUSS_HERMITE_POINTS = 4
 """Points of :class:`NegativeBinomial`'s variational expectation by default: the fewest whose
 minibatch ELBO stays close to a 100-point rule's on single-cell counts, from initialisation
 (where q(f) is widest) on (measured by ``benchmarks/count_step.py``)."""
+
+
+def likelihood_by_name(name: str, num_outputs: int) -> Likelihood | None:
+    """The likelihood ``name`` (one of :data:`~gpflow_svi_gplvm.defaults.LIKELIHOOD_NAMES`) of
+    ``num_outputs`` outputs: GPflow's defaults, the package's negative binomial with a dispersion
+    per output; None for "gaussian", the model's default Gaussian (which starts from the data's
+    variance)."""
+    if name not in LIKELIHOOD_NAMES:
+        raise ValueError(f"likelihood must be one of {LIKELIHOOD_NAMES}, got {name!r}.")
+    if name == "negative_binomial":
+        return NegativeBinomial(num_outputs=num_outputs)
+    if name == "poisson":
+        return Poisson()
+    return Bernoulli() if name == "bernoulli" else None
 
 
 class MaskedLikelihood(Likelihood):

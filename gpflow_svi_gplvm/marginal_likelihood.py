@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -53,7 +54,7 @@ from .inference import (
     in_row_chunks,
 )
 from .latents.flows import log_prior
-from .likelihoods import check_likelihood_support
+from .likelihoods import GAUSS_HERMITE_POINTS, NegativeBinomial, check_likelihood_support
 from .options import takes_options_of
 from .validation import check_integer, check_seed
 
@@ -110,8 +111,7 @@ class MarginalLikelihoodEstimator:
         ``first_row`` on (their noise follows from the numbers): give each block of a data set
         scored a block at a time its first row's number there."""
         inference, model = self.inference, self.inference.model
-        draws = chunk_rows(model, inference.chunk_size, self.num_samples, exact=False)
-        size = min(inference.rows_per_chunk(model.num_samples), draws)
+        size = min(inference.rows_per_chunk(model.num_samples), self.rows_per_chunk)
         first_row = check_integer(first_row, "first_row", minimum=0)
         rows = np.arange(first_row, first_row + len(Y), dtype=np.int64)
         tensors = [tf.convert_to_tensor(a) for a in (Y, rows, inputs) if a is not None]
@@ -132,6 +132,14 @@ class MarginalLikelihoodEstimator:
         logs = tf.reduce_sum(likelihood, axis=-1) + log_prior(x) - log_proposal  # [S, B]
         estimate = tf.reduce_logsumexp(logs, axis=0) - np.log(self.num_samples)
         return estimate, relative_error(logs)
+
+    @property
+    def rows_per_chunk(self) -> int:
+        """Rows scored at a time (:func:`~gpflow_svi_gplvm.inference.chunk_rows`), counting
+        each entry's quadrature nodes as draws: a row's densities are [S, D, nodes]."""
+        nodes = quadrature_nodes(self.inference.likelihood)
+        model = self.inference.model
+        return chunk_rows(model, self.inference.chunk_size, self.num_samples * nodes, exact=False)
 
     @property
     def _narrow_draws(self) -> int:
@@ -163,6 +171,18 @@ class MarginalLikelihoodEstimator:
         log_wide = log_q + 0.5 * (1.0 - 1.0 / c) * squares - 0.5 * Q * np.log(c)
         parts = [np.log(narrow / S) + log_q, np.log((S - narrow) / S) + log_wide]
         return tf.reduce_logsumexp(tf.stack(parts), axis=0)
+
+
+def quadrature_nodes(likelihood: gpflow.likelihoods.Likelihood) -> int:
+    """The nodes at which :func:`~gpflow_svi_gplvm.inference.draw_log_densities` evaluates each
+    entry's density under ``likelihood`` (its base, when masked): 1 in closed form (Gaussian),
+    else its predictive density's Gauss-Hermite rule (GPflow's quadrature likelihoods': theirs)."""
+    base = getattr(likelihood, "base", likelihood)
+    if isinstance(base, gpflow.likelihoods.Gaussian):
+        return 1
+    if isinstance(base, NegativeBinomial):
+        return GAUSS_HERMITE_POINTS
+    return int(getattr(getattr(base, "quadrature", None), "n_gh", GAUSS_HERMITE_POINTS))
 
 
 def check_widening(widening: object) -> float:

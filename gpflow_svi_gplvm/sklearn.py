@@ -27,6 +27,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils import Tags
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from .defaults import BATCH_SIZE
 from .inference import LatentInference
 from .metrics import nlpd
 from .models import DEFAULT_NUM_INDUCING, MODELS, lookup_model
@@ -111,7 +112,7 @@ class GPLVMEmbedding(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         n_components: int = _DEFAULT_N_COMPONENTS,
         num_inducing: int = DEFAULT_NUM_INDUCING,
         iterations: int = 1000,
-        batch_size: int = 100,
+        batch_size: int = BATCH_SIZE,
         learning_rate: float = 0.01,
         inference_iterations: int = 300,
         seed: int = 0,

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from .checkpoints import Checkpoints, TrainingData
+from .defaults import BATCH_SIZE
 from .distributed import (
     LOST_WORKER_ERRORS,
     RowShard,
@@ -130,7 +131,7 @@ class Trainer:
         model: SVIGPLVM,
         data: ArrayLike | RowShard | RowStream | tf.data.Dataset,
         *,
-        batch_size: int = 100,
+        batch_size: int = BATCH_SIZE,
         learning_rate: float | Callable[[tf.Tensor], tf.Tensor] = 1e-2,
         optimizer: tf_keras.optimizers.Optimizer | None = None,
         seed: int = 0,

@@ -28,6 +28,15 @@ def test_speed_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_mapping_speed_benchmark_quick():
+    pytest.importorskip("anndata")
+    settings = ["--reference", "300", "--cells", "200", "--iterations", "20", "--compare", "20"]
+    out = _run(str(BENCHMARKS / "mapping.py"), "speed", *settings)
+    assert "ms CPU a cell" in out and "infer_latents (300 Adam steps)" in out
+    assert "transform: ARI" in out and "infer_latents: ARI" in out
+
+
+@pytest.mark.slow
 def test_gpu_check_runs_on_a_cpu_in_its_smoke_setting():
     result = subprocess.run(
         ["bash", str(BENCHMARKS / "gpu_check.sh"), "--smoke"],
@@ -122,6 +131,14 @@ def test_expression_benchmark_quick():
     assert "truth 'designed'" in out and "Label transfer to batch batch1" in out
     out = _run(str(BENCHMARKS / "expression.py"), "memory", "--quick")
     assert "| 6,000 | obsm of the file |" in out and "| 100 | inferred |" in out
+
+
+@pytest.mark.slow
+def test_held_out_cells_benchmark_quick():
+    pytest.importorskip("anndata")
+    pytest.importorskip("scanpy")
+    out = _run(str(BENCHMARKS / "held_out_cells.py"), "atlas", "--quick")
+    assert "| SingleCellGPLVM (B-SVI NB + batch) |" in out and "failed" not in out
 
 
 def _needs_data(*folders: str):

@@ -14,12 +14,14 @@ import tensorflow as tf
 from builders import smooth_data
 
 import gpflow_svi_gplvm
-from gpflow_svi_gplvm import AmortisedBayesianGPLVM, _command_line, cli
+from gpflow_svi_gplvm import AmortisedBayesianGPLVM, _command_line, defaults
 from gpflow_svi_gplvm.cli import main
 from gpflow_svi_gplvm.datasets import load_array_file
 from gpflow_svi_gplvm.export_folder import MARKER
+from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
 from gpflow_svi_gplvm.singlecell import model as singlecell_model
+from gpflow_svi_gplvm.training import Trainer
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
 
@@ -392,10 +394,22 @@ def test_help_imports_no_tensorflow_and_shows_every_default():
 
 
 def test_the_options_name_what_the_package_has():
-    """The parser cannot import the models (TensorFlow): its copies of their names agree."""
-    assert _command_line.MODEL_NAMES == tuple(sorted(MODELS))
-    assert _command_line.LIKELIHOOD_NAMES == tuple(sorted(cli.LIKELIHOODS))
-    assert _command_line.DEFAULT_NUM_INDUCING == DEFAULT_NUM_INDUCING
-    assert _command_line.CELL_NUM_INDUCING == singlecell_model.NUM_INDUCING
+    """One owner of every name and default (gpflow_svi_gplvm.defaults): the registries built from
+    it, the parser and the Python faces read it."""
+    assert defaults.MODEL_NAMES == tuple(sorted(MODELS))
+    for name in defaults.LIKELIHOOD_NAMES:
+        built = likelihood_by_name(name, 3)
+        assert (built is None) == (name == "gaussian")
+    with pytest.raises(ValueError, match="likelihood must be one of"):
+        likelihood_by_name("gamma", 3)
+    choices = {a.dest: a.choices for a in _command_line.build_parser()._actions}
+    assert tuple(choices["model"]) == defaults.MODEL_NAMES
+    assert tuple(choices["likelihood"]) == defaults.LIKELIHOOD_NAMES
+    assert DEFAULT_NUM_INDUCING == defaults.NUM_INDUCING
+    assert singlecell_model.NUM_INDUCING == defaults.CELL_NUM_INDUCING
     face_defaults = inspect.signature(singlecell_model.SingleCellGPLVM).parameters
-    assert _command_line.CELL_LATENT_DIM == face_defaults["latent_dim"].default
+    assert face_defaults["latent_dim"].default == defaults.CELL_LATENT_DIM
+    fit_defaults = inspect.signature(singlecell_model.SingleCellGPLVM.fit).parameters
+    assert fit_defaults["batch_size"].default == defaults.CELL_BATCH_SIZE
+    trainer_defaults = inspect.signature(Trainer.__init__).parameters
+    assert trainer_defaults["batch_size"].default == defaults.BATCH_SIZE

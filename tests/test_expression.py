@@ -1,7 +1,8 @@
 """Reading genes from a fitted single-cell model: normalised, batch-corrected expression against
 a brute-force NumPy GP at the fitted parameters, change-mode DE and its FDR rule against hand
 computations, label transfer's probabilities and the calibration error on toys whose
-probabilities are known (needs anndata)."""
+probabilities are known, the cells' held-out likelihood against the model's of the same rows
+(needs anndata)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from gpflow.config import default_jitter  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
 from gpflow_svi_gplvm.likelihoods import NegativeBinomial  # noqa: E402
+from gpflow_svi_gplvm.marginal_likelihood import marginal_log_likelihood  # noqa: E402
 from gpflow_svi_gplvm.metrics import expected_calibration_error  # noqa: E402
 from gpflow_svi_gplvm.rates import paired_covariance  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
@@ -421,3 +423,53 @@ def test_a_gaussian_models_expression_is_its_mean_through_the_identity():
         face.normalized_expression(points, library_size="latent")
     with pytest.raises(ValueError, match="count likelihood"):
         face.differential_expression(points, "kind", "up")
+
+
+def test_the_held_out_likelihood_of_cells_is_the_models_of_their_rows(fitted, tmp_path):
+    face, cells = fitted
+    new = cells[:5].copy()
+    new.X = sp.csr_matrix(new.X.toarray() * np.array([[1.0], [0.0], [1.0], [1.0], [1.0]]))
+    options = dict(n_samples=16, iterations=20, seed=3)
+    found = face.marginal_log_likelihood(new[:, ::-1].copy(), **options, block_size=2)
+    assert list(found.columns) == ["log_likelihood", "standard_error"]
+    assert list(found.index) == list(new.obs_names)
+    # The model's estimate of the rows with counts, their one-hot batch and library size factor.
+    scored = [0, 2, 3, 4]
+    counts = new.X.toarray()[scored]
+    expected = marginal_log_likelihood(
+        face.model,
+        counts,
+        num_samples=16,
+        iterations=20,
+        seed=3,
+        covariates=np.eye(2)[(new.obs["batch"] == "b").to_numpy()[scored].astype(int)],
+        size_factors=counts.sum(axis=1) / face.model.size_factor_reference.numpy(),
+    )
+    np.testing.assert_allclose(found.log_likelihood.to_numpy()[scored], expected[0], rtol=1e-10)
+    np.testing.assert_allclose(found.standard_error.to_numpy()[scored], expected[1], rtol=1e-8)
+    assert found.iloc[1].tolist() == [0.0, 0.0]  # no counts at a size factor of 0: p = 1
+    assert (found.log_likelihood.to_numpy()[scored] < 0).all()
+    new.write_h5ad(tmp_path / "new.h5ad")
+    from_file = face.marginal_log_likelihood(tmp_path / "new.h5ad", **options)
+    np.testing.assert_allclose(from_file.to_numpy(), found.to_numpy(), rtol=1e-10)
+
+
+def test_bad_held_out_likelihood_requests_are_named(fitted):
+    face, cells = fitted
+    for options, message in [
+        (dict(n_samples=0), "n_samples"),
+        (dict(widening=0.5), "widening must be a number >= 1"),
+        (dict(iterations=-1), "iterations"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            face.marginal_log_likelihood(cells[:3], **options)
+    unknown = cells[:3].copy()
+    unknown.obs["batch"] = pd.Categorical(["c"] * 3)
+    with pytest.raises(ValueError, match="categories the model was not fitted with"):
+        face.marginal_log_likelihood(unknown, n_samples=2, iterations=1)
+    saved, face.batch_offsets = face.batch_offsets, BatchOffsets(["c"], np.zeros((1, D)))
+    try:
+        with pytest.raises(ValueError, match="whose effect map_query learnt"):
+            face.marginal_log_likelihood(unknown, n_samples=2, iterations=1)
+    finally:
+        face.batch_offsets = saved

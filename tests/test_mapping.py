@@ -14,7 +14,11 @@ sp = pytest.importorskip("scipy.sparse")
 from gpflow.utilities import parameter_dict  # noqa: E402
 
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping import new_batch_prior_variance  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping import (  # noqa: E402
+    CellMapper,
+    new_batch_prior_variance,
+    read_query,
+)
 
 N, D, Q = 120, 30, 2
 SHIFT = 1.2  # the new batch's effect on its genes, on the log scale
@@ -65,6 +69,25 @@ def test_a_new_batchs_effect_is_learnt_and_the_reference_does_not_move(mapped):
         [np.linalg.norm(query.obsm["X_gplvm"][new] - c, axis=1) for c in centres], axis=0
     )
     assert np.mean(nearest == query.obs["kind"].to_numpy()[new]) > 0.9
+
+
+def test_a_new_batchs_offsets_start_from_its_pooled_expression(mapped):
+    """Reference: the candidates' rates by GPflow's predict_y at a size factor of one, and the
+    chosen cells' pooled counts per unit size factor, in NumPy."""
+    face, _, _, _, query = mapped
+    mapper = CellMapper(face.model, seed=0)
+    laplace = mapper.inference
+    inputs = laplace._candidate_inputs.numpy().copy()
+    inputs[:, -1] = 0.0  # log size factor: one
+    at = np.concatenate([laplace._candidates_at.numpy(), inputs], axis=1)
+    typical = face.model.predict_y(at)[0].numpy().mean(0)
+    np.testing.assert_allclose(laplace.typical_rate(), typical, rtol=1e-4)
+    read = read_query(face, query, learn=False)
+    new = np.flatnonzero(read.batches == "new")
+    Y, given = read.rows.take(new), read.inputs[new]
+    start = mapper._start_offsets(Y, given, np.zeros(len(new), int), 1)[0]
+    pooled = Y.sum(0) / np.exp(given[:, -1]).sum()
+    np.testing.assert_allclose(start, np.log(pooled) - np.log(typical), rtol=1e-4, atol=1e-4)
 
 
 def test_learnt_batches_are_kept_for_transform_and_saved_with_the_model(mapped, tmp_path):

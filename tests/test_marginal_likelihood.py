@@ -10,11 +10,18 @@ import tensorflow as tf
 from builders import move_q_u
 from scipy import stats
 
-from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM, fit
+from gpflow_svi_gplvm import (
+    AmortisedBayesianGPLVM,
+    BayesianSVIGPLVM,
+    NegativeBinomial,
+    PointGPLVM,
+    fit,
+)
 from gpflow_svi_gplvm.inference import LatentInference
 from gpflow_svi_gplvm.marginal_likelihood import (
     MarginalLikelihoodEstimator,
     marginal_log_likelihood,
+    quadrature_nodes,
 )
 
 GRID = np.linspace(-8.0, 8.0, 3201)  # x, for the brute force
@@ -106,6 +113,24 @@ def test_bad_options_are_value_errors(options, message):
     f, _ = _toy(12, seed=7)
     with pytest.raises(ValueError, match=message):
         marginal_log_likelihood(BayesianSVIGPLVM(f, 1, 3), f, **options)
+
+
+def test_rows_scored_at_a_time_count_each_entrys_quadrature_nodes():
+    # A count row's densities are [S, D, nodes]: its chunks are as many times smaller, so that
+    # memory stays within the budget at thousands of outputs.
+    Y = np.random.default_rng(0).poisson(2.0, (20, 300)).astype(float)
+    rows = {}
+    for name, likelihood in [
+        ("gaussian", None),
+        ("negative binomial", NegativeBinomial(num_outputs=300)),
+        ("poisson", gpflow.likelihoods.Poisson()),
+    ]:
+        options = {} if likelihood is None else dict(likelihood=likelihood)
+        model = BayesianSVIGPLVM(Y, 2, 5, **options)
+        estimator = MarginalLikelihoodEstimator(LatentInference(model), num_samples=64)
+        rows[name] = (quadrature_nodes(estimator.inference.likelihood), estimator.rows_per_chunk)
+    assert [nodes for nodes, _ in rows.values()] == [1, 20, 20]
+    assert rows["negative binomial"][1] == rows["poisson"][1] == rows["gaussian"][1] // 20
 
 
 def test_point_estimates_have_no_held_out_likelihood():

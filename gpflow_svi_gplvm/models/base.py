@@ -34,6 +34,7 @@ from numpy.typing import ArrayLike
 
 from .. import inference
 from ..covariates import RowInputs, with_row_inputs, with_row_inputs_components
+from ..defaults import NUM_INDUCING
 from ..distributed import RowShard, Workers, owned_by_worker, worker_owned, worker_owned_variables
 from ..importance import check_num_importance, importance_weighted_rows
 from ..initialisation import (
@@ -66,8 +67,8 @@ __all__ = [
 
 LatentFactory = Callable[[np.ndarray], LatentVariables]
 
-DEFAULT_NUM_INDUCING = 25
-"""M, the inducing points of every model, ``GPLVMEmbedding`` and the command line unless given."""
+DEFAULT_NUM_INDUCING = NUM_INDUCING
+"""M unless given (:data:`gpflow_svi_gplvm.defaults.NUM_INDUCING`)."""
 
 _PARAMETERS = """
     :param data: Y [N, D], NaN where an entry is missing; or a

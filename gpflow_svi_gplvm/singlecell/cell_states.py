@@ -23,7 +23,7 @@ from .cells import CellsFile, opened
 from .fitted import FittedCells
 from .mapping import INFERENCE_STEPS
 
-__all__ = ["CellStates", "cell_states", "latent_moments"]
+__all__ = ["CellStates", "cell_states", "cell_size_factors", "latent_moments"]
 
 
 @dataclass
@@ -55,7 +55,7 @@ def cell_states(
         for start in range(0, adata.n_obs, block_size):
             block = slice(start, min(start + block_size, adata.n_obs))
             obs = adata.obs.iloc[block]
-            sizes = _size_factors(fitted, obs, None if counts is None else counts[1][block])
+            sizes = cell_size_factors(fitted, obs, None if counts is None else counts[1][block])
             if stored is not None:
                 mean, variance = (np.asarray(m[block], dtype=np.float64) for m in stored)
             else:
@@ -88,7 +88,7 @@ def _stored_moments(adata, fitted: FittedCells, stack: contextlib.ExitStack) -> 
     return None
 
 
-def _size_factors(fitted: FittedCells, obs, library: np.ndarray | None) -> np.ndarray | None:
+def cell_size_factors(fitted: FittedCells, obs, library: np.ndarray | None) -> np.ndarray | None:
     """The cells' own size factors [b]: library size over the model's reference (0 for a cell
     without counts), an ``obs`` column's, or None without size factors (or library sizes)."""
     if fitted.size_factors is None:

@@ -1,14 +1,15 @@
 """The methods of :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` that read genes once it
 is fitted (as scvi-tools' ``RNASeqMixin`` gives its models): normalised, batch-corrected
-expression, change-mode differential expression and label transfer, each a few lines handing
-the fitted model (:func:`~gpflow_svi_gplvm.singlecell.fitted.fitted_cells`) to its module."""
+expression, change-mode differential expression, label transfer and the held-out likelihood of
+cells, each a few lines handing the fitted model
+(:func:`~gpflow_svi_gplvm.singlecell.fitted.fitted_cells`) to its module."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..options import takes_options_of
-from . import differential, expression, labels
+from . import differential, expression, labels, marginal_likelihood
 from .cell_states import latent_moments
 from .fitted import fitted_cells
 
@@ -47,4 +48,15 @@ class GenesMixin:
             moments=lambda adata: latent_moments(fitted, adata),
             key=fitted.key,
             **options,
+        )
+
+    @takes_options_of(marginal_likelihood.marginal_log_likelihood, omit=("fitted",))
+    def marginal_log_likelihood(self, adata, *args: Any, **options: Any):
+        """The held-out log likelihood log p(y_n) of each cell's counts of the fitted genes,
+        importance-sampled, and its Monte Carlo standard error
+        (:mod:`~gpflow_svi_gplvm.singlecell.marginal_likelihood`): a DataFrame, a row a cell,
+        columns ``log_likelihood`` and ``standard_error``; their mean over the cells is scVI's
+        ``get_marginal_ll``."""
+        return marginal_likelihood.marginal_log_likelihood(
+            fitted_cells(self), adata, *args, **options
         )

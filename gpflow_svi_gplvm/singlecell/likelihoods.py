@@ -1,25 +1,10 @@
-"""The likelihoods a single-cell model takes, by name: the one registry of them."""
+"""The likelihoods a single-cell model takes, by name (their one registry is
+:mod:`gpflow_svi_gplvm.defaults`)."""
 
 from __future__ import annotations
 
-import gpflow
-
-from ..likelihoods import NegativeBinomial
+from ..defaults import CELL_LIKELIHOOD_NAMES as LIKELIHOODS
+from ..defaults import COUNT_LIKELIHOOD_NAMES as COUNT_LIKELIHOODS
+from ..likelihoods import likelihood_by_name as model_likelihood
 
 __all__ = ["LIKELIHOODS", "COUNT_LIKELIHOODS", "model_likelihood"]
-
-LIKELIHOODS = ("negative_binomial", "poisson", "gaussian")
-"""The values of ``likelihood``: counts (with or without overdispersion) or continuous values."""
-
-COUNT_LIKELIHOODS = ("negative_binomial", "poisson")
-"""The names of :data:`LIKELIHOODS` that model counts (with size factors)."""
-
-
-def model_likelihood(name: str, num_genes: int) -> gpflow.likelihoods.Likelihood | None:
-    """The likelihood ``name`` (one of :data:`LIKELIHOODS`) of ``num_genes`` genes; None for the
-    model's default, a Gaussian."""
-    if name == "negative_binomial":
-        return NegativeBinomial(num_outputs=num_genes)
-    if name == "poisson":
-        return gpflow.likelihoods.Poisson()
-    return None

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from ..compiled import GraphFunction
 from ..covariates import new_row_inputs
 from ..inference import TOLERANCE, LatentInference
+from ..initialisation import initial_offset
 from ..laplace import LOW, LaplaceLatents, laplace_applies
 from ..likelihoods import expectation_derivatives
 from ..models import SVIGPLVM
@@ -167,7 +168,7 @@ class CellMapper:
         given = None if inputs is None else inputs[cells]
         index = {c: k for k, c in enumerate(categories)}
         which = np.array([index[b] for b in batches[cells]])  # each chosen cell's category
-        offsets = np.zeros((len(categories), self.model.data_dim))
+        offsets = self._start_offsets(Y, given, which, len(categories))
         updates = _OffsetUpdates(self.model, prior_variance)
         mean = None
         for _ in range(ROUNDS):
@@ -177,6 +178,27 @@ class CellMapper:
             if change < OFFSET_TOLERANCE:
                 break
         return offsets
+
+    def _start_offsets(self, Y, inputs, which: np.ndarray, count: int) -> np.ndarray:
+        r"""Where each new batch's offsets [K, D] start: its cells' pooled expression per unit
+        size factor against the fitted cells' typical rate, on f's scale (for a log link
+        :math:`\log(\sum_n y_{nd} / \sum_n s_n) - \log \bar\mu_d`). From zero, the first
+        q(x*) reads a strong batch effect as biology, and the alternation settles with a share
+        of the cells misplaced (``benchmarks/results/mapping.md``)."""
+        typical = self.inference.typical_rate() if self.laplace else None
+        if typical is None:
+            return np.zeros((count, self.model.data_dim))
+        sizes = np.ones(len(which))
+        if self.model.size_factor_reference is not None:
+            sizes = np.exp(inputs[:, -1])
+        values = np.asarray(Y)
+        level = initial_offset(self.model.likelihood, typical)
+        starts = []
+        for k in range(count):
+            mine = which == k
+            pooled = np.nansum(values[mine], axis=0) / sizes[mine].sum()
+            starts.append(initial_offset(self.model.likelihood, pooled) - level)
+        return np.stack(starts)
 
 
 class _OffsetUpdates:

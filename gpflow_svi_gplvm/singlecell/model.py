@@ -11,6 +11,13 @@ from typing import Any, cast
 import numpy as np
 import tensorflow as tf
 
+from ..defaults import (
+    CELL_BATCH_SIZE,
+    CELL_ENCODER_LEARNING_RATE,
+    CELL_LATENT_DIM,
+    CELL_NUM_INDUCING,
+    CELL_TABLE_LEARNING_RATE,
+)
 from ..disk_rows import DiskRows
 from ..distributed import RowShard, Workers, worker_rows
 from ..models import SVIGPLVM, lookup_model
@@ -45,24 +52,17 @@ __all__ = [
     "BATCH_SIZE",
 ]
 
-TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = 0.03, 0.01
-"""Adam's step size in :meth:`SingleCellGPLVM.fit` unless given: latent tables (B-SVI, MAP,
-point) take three times :func:`~gpflow_svi_gplvm.fit`'s 0.01 (in 3,000 steps on two hard
-simulated atlases B-SVI's Leiden ARI was 0.976 and 0.905 with 0.03 against 0.867 and 0.900 with
-0.01; it mixed the default atlas's batches better and kept PBMC's scores); an encoder keeps 0.01
-(with 0.03 the amortised model lost the default atlas's cell types: ARI 0.100 against 1.000).
-benchmarks/results/single_cell.md has the tables."""
+TABLE_LEARNING_RATE, ENCODER_LEARNING_RATE = CELL_TABLE_LEARNING_RATE, CELL_ENCODER_LEARNING_RATE
+"""Adam's step size in :meth:`SingleCellGPLVM.fit` unless given, for latent tables and for an
+encoder (:mod:`gpflow_svi_gplvm.defaults`)."""
 
-BATCH_SIZE = 256
-"""The cells of a step in :meth:`SingleCellGPLVM.fit` unless given (the command line's for an
-``.h5ad`` too)."""
+BATCH_SIZE = CELL_BATCH_SIZE
+"""The cells of a step in :meth:`SingleCellGPLVM.fit` unless given
+(:data:`gpflow_svi_gplvm.defaults.CELL_BATCH_SIZE`)."""
 
-NUM_INDUCING = 100
-"""The inducing points of :class:`SingleCellGPLVM` unless given (the package's other models take
-:data:`~gpflow_svi_gplvm.models.DEFAULT_NUM_INDUCING`, 25): on three hard simulated atlases (10
-types of very unequal sizes, 4 batches) B-SVI's Leiden ARI was 0.981, 0.967 and 0.974 with 100
-against 0.976, 0.905 and 0.913 with 50 (0.901 with 25 on the second), for about a fifth more
-CPU time. benchmarks/results/single_cell.md has the table."""
+NUM_INDUCING = CELL_NUM_INDUCING
+"""The inducing points of :class:`SingleCellGPLVM` unless given
+(:data:`gpflow_svi_gplvm.defaults.CELL_NUM_INDUCING`)."""
 
 
 class SingleCellGPLVM(GenesMixin):
@@ -115,7 +115,7 @@ class SingleCellGPLVM(GenesMixin):
 
     def __init__(
         self,
-        latent_dim: int = 10,
+        latent_dim: int = CELL_LATENT_DIM,
         *,
         layer: str | None = None,
         genes: Sequence[str] | str | None = None,

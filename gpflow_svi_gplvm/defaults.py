@@ -1,0 +1,66 @@
+"""Every default and name registry of the package, in one place: the models, the command line
+and the single-cell face read them from here.
+
+This module imports nothing: the command line reads it to print its help before TensorFlow
+loads. What the numbers buy is measured on the results pages they link to.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MODEL_NAMES",
+    "LIKELIHOOD_NAMES",
+    "CELL_LIKELIHOOD_NAMES",
+    "COUNT_LIKELIHOOD_NAMES",
+    "NUM_INDUCING",
+    "CELL_NUM_INDUCING",
+    "LATENT_DIM",
+    "CELL_LATENT_DIM",
+    "BATCH_SIZE",
+    "CELL_BATCH_SIZE",
+    "CELL_TABLE_LEARNING_RATE",
+    "CELL_ENCODER_LEARNING_RATE",
+]
+
+MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
+"""The latent treatments by name (``models.MODELS``' keys, ``--model``)."""
+
+LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "negative_binomial", "poisson")
+"""The likelihoods by name (``likelihoods.likelihood_by_name``, ``--likelihood``)."""
+
+CELL_LIKELIHOOD_NAMES = ("negative_binomial", "poisson", "gaussian")
+"""The likelihoods ``SingleCellGPLVM`` takes: counts (with or without overdispersion) or
+continuous values."""
+
+COUNT_LIKELIHOOD_NAMES = ("negative_binomial", "poisson")
+"""The names of :data:`CELL_LIKELIHOOD_NAMES` that model counts (with size factors)."""
+
+NUM_INDUCING = 25
+"""M, the inducing points of every model, ``GPLVMEmbedding`` and the command line unless given."""
+
+CELL_NUM_INDUCING = 100
+"""M of ``SingleCellGPLVM`` (and the command line for an ``.h5ad``) unless given: on hard
+simulated atlases 100 kept rare cell types that 25 and 50 merged, for about a fifth more CPU
+time (``benchmarks/results/single_cell.md``)."""
+
+LATENT_DIM = 5
+"""Q of the command line for a table of rows unless given."""
+
+CELL_LATENT_DIM = 10
+"""Q of ``SingleCellGPLVM`` (and the command line for an ``.h5ad``) unless given."""
+
+BATCH_SIZE = 100
+"""Rows per step of ``fit`` (and ``GPLVMEmbedding``, the command line for a table) unless given."""
+
+CELL_BATCH_SIZE = 256
+"""Cells per step of ``SingleCellGPLVM.fit`` (and the command line for an ``.h5ad``) unless
+given."""
+
+CELL_TABLE_LEARNING_RATE = 0.03
+"""Adam's step size for latent tables (B-SVI, MAP, point) in ``SingleCellGPLVM.fit`` unless
+given: three times ``fit``'s 0.01, which kept hard simulated atlases' cell types apart and
+mixed their batches better (``benchmarks/results/single_cell.md``)."""
+
+CELL_ENCODER_LEARNING_RATE = 0.01
+"""Adam's step size for an encoder in ``SingleCellGPLVM.fit`` unless given: with 0.03 the
+amortised model lost the default atlas's cell types (``benchmarks/results/single_cell.md``)."""
