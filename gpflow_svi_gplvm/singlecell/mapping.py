@@ -16,8 +16,9 @@ every parameter of the model frozen, alternating with the q(x*) of up to ``fit_c
 batch's cells: given the cells' q(x*), each :math:`\gamma_{bd}` maximises
 :math:`\sum_n E \log p(y_{nd} \mid f_{nd} + \gamma_{bd}) - \gamma_{bd}^2 / (2 \bar w)`, one
 concave problem per gene solved by Newton's method. The offsets start from the batch's pooled
-counts per unit size factor against the fitted cells' typical rate. Then every cell of the query is embedded
-with its batch's offsets; the model, and so the reference cells' embedding, do not change.
+counts per unit size factor against the fitted cells' typical rate. Then every cell of the
+query is embedded with its batch's offsets; the model, and so the reference cells' embedding, do
+not change.
 """
 
 from __future__ import annotations
