@@ -85,7 +85,7 @@ def expected_calibration_error(
 
     .. math::
 
-        \mathrm{ECE} = \sum_b rac{|B_b|}{N}\, ig|\mathrm{acc}(B_b) - \mathrm{conf}(B_b)ig|,
+        \mathrm{ECE} = \sum_b \frac{|B_b|}{N}\, \big|\mathrm{acc}(B_b) - \mathrm{conf}(B_b)\big|,
 
     accuracy and mean confidence within each bin (Guo et al. 2017): 0 when the confidences are
     the frequencies with which the predictions come true."""
