@@ -5,8 +5,10 @@ Only folders that hold their kind's marker (:data:`MARKER` in every export, a sa
 manifest in every saved model: :class:`FolderKind`) and nothing but what the package wrote there
 are ever replaced or deleted; anything else at an export's path is left alone. An export is
 written into a hidden staging folder beside its path, marked by :data:`STAGING_MARKER` with the
-writing process; the staging folders of processes that died
-(killed mid-export) are removed by the next export into the same parent folder.
+writing process until it is in place; a replaced folder is renamed to a hidden name ending in
+:data:`DELETING` before it is deleted. The staging folders of processes that died (killed
+mid-export) and the folders left half-deleted are removed by the next export into the same
+parent folder.
 
 A replacement swaps the new folder and the old one in one atomic step where the system can
 (Linux' ``renameat2`` with ``RENAME_EXCHANGE``), so that a process killed at any moment leaves
@@ -35,6 +37,7 @@ __all__ = [
     "FolderKind",
     "MARKER",
     "STAGING_MARKER",
+    "DELETING",
     "is_export",
     "check_destination",
     "make_staging",
@@ -47,6 +50,10 @@ MARKER = "gpflow_svi_gplvm_export.json"
 
 STAGING_MARKER = ".gpflow_svi_gplvm_staging"
 """A file in a staging folder while an export is written into it: which process writes it."""
+
+
+DELETING = ".gpflow_svi_gplvm-deleting"
+"""The end of the hidden name a replaced folder of the package is given while it is deleted."""
 
 
 @dataclass(frozen=True)
@@ -119,27 +126,46 @@ def _written(folder: Path) -> list[str]:
 
 def _foreign_files(path: Path, kind: FolderKind = EXPORT) -> list[str]:
     """What lies in the folder at ``path`` beyond what its marker says the package wrote (an
-    export written before markers listed their files: beyond a SavedModel's own files)."""
+    export written before markers listed their files: beyond a SavedModel's own files) and a
+    staging marker a kill left in it."""
     record = json.loads((path / kind.marker).read_text() or "{}")
     written = set(record.get("files", []))
     if not written:
         saved_model = ("saved_model.pb", "fingerprint.pb", "variables", "assets", MARKER)
         written = {p for p in _written(path) if p.split(os.sep)[0] in saved_model}
-    return [p for p in _written(path) if p not in written]
+    return [p for p in _written(path) if p not in written and p != STAGING_MARKER]
 
 
 def make_staging(path: Path) -> Path:
     """A new hidden staging folder beside ``path`` for an export, marked with this process (after
-    removing the staging folders that died with their processes in the same parent)."""
-    for abandoned in path.parent.glob(".*-*"):
-        marker = abandoned / STAGING_MARKER
-        if abandoned.is_dir() and not abandoned.is_symlink() and marker.is_file():
-            if not _writer_alive(marker):
-                shutil.rmtree(abandoned, ignore_errors=True)
+    removing what killed exports left in the same parent: see the module docstring)."""
+    for leftover in path.parent.glob(".*"):
+        if leftover.is_symlink() or not leftover.is_dir():
+            continue
+        if leftover.name.endswith(DELETING) or _abandoned(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-    writer = {"pid": os.getpid(), "host": socket.gethostname()}
-    (staging / STAGING_MARKER).write_text(json.dumps(writer))
+    _mark_staging(staging, staging.name)
     return staging
+
+
+def _mark_staging(folder: Path, name: str) -> None:
+    """Mark ``folder`` as this process's staging folder, to be found at ``name`` if it dies."""
+    writer = {"pid": os.getpid(), "host": socket.gethostname(), "name": name}
+    (folder / STAGING_MARKER).write_text(json.dumps(writer))
+
+
+def _abandoned(folder: Path) -> bool:
+    """Whether ``folder`` is a staging folder whose writer died (its marker names the folder's
+    own name: a finished folder that still holds its staging marker has another name)."""
+    marker = folder / STAGING_MARKER
+    if not marker.is_file():
+        return False
+    try:
+        name = json.loads(marker.read_text()).get("name", folder.name)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return name == folder.name and not _writer_alive(marker)
 
 
 def _writer_alive(marker: Path) -> bool:
@@ -162,9 +188,9 @@ def _writer_alive(marker: Path) -> bool:
 
 def write_marker(folder: Path, record: dict, kind: FolderKind = EXPORT) -> None:
     """Mark the staging ``folder`` as a finished folder of ``kind`` of this package, with
-    ``record`` (what it holds) and the list of the files it holds."""
-    (folder / STAGING_MARKER).unlink(missing_ok=True)
-    files = _written(folder) + [kind.marker]
+    ``record`` (what it holds) and the list of the files it holds (its staging marker stays until
+    :func:`replace_folder` has moved it into place)."""
+    files = [f for f in _written(folder) if f != STAGING_MARKER] + [kind.marker]
     (folder / kind.marker).write_text(
         json.dumps({"written_by": "gpflow_svi_gplvm", **record, "files": sorted(files)}, indent=1)
     )
@@ -176,13 +202,26 @@ def replace_folder(new: Path, path: Path) -> None:
     has an atomic exchange (see the module docstring)."""
     if not (path.exists() or path.is_symlink()):
         new.rename(path)
-    elif _exchange(new, path):
-        shutil.rmtree(new)  # the old export, now at new's name
     else:
-        retired = new.with_name(new.name + _RETIRED)
-        path.rename(retired)
-        new.rename(path)
-        shutil.rmtree(retired)
+        # Marked before the exchange moves it to new's name: a kill right after it is cleaned up.
+        _mark_staging(path, new.name)
+        if _exchange(new, path):
+            _delete(new)  # the old export, now at new's name
+        else:
+            (path / STAGING_MARKER).unlink()
+            retired = new.with_name(new.name + _RETIRED)
+            path.rename(retired)
+            new.rename(path)
+            _delete(retired)
+    (path / STAGING_MARKER).unlink(missing_ok=True)
+
+
+def _delete(folder: Path) -> None:
+    """Delete a replaced ``folder``, under a name that marks it for deletion should this process
+    be killed on the way."""
+    deleting = folder.with_name(folder.name + DELETING)
+    folder.rename(deleting)
+    shutil.rmtree(deleting, ignore_errors=True)  # another export may be deleting it too
 
 
 _AT_FDCWD = -100

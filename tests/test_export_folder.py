@@ -24,11 +24,13 @@ FILES_PER_EXPORT = 200  # enough that deleting the old export takes a while to k
 CHILD = """
 import importlib.util, sys
 from pathlib import Path
-print("go", flush=True)
 spec = importlib.util.spec_from_file_location("export_folder", sys.argv[1])
 module = sys.modules["export_folder"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-module.replace_folder(Path(sys.argv[2]), Path(sys.argv[3]))
+new = Path(sys.argv[2])
+module._mark_staging(new, new.name)  # as make_staging marks the folder it writes into
+print("go", flush=True)
+module.replace_folder(new, Path(sys.argv[3]))
 """
 
 
@@ -102,7 +104,7 @@ def test_a_replacement_killed_at_any_moment_leaves_the_old_or_the_new_export(tmp
     assert whole.wait() == 0
     duration = time.perf_counter() - begin
     assert held_export(tmp_path / "whole" / "model") == "new"
-    assert not (tmp_path / "whole" / ".model-x").exists()
+    assert sorted(p.name for p in (tmp_path / "whole").iterdir()) == ["mine.txt", "model"]
 
     outcomes, interrupted = [], 0
     for kill in range(30):
@@ -113,6 +115,10 @@ def test_a_replacement_killed_at_any_moment_leaves_the_old_or_the_new_export(tmp
         interrupted += child.wait() != 0  # killed before it finished
         outcomes.append(held_export(root / "model"))
         assert (root / "mine.txt").read_text() == "a user's file beside the export"
+        # The next export into the folder finds nothing of the killed one's left beside it.
+        staging = export_folder.make_staging(root / "model")
+        assert sorted(p.name for p in root.iterdir()) == sorted(["mine.txt", "model", staging.name])
+        assert export_folder.STAGING_MARKER not in export_folder._foreign_files(root / "model")
     print(f"{interrupted} of 30 kills inside a replacement; held after: {outcomes}")
     assert interrupted >= 10, f"only {interrupted} of 30 kills landed inside a replacement"
     assert "new" in outcomes  # kills before the exchange leave "old"; both are complete
@@ -144,3 +150,18 @@ def test_without_an_atomic_exchange_an_interruption_is_named_on_the_next_call(
     replace_folder(new, path)
     assert held_export(path) == "new" and held_export(retired) == "old"  # nothing deleted
     assert os.path.basename(retired).startswith(".model-")
+
+
+def test_a_finished_folder_a_kill_left_its_staging_marker_in_is_never_taken_for_a_leftover(
+    tmp_path,
+):
+    """A kill between moving a folder into place and removing its staging marker leaves the
+    marker inside a finished folder, under a name other than the one the marker records."""
+    finished = fake_export(tmp_path / ".model-final", "mine")
+    dead = {"pid": 2**22 + 7, "host": os.uname().nodename, "name": ".model-staging"}
+    (finished / export_folder.STAGING_MARKER).write_text(json.dumps(dead))
+    half_deleted = tmp_path / (".model-old" + export_folder.DELETING)
+    (half_deleted / "variables").mkdir(parents=True)
+    staging = export_folder.make_staging(tmp_path / "model")
+    assert held_export(finished) == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".model-final", staging.name])
