@@ -94,7 +94,7 @@ def serving_cases(lab) -> list[Case]:
             changed(batch=good["batch"][:5]),
             ("batch",),
         ),
-        ("batch of shape [10, 1]", changed(batch=good["batch"][:, None]), ("batch",)),
+        ("batch of shape [5, 2]", changed(batch=tf.reshape(good["batch"], [5, 2])), ("batch",)),
         (
             "depth for 5 of 10 cells",
             changed(depth=good["depth"][:5]),
@@ -117,6 +117,7 @@ def serving_cases(lab) -> list[Case]:
             changed(batch=tf.constant([s.encode() for s in lab.query.obs["batch"].astype(str)])),
             slice(None),
         ),
+        ("batch of shape [10, 1]", changed(batch=good["batch"][:, None]), slice(None)),
     ]
     cases += [
         Case("serving", name, _served(lab, request, rows), None) for name, request, rows in right

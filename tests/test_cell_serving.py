@@ -136,9 +136,15 @@ def test_requests_the_model_cannot_read_are_refused_by_name(exported):
             "depth must hold one value per cell",
         ),
     ]
+    wide = tf.reshape(good["batch"], [5, 2])  # as many values as cells, but not one per cell
+    cases.append((dict(counts=tf.constant(counts), batch=wide, depth=good["depth"]), "shape"))
     for inputs, message in cases:
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             embed(**inputs)
+    # A column per obs input, as a table's columns come, is read as the same cells.
+    row = embed(counts=tf.constant(counts), **good)["mean"]
+    column = embed(counts=tf.constant(counts), **{k: v[:, None] for k, v in good.items()})
+    np.testing.assert_array_equal(column["mean"], row)
 
 
 @pytest.mark.parametrize("dtype", ["int32", "string", "bad"])

@@ -7,7 +7,8 @@ The signature ``embed`` (also ``serving_default``) takes
   export's marker file lists them);
 - one input per ``obs`` column of the GP input, named after the column (letters, digits and
   underscores; another character becomes an underscore): a category as text [None] (a batch
-  learnt by ``map_query`` included), or a number [None];
+  learnt by ``map_query`` included), or a number [None]; a column [None, 1] is read alike (these
+  inputs are declared without a shape and checked in the graph);
 - ``size_factor`` [None] where the model reads size factors from an ``obs`` column (with
   ``size_factors="library"`` they are the cells' totals over the training reference);
 
@@ -94,11 +95,13 @@ class CellServing(tf.Module):
 
     def _signature(self) -> list[tf.TensorSpec]:
         specs = [tf.TensorSpec([None, self.genes], self.dtype, name="counts")]
+        # A column's shape is checked in the graph (_one_per_cell): a loaded signature does not
+        # enforce a declared [None], and its graph optimiser would trust it.
         for _, name, categories in self.columns:
             kind = tf.string if categories is not None else self.dtype
-            specs.append(tf.TensorSpec([None], kind, name=name))
+            specs.append(tf.TensorSpec(None, kind, name=name))
         if self.size_factors not in (None, "library"):
-            specs.append(tf.TensorSpec([None], self.dtype, name="size_factor"))
+            specs.append(tf.TensorSpec(None, self.dtype, name="size_factor"))
         return specs
 
     def _embed(self, counts: tf.Tensor, *columns: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -149,12 +152,16 @@ class CellServing(tf.Module):
 
     @staticmethod
     def _one_per_cell(values: tf.Tensor, name: str, counts: tf.Tensor) -> tf.Tensor:
-        """``values`` after a run-time check that they hold one value per row of ``counts``."""
-        fits = tf.equal(tf.size(values), tf.shape(counts)[0])
-        message = f"{name} must hold one value per cell (as many as the rows of counts); got"
-        check = tf.debugging.Assert(fits, [message, tf.size(values), "for", tf.shape(counts)[0]])
+        """``values`` [B] after a run-time check that they hold one value per row of ``counts``
+        (given as [B] or as a column [B, 1])."""
+        cells = tf.shape(counts)[0]
+        leading = tf.concat([tf.shape(values), [-1]], axis=0)[0]  # -1 for a scalar
+        fits = tf.equal(tf.size(values), cells) & tf.equal(leading, cells)
+        message = f"{name} must hold one value per cell, of shape [cells]; got shape"
+        shape = tf.shape(values)
+        check = tf.debugging.Assert(fits, [message, shape, "for", cells, "cells"])
         with tf.control_dependencies([check]):
-            return tf.identity(values)
+            return tf.reshape(values, [-1])
 
     def _number(self, column: str, name: str, values: tf.Tensor) -> tf.Tensor:
         location, scale = self.numbers[column]
