@@ -102,8 +102,12 @@ def one_scvi(args: argparse.Namespace, job: dict) -> dict:
     """Fit scVI (and scANVI from it) in this process and read genes from them."""
     import anndata
     import scvi
+    import torch
 
     scvi.settings.seed = 0
+    # One thread: torch's OpenMP threads spin while they wait, which on shared cores turns into
+    # CPU seconds (and hours) that are not scVI's work.
+    torch.set_num_threads(1)
     adata = anndata.read_h5ad(args.data)
     adata.X = adata.layers["counts"].copy()
     held = (adata.obs["batch"] == job["held_out"]).to_numpy()
@@ -243,7 +247,8 @@ def label_scores(result: dict, obs, held_out: str) -> dict:
 
 def compare(args: argparse.Namespace) -> None:
     """Make the atlas, run each contender in its own process, score them against the truth;
-    with --keep, in that folder (kept), and with ``score`` only rescore what it holds."""
+    with --keep, in that folder (kept: a contender whose results it holds is not run again),
+    and with ``score`` only rescore what it holds."""
     with contextlib.ExitStack() as stack:
         folder = Path(args.keep or stack.enter_context(tempfile.TemporaryDirectory()))
         folder.mkdir(parents=True, exist_ok=True)
@@ -257,8 +262,8 @@ def compare(args: argparse.Namespace) -> None:
         results = {"Wilcoxon (scanpy)": wilcoxon(data, pairs)}
         for contender in args.contenders:
             out = folder / f"{contender}.npz"
-            if args.command == "atlas" and not _run_contender(args, contender, data, job_path):
-                continue
+            if args.command == "atlas" and not out.exists():  # a kept result is reused
+                _run_contender(args, contender, data, job_path)
             if out.exists():
                 results[contender] = dict(np.load(out))
                 costs = {
@@ -284,12 +289,12 @@ def _job(args: argparse.Namespace, data: Path, job_path: Path) -> tuple:
     return atlas, obs, pairs, held_out
 
 
-def _run_contender(args: argparse.Namespace, contender: str, data: Path, job_path: Path) -> bool:
-    """Run one contender in a process of its own (scVI's from $SCVI_PYTHON); whether it ran."""
+def _run_contender(args: argparse.Namespace, contender: str, data: Path, job_path: Path) -> None:
+    """Run one contender in a process of its own (scVI's from $SCVI_PYTHON)."""
     python = os.environ.get("SCVI_PYTHON") if contender == "scvi" else sys.executable
     if python is None:
         print("scvi: $SCVI_PYTHON is not set, skipped")
-        return False
+        return
     out = data.with_name(f"{contender}.npz")
     command = [python, __file__, "one", "--contender", contender, "--data", str(data)]
     command += ["--job", str(job_path), "--out", str(out), "--iterations", str(args.iterations)]
@@ -298,7 +303,6 @@ def _run_contender(args: argparse.Namespace, contender: str, data: Path, job_pat
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode:
         print(f"{contender}: failed\n{run.stderr[-3000:]}")
-    return run.returncode == 0
 
 
 def _tables(results: dict, genes: dict, shares, obs, held_out: str, pairs: list) -> None:
