@@ -41,6 +41,10 @@ class Lost(Exception):
     """A file the user had was changed or removed."""
 
 
+class Hang(Exception):
+    """A call that did not end in its time (raised by a case that stops it itself)."""
+
+
 class Refusal(Exception):
     """A refusal that is not a ``ValueError`` by its interface: the command line's exit status 2
     and its ``error:`` line, or the served model's failed check."""
@@ -99,6 +103,8 @@ def _kind(case: Case, error: BaseException | None) -> tuple[str, str]:
         return WRONG, message
     if isinstance(error, Lost):
         return LOST, message
+    if isinstance(error, Hang):
+        return HANG, message
     # A ValueError of the package's own (a library's subclass, e.g. JSONDecodeError, is raw);
     # Python's own TypeError for an argument a function does not take, or lacks, as any call's.
     refusal = type(error) in (ValueError, Refusal) or (

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -118,6 +119,7 @@ def _run(args: argparse.Namespace) -> int:
         return _run_single_cell(args, strategy)
     data = _load_data(args)
     Y = data.Y
+    _check_same_data(workers, Y)
     if workers.chief:
         missing = f"{np.isnan(Y).mean():.1%} missing"
         print(f"data: {_described(data, args.labels) or args.data} -> Y {Y.shape}, {missing}")
@@ -151,6 +153,15 @@ def _run(args: argparse.Namespace) -> int:
 
 OUTPUTS = ("metrics.json", "latent_space.png", "ard.png", "elbo.png", "X_gplvm.npy")
 """What a run writes to ``--output`` (and ``X_gplvm_var.npy`` beside the embedding)."""
+
+
+def _check_same_data(workers: Workers, Y: np.ndarray) -> None:
+    """A ``ValueError`` on every worker when their copies of ``--data`` differ: each worker
+    reads the whole file and trains on its block of rows, so copies that differ would each train
+    on other numbers without a word."""
+    content = hashlib.blake2b(np.ascontiguousarray(Y).tobytes(), digest_size=8).hexdigest()
+    inputs = {"--data's shape": Y.shape, "what --data holds (a hash)": content}
+    workers.agree("were given other inputs than the chief", inputs)
 
 
 def _check_earlier_outputs(args: argparse.Namespace) -> None:

@@ -280,6 +280,35 @@ def test_the_command_line_trains_on_every_worker_and_only_the_chief_writes(tmp_p
 
 
 @pytest.mark.slow
+def test_workers_given_copies_of_the_data_that_differ_are_refused_on_every_worker(tmp_path):
+    """Each worker reads the whole --data file and trains on its block of rows: a copy with
+    other numbers of the same shape (a NaN for one) is named on both workers before training."""
+    Y = np.tanh(np.random.default_rng(0).standard_normal((40, 3)))
+    np.save(tmp_path / "mine.npy", Y)
+    Y[3, 2] = np.nan
+    np.save(tmp_path / "other.npy", Y)
+    options = ["--latent-dim", "2", "--num-inducing", "8", "--iterations", "5"]
+    options += ["--batch-size", "20", "--no-progress", "--distributed", "--output", "out"]
+    processes = start_command(
+        lambda i: [
+            sys.executable,
+            "-m",
+            "gpflow_svi_gplvm",
+            "--data",
+            ["mine.npy", "other.npy"][i],
+            *options,
+        ],
+        2,
+        cwd=tmp_path,
+    )
+    outputs = finish(processes)
+    for process, output in zip(processes, outputs):
+        assert process.returncode == 2, output[-3000:]
+        assert "were given other inputs than the chief (what --data holds (a hash)" in output
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
+@pytest.mark.slow
 def test_the_tutorials_script_trains_on_two_workers_and_resumes(tmp_path):
     tutorial = Path(__file__).resolve().parents[1] / "tutorials" / "05_scaling_out.md"
     marker = "<!-- the two-worker test (tests/test_multiworker.py) runs this block -->\n```python\n"
