@@ -120,10 +120,11 @@ def workers(commands: list[list[str]], cwd: Path, kill_after: float | None = Non
     return [f"[exit {p.returncode}]\n{text}" for p, text in zip(processes, outputs)]
 
 
-def refused_or_trained(outputs: list[str], must_refuse: bool) -> None:
+def refused_or_trained(outputs: list[str], must_refuse: bool, names) -> None:
     """Nothing when every worker trained (a :class:`Wrong` if the case must be refused); the
-    workers' refusal as a :class:`Refusal` when each ended with an ``error:`` line; a
-    RuntimeError (raw) when a worker ended otherwise."""
+    workers' refusal as a :class:`Refusal` when each ended with an ``error:`` line (the first
+    line that names none of ``names``, if any, so that it is judged); a RuntimeError (raw) when
+    a worker ended otherwise."""
     codes = [int(text.split("]", 1)[0].removeprefix("[exit ")) for text in outputs]
     if all(code == 0 for code in codes):
         if must_refuse:
@@ -135,7 +136,8 @@ def refused_or_trained(outputs: list[str], must_refuse: bool) -> None:
         if code == 0 or "Traceback" in text or not lines:
             raise RuntimeError(f"worker {i} ended with status {code}: {text[-600:]}")
         errors.append(f"worker {i}: {lines[-1]}")
-    raise Refusal(" | ".join(errors))
+    unnamed = [e for e in errors if not any(word in e.lower() for word in names or ())]
+    raise Refusal(unnamed[0] if unnamed else " | ".join(errors))
 
 
 def check_embedding(out: Path, expected: np.ndarray | None) -> np.ndarray:
@@ -176,7 +178,8 @@ def run_case(lab, kind, data=(None, None), extra=((), ()), must_refuse=True, **o
         def both():
             said = workers(commands, folder, options.get("kill_after"))
             (folder / "said.txt").write_text("\n\n".join(said))
-            refused_or_trained([said[i] for i in options.get("judged", (0, 1))], must_refuse)
+            judged = [said[i] for i in options.get("judged", (0, 1))]
+            refused_or_trained(judged, must_refuse, options.get("names"))
             check = options.get("check")
             if check is not None:
                 return check(folder)
@@ -201,7 +204,8 @@ def files(lab: Lab, kind: str, change) -> tuple[None, Path]:
 
 def table_cases(lab: Lab) -> list[Case]:
     def case(name, names, **options):
-        return Case("table", name, run_case(lab, "table", **options), names, TIMEOUT + 60)
+        run = run_case(lab, "table", names=names, **options)
+        return Case("table", name, run, names, TIMEOUT + 60)
 
     def other_numbers(Y):
         return Y + 0.01
@@ -287,7 +291,8 @@ def table_cases(lab: Lab) -> list[Case]:
 
 def h5ad_cases(lab: Lab) -> list[Case]:
     def case(name, names, **options):
-        return Case("h5ad", name, run_case(lab, "h5ad", **options), names, TIMEOUT + 60)
+        run = run_case(lab, "h5ad", names=names, **options)
+        return Case("h5ad", name, run, names, TIMEOUT + 60)
 
     def other_counts(cells):
         cells.layers["counts"] = cells.layers["counts"] * 2

@@ -117,7 +117,8 @@ def _run(args: argparse.Namespace) -> int:
             _check_earlier_outputs(args)
     if cells:
         return _run_single_cell(args, strategy)
-    data = _load_data(args)
+    with workers.agreeing():  # a file one worker cannot read is named on every worker
+        data = _load_data(args)
     Y = data.Y
     _check_same_data(workers, Y)
     if workers.chief:

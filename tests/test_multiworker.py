@@ -280,9 +280,19 @@ def test_the_command_line_trains_on_every_worker_and_only_the_chief_writes(tmp_p
 
 
 @pytest.mark.slow
-def test_workers_given_copies_of_the_data_that_differ_are_refused_on_every_worker(tmp_path):
+@pytest.mark.parametrize(
+    "other, said",
+    [
+        ("other.npy", "were given other inputs than the chief (what --data holds (a hash)"),
+        ("nowhere.npy", "worker 1: Data file nowhere.npy does not exist"),
+    ],
+)
+def test_workers_given_copies_of_the_data_that_differ_are_refused_on_every_worker(
+    tmp_path, other, said
+):
     """Each worker reads the whole --data file and trains on its block of rows: a copy with
-    other numbers of the same shape (a NaN for one) is named on both workers before training."""
+    other numbers of the same shape (a NaN for one), or a file one worker lacks, is named on
+    both workers before training."""
     Y = np.tanh(np.random.default_rng(0).standard_normal((40, 3)))
     np.save(tmp_path / "mine.npy", Y)
     Y[3, 2] = np.nan
@@ -295,7 +305,7 @@ def test_workers_given_copies_of_the_data_that_differ_are_refused_on_every_worke
             "-m",
             "gpflow_svi_gplvm",
             "--data",
-            ["mine.npy", "other.npy"][i],
+            ["mine.npy", other][i],
             *options,
         ],
         2,
@@ -304,7 +314,7 @@ def test_workers_given_copies_of_the_data_that_differ_are_refused_on_every_worke
     outputs = finish(processes)
     for process, output in zip(processes, outputs):
         assert process.returncode == 2, output[-3000:]
-        assert "were given other inputs than the chief (what --data holds (a hash)" in output
+        assert said in output
     assert not (tmp_path / "out" / "metrics.json").exists()
 
 
