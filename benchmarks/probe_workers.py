@@ -243,7 +243,7 @@ def table_cases(lab: Lab) -> list[Case]:
         ),
         case(
             "the file missing",
-            ("no such", "not found", "does not exist", "missing"),
+            ("no such", "not found", "does not exist", "missing", "not a file"),
             data=(None, lab.root / "nowhere.npy"),
         ),
     ]
@@ -317,7 +317,7 @@ def h5ad_cases(lab: Lab) -> list[Case]:
         case("one gene fewer", ("gene",), data=files(lab, "h5ad", lambda c: c[:, :11].copy())),
         case(
             "the file missing",
-            ("no such", "not found", "does not exist", "missing"),
+            ("no such", "not found", "does not exist", "missing", "not a file"),
             data=(None, lab.root / "nowhere.h5ad"),
         ),
         case(

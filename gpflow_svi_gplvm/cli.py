@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     with workers.agreeing():  # a file one worker cannot read is named on every worker
         data = _load_data(args)
     Y = data.Y
-    _check_same_data(workers, Y)
+    _check_same_call(args, workers, Y)
     if workers.chief:
         missing = f"{np.isnan(Y).mean():.1%} missing"
         print(f"data: {_described(data, args.labels) or args.data} -> Y {Y.shape}, {missing}")
@@ -156,12 +156,15 @@ OUTPUTS = ("metrics.json", "latent_space.png", "ard.png", "elbo.png", "X_gplvm.n
 """What a run writes to ``--output`` (and ``X_gplvm_var.npy`` beside the embedding)."""
 
 
-def _check_same_data(workers: Workers, Y: np.ndarray) -> None:
-    """A ``ValueError`` on every worker when their copies of ``--data`` differ: each worker
-    reads the whole file and trains on its block of rows, so copies that differ would each train
-    on other numbers without a word."""
+def _check_same_call(args: argparse.Namespace, workers: Workers, Y: np.ndarray) -> None:
+    """A ``ValueError`` on every worker, naming what differs, when they were started with other
+    flags that the model's and fit's own agreement does not see, or read copies of ``--data``
+    that differ: each worker reads the whole file and trains on its block of rows, so copies
+    that differ would each train on other numbers without a word."""
     content = hashlib.blake2b(np.ascontiguousarray(Y).tobytes(), digest_size=8).hexdigest()
-    inputs = {"--data's shape": Y.shape, "what --data holds (a hash)": content}
+    flags = ("resume", "save", "overwrite", "no_standardise")
+    inputs = {f"--{flag.replace('_', '-')}": bool(getattr(args, flag)) for flag in flags}
+    inputs.update({"--data's shape": Y.shape, "what --data holds (a hash)": content})
     workers.agree("were given other inputs than the chief", inputs)
 
 

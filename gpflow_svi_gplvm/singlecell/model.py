@@ -429,7 +429,10 @@ def _check_same_inputs(face: SingleCellGPLVM, adata, workers: Workers) -> None:
         "layer": face.registration.layer,
         "obs columns": face.registration.columns,
         "size_factors": face.registration.size_factors,
-        "settings": [face.model_name, face.likelihood, face.latent_dim, face.num_inducing],
+        "model": face.model_name,
+        "likelihood": face.likelihood,
+        "latent_dim": face.latent_dim,
+        "num_inducing": face.num_inducing,
         "encoder": [face.encoder_training, face.distil_cells],
         "model options": sorted((k, repr(v)) for k, v in face.model_options.items()),
     }
