@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
+from common import free_ports  # noqa: E402
 from probe_kit import (  # noqa: E402
     CLASSES,
     Case,
@@ -53,16 +53,6 @@ TABLE = ["--latent-dim", "2", "--num-inducing", "8", "--iterations", "10", "--ba
 TABLE += ["--model", "bsvi", "--no-progress", "--distributed"]
 CELLS = ["--layer", "counts", "--batch-key", "batch", "--latent-dim", "2", "--num-inducing", "8"]
 CELLS += ["--iterations", "10", "--batch-size", "16", "--no-progress", "--distributed"]
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 class Lab:
