@@ -163,7 +163,9 @@ def _check_same_call(args: argparse.Namespace, workers: Workers, Y: np.ndarray) 
     that differ would each train on other numbers without a word."""
     content = hashlib.blake2b(np.ascontiguousarray(Y).tobytes(), digest_size=8).hexdigest()
     flags = ("resume", "save", "overwrite", "no_standardise")
-    inputs = {f"--{flag.replace('_', '-')}": bool(getattr(args, flag)) for flag in flags}
+    inputs: dict[str, object] = {
+        f"--{flag.replace('_', '-')}": bool(getattr(args, flag)) for flag in flags
+    }
     inputs.update({"--data's rows and columns": Y.shape, "what --data holds (a hash)": content})
     workers.agree("were given other inputs than the chief", inputs)
 
