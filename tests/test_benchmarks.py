@@ -286,3 +286,4 @@ def test_the_probe_classifies_an_outcome_by_what_was_raised_and_its_words(monkey
     assert kind(raising(kit.Wrong("NaN"))) == kit.WRONG
     assert kind(raising(kit.Lost("notes.txt"))) == kit.LOST
     assert kind(lambda: time.sleep(2), timeout=0.1) == kit.HANG
+    assert kind(raising(kit.Hang("a worker still ran after 420 s"))) == kit.HANG
