@@ -161,6 +161,8 @@ def _check_same_call(args: argparse.Namespace, workers: Workers, Y: np.ndarray) 
     flags that the model's and fit's own agreement does not see, or read copies of ``--data``
     that differ: each worker reads the whole file and trains on its block of rows, so copies
     that differ would each train on other numbers without a word."""
+    if workers.count == 1:  # nothing to agree on: no pass over the rows for the hash
+        return
     content = hashlib.blake2b(np.ascontiguousarray(Y).tobytes(), digest_size=8).hexdigest()
     flags = ("resume", "save", "overwrite", "no_standardise")
     inputs: dict[str, object] = {
