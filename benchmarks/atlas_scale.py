@@ -23,7 +23,7 @@ worker and step.
    after the first, so tracing is left out); the numbers all-reduced per step, counted from the
    model's global parameters (the tables never cross the network), at two N.
 2. ``out-of-core``: one process fits ``--cells`` cells streamed from disk in block-shuffled
-   batches (:meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), against the same fit of the
+   batches (:meth:`~gpflow_svi_gplvm.rows.h5ad.DiskRows.batches`), against the same fit of the
    ``--reference`` file's cells held in memory (an AnnData): peak memory, rows per second, and
    the ELBO (mean over the last tenth of the steps against the tenth before). The large file is
    the reference's cells repeated (renamed), copied at the disk's speed (:func:`tile_atlas`).
@@ -107,7 +107,7 @@ def tile_atlas(source: Path, path: Path, times: int, rows_per_copy: int = 200_00
     import h5py
     import pandas as pd
 
-    from gpflow_svi_gplvm.disk_rows import read_frames
+    from gpflow_svi_gplvm.rows.h5ad import read_frames
 
     obs, var = read_frames(source)
     cells = len(obs)
@@ -154,7 +154,7 @@ def fit_process(request: dict) -> dict:
     strategy = multi_worker_strategy() if os.environ.get("TF_CONFIG") else None
     import anndata
 
-    from gpflow_svi_gplvm.distributed import Workers
+    from gpflow_svi_gplvm.distributed.workers import Workers
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     workers = Workers.of(strategy)
@@ -209,7 +209,7 @@ def _csr_mib(path: str, workers) -> float:
     starts), read from the file's row starts."""
     import h5py
 
-    from gpflow_svi_gplvm.distributed import worker_rows
+    from gpflow_svi_gplvm.distributed.workers import worker_rows
 
     with h5py.File(path, "r") as file:
         indptr = file["X/indptr"]
@@ -303,8 +303,8 @@ def out_of_core(args: argparse.Namespace, folder: Path) -> None:
 def quality(args: argparse.Namespace, folder: Path) -> None:
     """One process against two workers on the same atlas and global batch: the embeddings'
     scores (:func:`gpflow_svi_gplvm.metrics.embedding_scores`)."""
-    from gpflow_svi_gplvm.disk_rows import read_frames
     from gpflow_svi_gplvm.metrics import embedding_scores
+    from gpflow_svi_gplvm.rows.h5ad import read_frames
 
     path = write_atlas(folder / f"atlas_{args.cells}.h5ad", args.cells)
     obs, _ = read_frames(path)

@@ -81,7 +81,7 @@ def check_one_run(folder: Path) -> int:
     names (an ``AssertionError`` otherwise); the number of checkpoints."""
     import tensorflow as tf
 
-    from gpflow_svi_gplvm.checkpoint_folder import RUN_FILE
+    from gpflow_svi_gplvm.training.run_folder import RUN_FILE
 
     indexes = sorted(folder.glob("ckpt-*.index"))
     if not indexes:

@@ -42,10 +42,10 @@ from row_updates import LONG, SHORT  # noqa: E402
 from svgp_floor import PlainTrainer, floor_dataset, floor_model  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
+from gpflow_svi_gplvm.components.initialisation import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.datasets import random_missing  # noqa: E402
-from gpflow_svi_gplvm.initialisation import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.models import base as models  # noqa: E402
-from gpflow_svi_gplvm.training import Trainer  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 FLOOR, AS_BUILT = "SVGP floor (known X)", "as built"
 

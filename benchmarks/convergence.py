@@ -15,8 +15,8 @@ Problems (``--data``), B-SVI with batch 100 and learning rate 0.01:
   q(u) covariance, the default at D=784); the held-out RMSE is on the hidden pixels.
 
 Each optimiser setting trains one model per seed with one
-:class:`~gpflow_svi_gplvm.training.Trainer` and stops at every mark to evaluate (evaluation time
-is not counted as training time):
+:class:`~gpflow_svi_gplvm.training.trainer.Trainer` and stops at every mark to evaluate (evaluation
+time is not counted as training time):
 
 - ``elbo``: the full-data ELBO (all training rows in one batch), the mean of 5 evaluations;
 - ``rmse``: the held-out RMSE above;
@@ -24,8 +24,9 @@ is not counted as training time):
 
 Optimiser settings:
 
-- ``row``: :class:`~gpflow_svi_gplvm.optimizers.RowSparseAdam` on every parameter, q(u) included
-  (per-row tables move only on the batch's rows, bias-corrected with the step count t);
+- ``row``: :class:`~gpflow_svi_gplvm.training.optimizers.RowSparseAdam` on every parameter, q(u)
+  included (per-row tables move only on the batch's rows, bias-corrected with the step count
+  t);
 - ``row-k``: the same optimiser with ``bias_correction="row"``: each row bias-corrected by its own
   update count k;
 - ``dense``: tf_keras' Adam on every variable (``fit(..., optimizer=tf_keras.optimizers.Adam())``);
@@ -82,9 +83,9 @@ from gpflow_svi_gplvm.datasets import (  # noqa: E402
     train_test_split,
 )
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
-from gpflow_svi_gplvm.optimizers import RowSparseAdam  # noqa: E402
-from gpflow_svi_gplvm.schedules import WarmUp  # noqa: E402
-from gpflow_svi_gplvm.training import Trainer  # noqa: E402
+from gpflow_svi_gplvm.training.optimizers import RowSparseAdam  # noqa: E402
+from gpflow_svi_gplvm.training.schedules import WarmUp  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 BATCH, LEARNING_RATE = 100, 0.01
 ELBO_EVALUATIONS = 5

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from gpflow_svi_gplvm.disk_rows import BLOCK_ROWS, BUFFER_BLOCKS, DiskRows
+    from gpflow_svi_gplvm.rows.h5ad import BLOCK_ROWS, BUFFER_BLOCKS, DiskRows
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "cells.h5ad")

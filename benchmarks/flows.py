@@ -73,7 +73,7 @@ from gpflow_svi_gplvm.posterior_check import (  # noqa: E402
     posterior_draws,
     sliced_wasserstein,
 )
-from gpflow_svi_gplvm.training import Trainer  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 matplotlib.use("Agg")
 tf.get_logger().setLevel("ERROR")

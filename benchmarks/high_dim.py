@@ -76,7 +76,7 @@ def measure_one(
     from svgp_floor import PlainTrainer, floor_dataset, floor_model
 
     import gpflow_svi_gplvm as svi
-    from gpflow_svi_gplvm.training import Trainer
+    from gpflow_svi_gplvm.training.trainer import Trainer
 
     Y = synthetic(shape)
     likelihood = (

@@ -73,8 +73,8 @@ from gpflow_svi_gplvm.datasets import (  # noqa: E402
     random_missing,
     train_test_split,
 )
-from gpflow_svi_gplvm.marginal_likelihood import marginal_log_likelihood  # noqa: E402
-from gpflow_svi_gplvm.training import Trainer  # noqa: E402
+from gpflow_svi_gplvm.prediction.marginal_likelihood import marginal_log_likelihood  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")
 

@@ -246,8 +246,8 @@ def speed(args: argparse.Namespace) -> None:
     import pandas as pd
 
     from gpflow_svi_gplvm.datasets import simulate_atlas
-    from gpflow_svi_gplvm.inference import infer_latents
     from gpflow_svi_gplvm.metrics import embedding_scores
+    from gpflow_svi_gplvm.prediction.latent_inference import infer_latents
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     total = args.reference + args.cells

@@ -57,7 +57,7 @@ from gpflow_svi_gplvm.datasets import (  # noqa: E402
     random_missing,
 )
 from gpflow_svi_gplvm.metrics import nlpd, rmse  # noqa: E402
-from gpflow_svi_gplvm.training import Trainer  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 FRACTIONS = (0.1, 0.3, 0.6)
 MODELS = {models.PAPER_NAMES[name]: models.MODELS[name] for name in models.PAPER_MODELS}

@@ -78,7 +78,7 @@ def run_process(request: dict) -> dict:
     import gpflow
 
     import gpflow_svi_gplvm as svi
-    from gpflow_svi_gplvm.distributed import Workers
+    from gpflow_svi_gplvm.distributed.workers import Workers
 
     shape = Shape(**{**request["shape"], "batch_size": request["batch_size"]})
     workers = Workers.of(strategy)

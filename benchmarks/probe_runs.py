@@ -318,7 +318,7 @@ def _fit_twice(lab, overwrite: bool):
 def command(args: list[str]) -> str:
     """The command line run in this process: its standard output, or a :class:`Refusal` with
     its error line (exit status 2); another status or an exception escapes as raised."""
-    from gpflow_svi_gplvm.cli import main
+    from gpflow_svi_gplvm.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

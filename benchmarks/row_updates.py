@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from common import seconds_per_step, synthetic_rows  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
-from gpflow_svi_gplvm.training import Trainer  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 SHORT, LONG = 100, 600
 

@@ -14,15 +14,16 @@ settings (Monte Carlo over q(x), Adam on every parameter, its encoder) and once 
 package's defaults, and prints them beside the paper's iterations per second.
 
 At the paper's oil-flow size (N=800, D=12, Q=10, M=25, batch 100, one latent sample) it times
-``gpflow_svi_gplvm.training.Trainer(model, Y, batch_size=100).train(...)`` for PointGPLVM, MAPGPLVM,
-BayesianSVIGPLVM (B-SVI) and AmortisedBayesianGPLVM (AEB-SVI), and a plain GPflow SVGP with known
-inputs X [N, Q] of the same shapes, trained as a GPflow user would: the usual ``tf.data`` pipeline
-of (X, Y) (shuffle rows / repeat / batch with drop_remainder / prefetch), the same ``tf_keras``
-Adam built before the first step, and ``steps_per_call`` steps inside one ``tf.function`` via
-``tf.range``. The SVGP step has no finiteness guard, so the ratio to it is the whole difference
-between the package and plain GPflow: latent module, ELBO, Trainer, and the package's pipeline
-(the Trainer gathers whole batches of shuffled rows inside its step, which costs less than
-batching row by row; the ``--breakdown`` entry "B-SVI, the floor's pipeline" shows how much).
+``gpflow_svi_gplvm.training.trainer.Trainer(model, Y, batch_size=100).train(...)`` for PointGPLVM,
+MAPGPLVM, BayesianSVIGPLVM (B-SVI) and AmortisedBayesianGPLVM (AEB-SVI), and a plain GPflow SVGP
+with known inputs X [N, Q] of the same shapes, trained as a GPflow user would: the usual ``tf.data``
+pipeline of (X, Y) (shuffle rows / repeat / batch with drop_remainder / prefetch), the same
+``tf_keras`` Adam built before the first step, and ``steps_per_call`` steps inside one
+``tf.function`` via ``tf.range``. The SVGP step has no finiteness guard, so the ratio to it is the
+whole difference between the package and plain GPflow: latent module, ELBO, Trainer, and the
+package's pipeline (the Trainer gathers whole batches of shuffled rows inside its step, which costs
+less than batching row by row; the ``--breakdown`` entry "B-SVI, the floor's pipeline" shows how
+much).
 
 Every contender is warmed up by one call (its compilation) that is not timed; then each repeat runs
 ``--iterations`` steps of every contender in turn (round-robin, with a rotating start), so machine
@@ -73,10 +74,10 @@ from svgp_floor import PlainTrainer, floor_dataset, floor_model  # noqa: E402
 
 import gpflow_svi_gplvm as svi  # noqa: E402
 from gpflow_svi_gplvm import datasets  # noqa: E402
+from gpflow_svi_gplvm.components.initialisation import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.datasets import random_missing  # noqa: E402
-from gpflow_svi_gplvm.initialisation import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.latents import LatentBatch, LatentVariables, paper_encoder_options  # noqa: E402
-from gpflow_svi_gplvm.training import Trainer, make_dataset  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import Trainer, make_dataset  # noqa: E402
 
 NUM_DATA, DATA_DIM, LATENT_DIM, NUM_INDUCING, BATCH_SIZE, NUM_SAMPLES = 800, 12, 10, 25, 100, 1
 LEARNING_RATE = 1e-2

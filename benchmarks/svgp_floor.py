@@ -14,7 +14,7 @@ import tensorflow as tf
 from gpflow.config import default_float
 from gpflow.keras import tf_keras
 
-from gpflow_svi_gplvm.initialisation import inducing_inputs
+from gpflow_svi_gplvm.components.initialisation import inducing_inputs
 
 SEED = 0
 

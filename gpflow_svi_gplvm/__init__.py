@@ -1,11 +1,10 @@
 """Generalised GPLVMs trained with stochastic variational inference, on GPflow."""
 
 # First, before TensorFlow is imported: quiets its start-up log for the command line only.
-from . import _command_line  # noqa: F401  isort: skip
-from .cluster import multi_worker_strategy
-from .distributed import RowShard, WorkerLostError
-from .export import export_saved_model
-from .inference import LatentInference, log_predictive_density
+from .cli import arguments  # noqa: F401  isort: skip
+from .distributed.cluster import multi_worker_strategy
+from .distributed.workers import RowShard, WorkerLostError
+from .export.saved_model import export_saved_model
 from .latents import (
     EncoderLatent,
     FlowLatent,
@@ -19,7 +18,6 @@ from .latents import (
     RowLatentVariables,
 )
 from .likelihoods import MaskedLikelihood, NegativeBinomial
-from .marginal_likelihood import marginal_log_likelihood
 from .models import (
     MAPGPLVM,
     SVIGPLVM,
@@ -29,8 +27,10 @@ from .models import (
     PointGPLVM,
 )
 from .posterior_check import latent_draws, mmd, posterior_draws, sliced_wasserstein
-from .schedules import WarmUp
-from .training import History, NonFiniteLossError, Trainer, fit
+from .prediction.latent_inference import LatentInference, log_predictive_density
+from .prediction.marginal_likelihood import marginal_log_likelihood
+from .training.schedules import WarmUp
+from .training.trainer import History, NonFiniteLossError, Trainer, fit
 
 __version__ = "0.1.0"
 

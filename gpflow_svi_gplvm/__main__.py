@@ -1,7 +1,7 @@
-"""``python -m gpflow_svi_gplvm``: see :mod:`gpflow_svi_gplvm.cli`."""
+"""``python -m gpflow_svi_gplvm``: see :mod:`gpflow_svi_gplvm.cli.main`."""
 
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

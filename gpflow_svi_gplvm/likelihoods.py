@@ -3,7 +3,7 @@ lie in a likelihood's support.
 
 Counts are modelled on the log scale: the rate of entry (n, d) is :math:`\exp(f_d(x_n))`, and a
 per-row size factor :math:`s_n` (library size) enters as the offset :math:`\log s_n` of f (see
-:class:`~gpflow_svi_gplvm.covariates.SizeFactorOffset`), so that the rate is
+:class:`~gpflow_svi_gplvm.components.covariates.SizeFactorOffset`), so that the rate is
 :math:`s_n \exp(f)`. GPflow's :class:`~gpflow.likelihoods.Poisson` (log link, closed-form
 variational expectations) and :class:`NegativeBinomial` both take that offset.
 """
@@ -22,7 +22,7 @@ from gpflow.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, ScalarL
 from gpflow.utilities import positive
 
 from .defaults import LIKELIHOOD_NAMES
-from .sparse_rows import row_blocks
+from .rows.sparse import row_blocks
 from .validation import check_integer
 
 __all__ = [

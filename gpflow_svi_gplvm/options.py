@@ -1,6 +1,7 @@
 """One source for each option list: a function that passes its options on to another (a named
 model to :class:`~gpflow_svi_gplvm.models.base.SVIGPLVM`, ``fit`` to
-:class:`~gpflow_svi_gplvm.training.Trainer`) takes them as ``**options`` and shows the other's
+:class:`~gpflow_svi_gplvm.training.trainer.Trainer`) takes them as ``**options`` and shows the
+other's
 as its own, with their defaults, to ``help()``, ``inspect.signature`` and the documentation."""
 
 from __future__ import annotations

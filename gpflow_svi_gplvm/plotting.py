@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from .models import SVIGPLVM
-    from .training import History
+    from .training.trainer import History
 
 __all__ = [
     "plot_latent_space",

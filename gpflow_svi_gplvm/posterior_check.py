@@ -35,11 +35,11 @@ from check_shapes import check_shapes
 from gpflow.config import default_float
 from scipy.spatial.distance import cdist, pdist
 
-from .inference import LatentInference, check_new_row_model
 from .latents import LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, base_likelihood
 from .models import SVIGPLVM
-from .optimizers import RowSparseAdam
+from .prediction.latent_inference import LatentInference, check_new_row_model
+from .training.optimizers import RowSparseAdam
 from .validation import (
     check_fraction,
     check_integer,
@@ -283,8 +283,8 @@ def latent_draws(
     learning_rate: float = 0.05,
 ) -> np.ndarray:
     """Draws [num_draws, B, Q] of the model's own q(x): of training rows ``rows`` [B] (an
-    amortised model needs their data ``Y`` besides), or, without ``rows``, of q(x*) inferred for
-    new rows ``Y`` [B, D] as :func:`~gpflow_svi_gplvm.inference.infer_latents` does
+    amortised model needs their data ``Y`` besides), or, without ``rows``, of q(x*) inferred for new
+    rows ``Y`` [B, D] as :func:`~gpflow_svi_gplvm.prediction.latent_inference.infer_latents` does
     (``iterations``, ``learning_rate``)."""
     num_draws = check_integer(num_draws, "num_draws")
     seed = check_seed(seed)

@@ -28,10 +28,10 @@ from sklearn.utils import Tags
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .defaults import BATCH_SIZE
-from .inference import LatentInference
 from .metrics import nlpd
 from .models import DEFAULT_NUM_INDUCING, MODELS, lookup_model
-from .training import fit as fit_model
+from .prediction.latent_inference import LatentInference
+from .training.trainer import fit as fit_model
 
 __all__ = ["GPLVMEmbedding", "MODELS"]
 

@@ -29,8 +29,8 @@ else:  # one worker of no cluster: the strategy of several, alone
     STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 
 import gpflow_svi_gplvm as package  # noqa: E402
-from gpflow_svi_gplvm.distributed import Workers, worker_owned, worker_rows  # noqa: E402
-from gpflow_svi_gplvm.training import minibatch_indices  # noqa: E402
+from gpflow_svi_gplvm.distributed.workers import Workers, worker_owned, worker_rows  # noqa: E402
+from gpflow_svi_gplvm.training.trainer import minibatch_indices  # noqa: E402
 
 N, D, Q, M = 80, 5, 2, 8
 BATCH = 20  # global: 10 rows per replica

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from check_shapes import set_enable_check_shapes
 
-from gpflow_svi_gplvm.distributed import Workers
+from gpflow_svi_gplvm.distributed.workers import Workers
 
 
 @pytest.fixture(autouse=True)

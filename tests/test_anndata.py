@@ -15,7 +15,8 @@ import tensorflow as tf  # noqa: E402
 from builders import count_cells  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
-from gpflow_svi_gplvm.laplace import LaplaceLatents  # noqa: E402
+from gpflow_svi_gplvm.prediction.laplace import LaplaceLatents  # noqa: E402
+from gpflow_svi_gplvm.rows.sparse import SparseRows  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping import INFERENCE_STEPS  # noqa: E402
 from gpflow_svi_gplvm.singlecell.model import (  # noqa: E402
@@ -23,7 +24,6 @@ from gpflow_svi_gplvm.singlecell.model import (  # noqa: E402
     TABLE_LEARNING_RATE,
 )
 from gpflow_svi_gplvm.singlecell.spread import EmbeddingSpread  # noqa: E402
-from gpflow_svi_gplvm.sparse_rows import SparseRows  # noqa: E402
 
 N, D, Q = 48, 10, 2
 
@@ -228,7 +228,7 @@ def test_the_means_and_variances_are_replaced_as_a_pair(tmp_path, monkeypatch):
     without variances: never this run's means beside an earlier run's variances."""
     from pathlib import Path
 
-    from gpflow_svi_gplvm.distributed import Workers
+    from gpflow_svi_gplvm.distributed.workers import Workers
     from gpflow_svi_gplvm.singlecell.cells import assembled
 
     def moments(value: float):
@@ -279,7 +279,7 @@ def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(
     import os
 
     from gpflow_svi_gplvm import Trainer
-    from gpflow_svi_gplvm.disk_rows import DiskRows
+    from gpflow_svi_gplvm.rows.h5ad import DiskRows
 
     path = tmp_path / "cells.h5ad"
     count_cells().write_h5ad(path)
@@ -432,8 +432,8 @@ def test_a_batch_key_of_integer_codes_is_read_as_categories():
 
 
 def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
-    from gpflow_svi_gplvm.disk_rows import DiskRows
-    from gpflow_svi_gplvm.initialisation import PCA_SAMPLE_ROWS, _sample_rows
+    from gpflow_svi_gplvm.components.initialisation import PCA_SAMPLE_ROWS, _sample_rows
+    from gpflow_svi_gplvm.rows.h5ad import DiskRows
     from gpflow_svi_gplvm.singlecell import model as singlecell
 
     rng = np.random.default_rng(2)

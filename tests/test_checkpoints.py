@@ -19,8 +19,13 @@ from gpflow_svi_gplvm import (
     NonFiniteLossError,
     fit,
 )
-from gpflow_svi_gplvm.checkpoints import HISTORY_FILE, TrainingData, read_history, write_history
-from gpflow_svi_gplvm.training import Trainer
+from gpflow_svi_gplvm.training.checkpoints import (
+    HISTORY_FILE,
+    TrainingData,
+    read_history,
+    write_history,
+)
+from gpflow_svi_gplvm.training.trainer import Trainer
 
 N, D, Q, M = 40, 4, 2, 6
 SETTINGS = dict(batch_size=16, progress=False, steps_per_call=50, seed=3)

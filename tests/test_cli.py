@@ -14,14 +14,15 @@ import tensorflow as tf
 from builders import smooth_data
 
 import gpflow_svi_gplvm
-from gpflow_svi_gplvm import AmortisedBayesianGPLVM, _command_line, defaults
-from gpflow_svi_gplvm.cli import main
+from gpflow_svi_gplvm import AmortisedBayesianGPLVM, defaults
+from gpflow_svi_gplvm.cli import arguments
+from gpflow_svi_gplvm.cli.main import main
 from gpflow_svi_gplvm.datasets import load_array_file
-from gpflow_svi_gplvm.export_folder import MARKER
+from gpflow_svi_gplvm.export.folder import MARKER
 from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
 from gpflow_svi_gplvm.singlecell import model as singlecell_model
-from gpflow_svi_gplvm.training import Trainer
+from gpflow_svi_gplvm.training.trainer import Trainer
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
 
@@ -387,7 +388,7 @@ def test_help_imports_no_tensorflow_and_shows_every_default():
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
-    assert "gpflow_svi_gplvm._command_line" in imported
+    assert "gpflow_svi_gplvm.cli.arguments" in imported
     assert not [name for name in imported if name.split(".")[0] in ("tensorflow", "gpflow")]
     for default in ["(default: 0)", "(default: bsvi)", "(default: 3000)", "(default: fit's, 0.01;"]:
         assert default in result.stdout
@@ -402,7 +403,7 @@ def test_the_options_name_what_the_package_has():
         assert (built is None) == (name == "gaussian")
     with pytest.raises(ValueError, match="likelihood must be one of"):
         likelihood_by_name("gamma", 3)
-    choices = {a.dest: a.choices for a in _command_line.build_parser()._actions}
+    choices = {a.dest: a.choices for a in arguments.build_parser()._actions}
     assert tuple(choices["model"]) == defaults.MODEL_NAMES
     assert tuple(choices["likelihood"]) == defaults.LIKELIHOOD_NAMES
     assert DEFAULT_NUM_INDUCING == defaults.NUM_INDUCING

@@ -11,7 +11,7 @@ import time
 import pytest
 from test_multiworker import free_ports
 
-from gpflow_svi_gplvm.cluster import checked_cluster, meet_workers
+from gpflow_svi_gplvm.distributed.cluster import checked_cluster, meet_workers
 
 
 def meet(indices: list[int], size: int, timeout: float = 3.0) -> dict[int, str]:

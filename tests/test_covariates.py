@@ -18,7 +18,7 @@ from gpflow_svi_gplvm import (
     export_saved_model,
     fit,
 )
-from gpflow_svi_gplvm.covariates import (
+from gpflow_svi_gplvm.components.covariates import (
     CovariateKernel,
     SizeFactorOffset,
     cell_cycle_kernel,
@@ -174,8 +174,8 @@ def test_single_cell_latents_start_from_what_the_batch_does_not_explain():
     covariate the starting latents separate the cell types and not the batches."""
     import scipy.sparse
 
+    from gpflow_svi_gplvm.rows.sparse import SparseRows
     from gpflow_svi_gplvm.singlecell.start import initial_latents
-    from gpflow_svi_gplvm.sparse_rows import SparseRows
 
     rng = np.random.default_rng(0)
     cells, genes = 400, 30

@@ -17,8 +17,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpflow_svi_gplvm.disk_rows import DiskRows, read_frames
-from gpflow_svi_gplvm.sparse_rows import SparseRows, row_blocks
+from gpflow_svi_gplvm.rows.h5ad import DiskRows, read_frames
+from gpflow_svi_gplvm.rows.sparse import SparseRows, row_blocks
 
 N, D, B, BLOCK, BUFFER = 600, 25, 64, 50, 4
 

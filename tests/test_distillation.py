@@ -11,15 +11,15 @@ from gpflow.utilities import parameter_dict
 from test_anndata import N, Q
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
-from gpflow_svi_gplvm.distillation import (
+from gpflow_svi_gplvm.latents.distillation import (
     ROW_STATE,
     copy_global_parameters,
     distil_encoder,
     gaussian_kl,
 )
+from gpflow_svi_gplvm.rows.sparse import SparseRows
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 from gpflow_svi_gplvm.singlecell.model import TABLE_LEARNING_RATE
-from gpflow_svi_gplvm.sparse_rows import SparseRows
 
 
 def test_gaussian_kl_is_tensorflow_probability_s():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gpflow_svi_gplvm import PointGPLVM, RowShard
-from gpflow_svi_gplvm.distributed import WorkerLostError, Workers, worker_rows
+from gpflow_svi_gplvm.distributed.workers import WorkerLostError, Workers, worker_rows
 
 RUNS = textwrap.dedent("""
     import json

@@ -13,8 +13,8 @@ import tensorflow as tf
 from builders import smooth_data
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM, fit
-from gpflow_svi_gplvm.export import SIGNATURES, ServingModule, export_saved_model
-from gpflow_svi_gplvm.export_folder import MARKER, check_destination
+from gpflow_svi_gplvm.export.folder import MARKER, check_destination
+from gpflow_svi_gplvm.export.saved_model import SIGNATURES, ServingModule, export_saved_model
 from gpflow_svi_gplvm.metrics import rmse
 
 N, D, Q = 80, 5, 2

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpflow_svi_gplvm import PointGPLVM, export_folder, export_saved_model
-from gpflow_svi_gplvm.export_folder import MARKER, check_destination, replace_folder
+from gpflow_svi_gplvm import PointGPLVM, export_saved_model
+from gpflow_svi_gplvm.export import folder as export_folder
+from gpflow_svi_gplvm.export.folder import MARKER, check_destination, replace_folder
 
 FILES_PER_EXPORT = 200  # enough that deleting the old export takes a while to kill inside
 

@@ -18,9 +18,9 @@ from gpflow.config import default_jitter  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
 from gpflow_svi_gplvm.likelihoods import NegativeBinomial  # noqa: E402
-from gpflow_svi_gplvm.marginal_likelihood import marginal_log_likelihood  # noqa: E402
 from gpflow_svi_gplvm.metrics import expected_calibration_error  # noqa: E402
-from gpflow_svi_gplvm.rates import paired_covariance  # noqa: E402
+from gpflow_svi_gplvm.prediction.marginal_likelihood import marginal_log_likelihood  # noqa: E402
+from gpflow_svi_gplvm.prediction.rates import paired_covariance  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.differential import posterior_fdr_selection  # noqa: E402
 from gpflow_svi_gplvm.singlecell.labels import LabelTransfer, transfer_labels  # noqa: E402

@@ -16,7 +16,7 @@ from builders import smooth_data
 from check_shapes import disable_check_shapes
 
 from gpflow_svi_gplvm import FlowBayesianGPLVM, export_saved_model, fit
-from gpflow_svi_gplvm.cli import main
+from gpflow_svi_gplvm.cli.main import main
 from gpflow_svi_gplvm.latents.flows import (
     PLANAR_MARGIN,
     AutoregressiveLayers,
@@ -28,7 +28,7 @@ from gpflow_svi_gplvm.latents.flows import (
     log_prior,
 )
 from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
-from gpflow_svi_gplvm.training import Trainer
+from gpflow_svi_gplvm.training.trainer import Trainer
 
 N, D, Q, M = 24, 4, 2, 5
 SETTINGS = dict(batch_size=8, progress=False, steps_per_call=20, seed=1)

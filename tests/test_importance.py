@@ -24,7 +24,7 @@ from gpflow_svi_gplvm import (
     PointGPLVM,
     fit,
 )
-from gpflow_svi_gplvm.importance import importance_weighted_rows
+from gpflow_svi_gplvm.components.importance import importance_weighted_rows
 from gpflow_svi_gplvm.latents.flows import FlowLatent, PlanarLayers, log_prior
 
 N, D, Q, M = 6, 3, 2, 3

@@ -17,15 +17,15 @@ from gpflow_svi_gplvm import (
     LatentVariables,
     fit,
 )
-from gpflow_svi_gplvm.inference import (
+from gpflow_svi_gplvm.components.psi_statistics import closed_form_predictive
+from gpflow_svi_gplvm.latents import diagonal_gaussian_batch
+from gpflow_svi_gplvm.metrics import nlpd, rmse
+from gpflow_svi_gplvm.prediction.latent_inference import (
     TOLERANCE,
     _predictive_noise,
     exact_predictive_applies,
     log_predictive_density,
 )
-from gpflow_svi_gplvm.latent_expectations import closed_form_predictive
-from gpflow_svi_gplvm.latents import diagonal_gaussian_batch
-from gpflow_svi_gplvm.metrics import nlpd, rmse
 
 N_TRAIN, N_TEST, D, Q = 200, 60, 8, 2
 

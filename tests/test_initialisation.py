@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
-from gpflow_svi_gplvm.initialisation import (
+from gpflow_svi_gplvm.components.initialisation import (
     PCA_SAMPLE_ROWS,
     PCA_SAMPLE_RUN,
     SHARED_COVARIANCE_MIN_OUTPUTS,
@@ -27,7 +27,7 @@ from gpflow_svi_gplvm.initialisation import (
     random_latents,
 )
 from gpflow_svi_gplvm.likelihoods import MaskedLikelihood, NegativeBinomial
-from gpflow_svi_gplvm.sparse_rows import ROWS_PER_BLOCK
+from gpflow_svi_gplvm.rows.sparse import ROWS_PER_BLOCK
 from gpflow_svi_gplvm.validation import check_observations
 
 

@@ -11,12 +11,12 @@ import scipy.optimize
 import tensorflow as tf
 
 from gpflow_svi_gplvm import MAPGPLVM, BayesianSVIGPLVM, PointGPLVM
-from gpflow_svi_gplvm.laplace import LaplaceLatents, laplace_applies
 from gpflow_svi_gplvm.likelihoods import (
     MaskedLikelihood,
     NegativeBinomial,
     expectation_derivatives,
 )
+from gpflow_svi_gplvm.prediction.laplace import LaplaceLatents, laplace_applies
 
 N, D, Q, M = 30, 6, 2, 8
 

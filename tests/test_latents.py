@@ -21,7 +21,6 @@ from builders import (
 from gpflow.config import default_float
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM
-from gpflow_svi_gplvm.inference import in_row_chunks
 from gpflow_svi_gplvm.latents import (
     EncoderLatent,
     GaussianLatent,
@@ -31,6 +30,7 @@ from gpflow_svi_gplvm.latents import (
     NewRowFit,
     PointLatent,
 )
+from gpflow_svi_gplvm.prediction.latent_inference import in_row_chunks
 from gpflow_svi_gplvm.validation import check_observations
 
 B, Q = 5, 2

@@ -17,8 +17,8 @@ from gpflow_svi_gplvm import (
     PointGPLVM,
     fit,
 )
-from gpflow_svi_gplvm.inference import LatentInference
-from gpflow_svi_gplvm.marginal_likelihood import (
+from gpflow_svi_gplvm.prediction.latent_inference import LatentInference
+from gpflow_svi_gplvm.prediction.marginal_likelihood import (
     MarginalLikelihoodEstimator,
     marginal_log_likelihood,
     quadrature_nodes,

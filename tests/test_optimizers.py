@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
-from gpflow_svi_gplvm.optimizers import RowSparseAdam, adam_moments_and_step
+from gpflow_svi_gplvm.training.optimizers import RowSparseAdam, adam_moments_and_step
 
 WEIGHTS = np.array([1.0, 2.0, 3.0])
 

@@ -36,12 +36,12 @@ from gpflow_svi_gplvm import (
     export_saved_model,
     fit,
 )
-from gpflow_svi_gplvm.checkpoint_folder import LOCK_FILE, RunFolder
-from gpflow_svi_gplvm.cli import main
+from gpflow_svi_gplvm.cli.main import main
 from gpflow_svi_gplvm.datasets import load_array_file
-from gpflow_svi_gplvm.export_folder import STAGING_MARKER
-from gpflow_svi_gplvm.inference import infer_latents
+from gpflow_svi_gplvm.export.folder import STAGING_MARKER
+from gpflow_svi_gplvm.prediction.latent_inference import infer_latents
 from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
+from gpflow_svi_gplvm.training.run_folder import LOCK_FILE, RunFolder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import checkpoint_race  # noqa: E402  (the race and its check, shared with the benchmark)

@@ -10,9 +10,9 @@ import tensorflow as tf
 from gpflow.keras import tf_keras
 
 import gpflow_svi_gplvm as sg
-from gpflow_svi_gplvm.natural_gradients import InducingNaturalGradient
-from gpflow_svi_gplvm.schedules import PROBE_STEPS, StepSize, WarmUp
-from gpflow_svi_gplvm.training import Trainer
+from gpflow_svi_gplvm.training.natural_gradients import InducingNaturalGradient
+from gpflow_svi_gplvm.training.schedules import PROBE_STEPS, StepSize, WarmUp
+from gpflow_svi_gplvm.training.trainer import Trainer
 
 N, D, Q, M, BATCH = 24, 3, 2, 4, 6
 

@@ -16,7 +16,7 @@ from builders import complete_data
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.latents.networks import MLP
-from gpflow_svi_gplvm.training import make_dataset
+from gpflow_svi_gplvm.training.trainer import make_dataset
 from gpflow_svi_gplvm.validation import (
     check_chunk_size,
     check_device,

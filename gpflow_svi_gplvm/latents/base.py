@@ -12,7 +12,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 
-from ..distributed import owned_by_worker
+from ..distributed.workers import owned_by_worker
 from .batch import LatentBatch, NewRowFit
 from .new_rows import fit_rows
 
@@ -37,7 +37,7 @@ def row_table(
 ) -> Parameter:
     """A per-row table [N, ...] of a latent family, as a Parameter. When a model is built from a
     shard on several workers it holds this worker's rows only, and is this worker's alone
-    (:func:`~gpflow_svi_gplvm.distributed.owned_by_worker`)."""
+    (:func:`~gpflow_svi_gplvm.distributed.workers.owned_by_worker`)."""
     return owned_by_worker(
         lambda: Parameter(values, transform=transform, dtype=default_float(), name=name)
     )
@@ -65,11 +65,11 @@ class LatentVariables(Module, abc.ABC):
     """True when q(x_n) is computed from y_n (no per-row parameters)."""
     gaussian: bool = False
     """True when q(x_n) is a Gaussian with the batch's moments, so that expectations over it
-    may be taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`)."""
+    may be taken in closed form (:mod:`gpflow_svi_gplvm.components.psi_statistics`)."""
     has_density: bool = False
     """True when q(x_n) is a density over each row's x_n whose batches carry ``log_density``
     and ``density_gradient`` at their draws, so that draws can be importance-weighted
-    (:mod:`gpflow_svi_gplvm.importance`)."""
+    (:mod:`gpflow_svi_gplvm.components.importance`)."""
 
     def __init__(self, latent_dim: int, name: str | None = None):
         super().__init__(name=name)

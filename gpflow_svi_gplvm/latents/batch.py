@@ -26,8 +26,8 @@ class LatentBatch(NamedTuple):
     diagonal (or a point)."""
     log_density: tf.Tensor | None = None
     """[S, B] log q(x_n^{(s)}) at each draw, for the importance-weighted bound
-    (:mod:`~gpflow_svi_gplvm.importance`) and held-out likelihoods; None where q(x_n) has no
-    density (a point) or does not factorise over rows (a joint flow)."""
+    (:mod:`~gpflow_svi_gplvm.components.importance`) and held-out likelihoods; None where q(x_n)
+    has no density (a point) or does not factorise over rows (a joint flow)."""
     density_gradient: tf.Tensor | None = None
     """[S, B, Q] the gradient in x of log q(x) at each draw with q's parameters held fixed: the
     path that doubly reparameterised gradients follow; None where ``log_density`` is."""

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from ..optimizers import adam_moments_and_step
+from ..training.optimizers import adam_moments_and_step
 from .batch import LatentBatch, NewRowFit
 
 __all__ = ["fit_rows", "newton_rows", "newton_minimum", "MAX_DAMPING"]

@@ -12,11 +12,11 @@ Every model is :class:`SVIGPLVM` with a different latent module (the named ones 
 
 with :math:`r_n` the latent module's row term (0, :math:`\log p(x_n)` or
 :math:`-\mathrm{KL}(q(x_n) \| p(x_n))`) and :math:`E_{q(x_n)}` estimated by S reparameterised
-draws, or taken in closed form (:mod:`gpflow_svi_gplvm.latent_expectations`). With
+draws, or taken in closed form (:mod:`gpflow_svi_gplvm.components.psi_statistics`). With
 ``num_importance`` K > 1 each row's part is instead the log of the mean of K importance weights
-of draws of q(x_n), a tighter bound (:mod:`gpflow_svi_gplvm.importance`).
+of draws of q(x_n), a tighter bound (:mod:`gpflow_svi_gplvm.components.importance`).
 :math:`q(u_d) = N(m_d, S_d)` has a covariance per output, or one :math:`S` shared by all outputs
-(``shared_covariance``, see :mod:`gpflow_svi_gplvm.shared_covariance`).
+(``shared_covariance``, see :mod:`gpflow_svi_gplvm.components.shared_covariance`).
 """
 
 from __future__ import annotations
@@ -32,12 +32,9 @@ from gpflow.likelihoods import Likelihood
 from gpflow.mean_functions import MeanFunction
 from numpy.typing import ArrayLike
 
-from .. import inference
-from ..covariates import RowInputs, with_row_inputs, with_row_inputs_components
-from ..defaults import NUM_INDUCING
-from ..distributed import RowShard, Workers, owned_by_worker, worker_owned, worker_owned_variables
-from ..importance import check_num_importance, importance_weighted_rows
-from ..initialisation import (
+from ..components.covariates import RowInputs, with_row_inputs, with_row_inputs_components
+from ..components.importance import check_num_importance, importance_weighted_rows
+from ..components.initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
     check_sizes,
     column_summary,
@@ -46,15 +43,28 @@ from ..initialisation import (
     inducing_inputs,
     initial_latents,
 )
-from ..latent_expectations import LATENT_EXPECTATIONS, closed_form_applies, closed_form_data_term
+from ..components.psi_statistics import (
+    LATENT_EXPECTATIONS,
+    closed_form_applies,
+    closed_form_data_term,
+)
+from ..components.shared_covariance import SharedCovarianceSVGP, covariance_layout
+from ..defaults import NUM_INDUCING
+from ..distributed.workers import (
+    RowShard,
+    Workers,
+    owned_by_worker,
+    worker_owned,
+    worker_owned_variables,
+)
 from ..latents import (
     LatentBatch,
     LatentVariables,
 )
 from ..likelihoods import MaskedLikelihood
 from ..options import takes_options_of
-from ..shared_covariance import SharedCovarianceSVGP, covariance_layout
-from ..sparse_rows import RowReader
+from ..prediction import latent_inference
+from ..rows.sparse import RowReader
 from ..validation import check_observations, check_seed, takes_a_batch
 
 __all__ = [
@@ -72,16 +82,16 @@ DEFAULT_NUM_INDUCING = NUM_INDUCING
 
 _PARAMETERS = """
     :param data: Y [N, D], NaN where an entry is missing; or a
-        :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows under a
+        :class:`~gpflow_svi_gplvm.distributed.workers.RowShard`, this worker's rows under a
         ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
-        rows read a block at a time (a :class:`~gpflow_svi_gplvm.sparse_rows.RowReader`: a
-        sparse matrix in memory, or :class:`~gpflow_svi_gplvm.disk_rows.DiskRows` on disk;
+        rows read a block at a time (a :class:`~gpflow_svi_gplvm.rows.sparse.RowReader`: a
+        sparse matrix in memory, or :class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows` on disk;
         train on it with a dataset of its rows, as :mod:`gpflow_svi_gplvm.singlecell` does).
     :param latent_dim: Q, the latent dimensions.
     :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
     :param kernel: a GPflow kernel on the latents; default a squared exponential with one
         lengthscale per latent dimension (ARD) and, under a Gaussian likelihood, the variance of
-        the data (:func:`~gpflow_svi_gplvm.initialisation.default_components`).
+        the data (:func:`~gpflow_svi_gplvm.components.initialisation.default_components`).
     :param likelihood: any GPflow scalar likelihood; default Gaussian with a noise variance of 10%
         of the data's. Wrapped in :class:`~gpflow_svi_gplvm.likelihoods.MaskedLikelihood` when the
         data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
@@ -99,13 +109,14 @@ _PARAMETERS = """
         term's expectation over q(x_n) is taken (see :class:`SVIGPLVM`).
     :param covariates: C [N, P], observed covariates of each row (one-hot batch, technical
         covariates) that join the latents in the GP input [x_n, c_n]; ``kernel`` is then a
-        :class:`~gpflow_svi_gplvm.covariates.CovariateKernel`, or a kernel on the latents that
-        is summed with a linear ARD kernel on C (see :mod:`gpflow_svi_gplvm.covariates`).
+        :class:`~gpflow_svi_gplvm.components.covariates.CovariateKernel`, or a kernel on the latents
+        that is summed with a linear ARD kernel on C (see
+        :mod:`gpflow_svi_gplvm.components.covariates`).
     :param size_factors: s [N], a positive size factor (library size) per row for a count
         likelihood with a log link: the rate of y_nd is s_n exp(f_d).
     :param num_importance: K, the draws of q(x_n) per row of the importance-weighted bound
-        (:mod:`~gpflow_svi_gplvm.importance`), each S times (``num_samples``); 1 (default) is
-        the ELBO. K > 1 needs a q(x) with a density (B-SVI, AEB-SVI, a flow).
+        (:mod:`~gpflow_svi_gplvm.components.importance`), each S times (``num_samples``); 1
+        (default) is the ELBO. K > 1 needs a q(x) with a density (B-SVI, AEB-SVI, a flow).
     :param doubly_reparameterised: with K > 1, whether q(x)'s parameters take the doubly
         reparameterised gradient (DReG, default) instead of the plain estimator's.
 """
@@ -147,7 +158,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
     instead; the checked ``seed`` the model was built with is :attr:`seed`.
 
     ``latent_expectation``: how the data term's expectation over :math:`q(x_n)` is taken.
-    "closed-form" (psi statistics, :mod:`gpflow_svi_gplvm.latent_expectations`: no Monte Carlo
+    "closed-form" (psi statistics, :mod:`gpflow_svi_gplvm.components.psi_statistics`: no Monte Carlo
     variance) needs a SquaredExponential kernel, a Gaussian likelihood, a constant mean function
     and a Gaussian q(x); "monte-carlo" uses ``num_samples`` reparameterised draws; "auto"
     (default) takes the closed form where it applies, except on data with gaps under a shared
@@ -156,13 +167,12 @@ class SVIGPLVM(SharedCovarianceSVGP):
     Data for ``elbo`` / ``training_loss`` is ``(idx, Y_batch)``: int64 row indices [B] and the
     rows [B, D] (NaN where missing, or give ``mask`` [N, D], True = observed). Defaults for the
     kernel, likelihood and mean function come from
-    :func:`~gpflow_svi_gplvm.initialisation.default_components`.
+    :func:`~gpflow_svi_gplvm.components.initialisation.default_components`.
 
-    ``data`` may be a :class:`~gpflow_svi_gplvm.distributed.RowShard` (this worker's rows of a data
-    set split over the workers of a ``tf.distribute.MultiWorkerMirroredStrategy``): built inside
-    ``strategy.scope()`` on every worker, the model is the one built from all the rows (the same
-    statistics, PCA and initial latents), while no worker reads another's rows.
-    """
+    ``data`` may be a :class:`~gpflow_svi_gplvm.distributed.workers.RowShard` (this worker's rows of
+    a data set split over the workers of a ``tf.distribute.MultiWorkerMirroredStrategy``): built
+    inside ``strategy.scope()`` on every worker, the model is the one built from all the rows (the
+    same statistics, PCA and initial latents), while no worker reads another's rows."""
 
     def __init__(
         self,
@@ -264,8 +274,9 @@ class SVIGPLVM(SharedCovarianceSVGP):
     def latent_batch(
         self, idx: tf.Tensor, Y: tf.Tensor, num_samples: int, noise=None, training: bool = False
     ) -> LatentBatch:
-        """The latent module's batch for training rows ``idx`` [B] (data Y [B, D]), with the
-        rows' observed inputs appended (:func:`~gpflow_svi_gplvm.covariates.with_row_inputs`)."""
+        """The latent module's batch for training rows ``idx`` [B] (data Y [B, D]), with the rows'
+        observed inputs appended (:func:`~gpflow_svi_gplvm.components.covariates.with_row_inputs`).
+        """
         batch = self.latent(idx, Y, num_samples, noise, training=training)
         if self.row_inputs is None:
             return batch
@@ -280,11 +291,10 @@ class SVIGPLVM(SharedCovarianceSVGP):
     ) -> LatentVariables:
         """The latent module: ``latent(initial_latents)``, from the initial latents [N, Q].
 
-        A subclass whose module is built from the data overrides this; it receives the checked
-        data Y [N, D] (NaN where missing, ``mask`` applied) besides, or, when the model is built
-        from a :class:`~gpflow_svi_gplvm.distributed.RowShard`, this worker's rows of it and the
-        ``workers`` to sum statistics over (see :mod:`gpflow_svi_gplvm.distributed`).
-        """
+        A subclass whose module is built from the data overrides this; it receives the checked data
+        Y [N, D] (NaN where missing, ``mask`` applied) besides, or, when the model is built from a
+        :class:`~gpflow_svi_gplvm.distributed.workers.RowShard`, this worker's rows of it and the
+        ``workers`` to sum statistics over (see :mod:`gpflow_svi_gplvm.distributed.workers`)."""
         if latent is None:
             raise ValueError(
                 "SVIGPLVM needs latent=, a function from the initial latents [N, Q] to a latent "
@@ -362,7 +372,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
     def row_bounds(self, idx: tf.Tensor, Y: tf.Tensor, training: bool = False) -> tf.Tensor:
         """Each row's part of the bound [B], unscaled: the data term plus the row term
         :math:`r_n`; with :attr:`num_importance` K > 1 the log of the mean of K importance
-        weights (:func:`~gpflow_svi_gplvm.importance.importance_weighted_rows`)."""
+        weights (:func:`~gpflow_svi_gplvm.components.importance.importance_weighted_rows`)."""
         if self.num_importance > 1:
             return importance_weighted_rows(self, idx, Y, training)
         batch = self.latent_batch(idx, Y, self.num_samples, training=training)
@@ -464,20 +474,21 @@ class SVIGPLVM(SharedCovarianceSVGP):
 
     # check_shapes inside takes_options_of binds the method's own **options: an unknown option
     # then meets Python's TypeError naming it, not check_shapes' "Error calling wrapped function".
-    @takes_options_of(inference.infer_latents, omit=("model",))
+    @takes_options_of(latent_inference.infer_latents, omit=("model",))
     @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
     def infer_latents(self, Y_new, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); the options
-        are :func:`gpflow_svi_gplvm.inference.infer_latents`'. The model is not modified."""
-        return inference.infer_latents(self, Y_new, **options)
+        are :func:`gpflow_svi_gplvm.prediction.latent_inference.infer_latents`'. The model is not
+        modified."""
+        return latent_inference.infer_latents(self, Y_new, **options)
 
-    @takes_options_of(inference.reconstruct, omit=("model",))
+    @takes_options_of(latent_inference.reconstruct, omit=("model",))
     @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
     def reconstruct(self, Y, rows=None, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
         ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
-        :func:`gpflow_svi_gplvm.inference.reconstruct`."""
-        return inference.reconstruct(self, Y, rows, **options)
+        :func:`gpflow_svi_gplvm.prediction.latent_inference.reconstruct`."""
+        return latent_inference.reconstruct(self, Y, rows, **options)
 
 
 def _local_rows(
@@ -591,7 +602,8 @@ def _set_bound(
     model: SVIGPLVM, latent_expectation: str, num_importance: int, doubly_reparameterised: bool
 ) -> None:
     """Which bound ``model`` trains on: ``num_importance`` K draws of each row
-    (:mod:`~gpflow_svi_gplvm.importance`; K = 1 is the ELBO) and ``closed_form``, whether the
+    (:mod:`~gpflow_svi_gplvm.components.importance`; K = 1 is the ELBO) and ``closed_form``, whether
+    the
     ELBO's expectation over q(x) is taken in closed form (never with K > 1)."""
     model.num_importance = check_num_importance(num_importance, model.latent, latent_expectation)
     model.doubly_reparameterised = bool(doubly_reparameterised)

@@ -21,12 +21,12 @@ from gpflow.kernels import Kernel
 from gpflow.likelihoods import Likelihood
 from numpy.typing import ArrayLike
 
-from ..distributed import RowShard, Workers
-from ..initialisation import column_location_and_scale
+from ..components.initialisation import column_location_and_scale
+from ..distributed.workers import RowShard, Workers
 from ..latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from ..latents.flows import check_flow_options, flow_latent
 from ..options import takes_options_of
-from ..sparse_rows import row_blocks
+from ..rows.sparse import row_blocks
 from .base import DEFAULT_NUM_INDUCING, SVIGPLVM, LatentFactory, with_model_parameters
 
 __all__ = [

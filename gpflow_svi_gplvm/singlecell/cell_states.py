@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..covariates import new_row_inputs
+from ..components.covariates import new_row_inputs
 from .cells import CellsFile, opened
 from .fitted import FittedCells
 from .mapping import INFERENCE_STEPS

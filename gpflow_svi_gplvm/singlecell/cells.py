@@ -14,8 +14,8 @@ from typing import BinaryIO, cast
 
 import numpy as np
 
-from ..distributed import Workers
-from ..sparse_rows import RowReader, SparseRows, row_blocks
+from ..distributed.workers import Workers
+from ..rows.sparse import RowReader, SparseRows, row_blocks
 from ..validation import check_path, check_writable_folder
 from .encoding import obs_column
 
@@ -57,7 +57,7 @@ def read_cells(
         source = matrix if whole else _RowRange(matrix, cells)
         rows = SparseRows.from_matrix(source, columns, check)
         return rows, rows.row_sums()
-    from ..disk_rows import DiskRows
+    from ..rows.h5ad import DiskRows
 
     disk = DiskRows.open(adata.path, layer, columns)
     start, stop, _ = cells.indices(adata.n_obs)
@@ -128,12 +128,12 @@ class _RowRange:
 class CellsFile:
     """The cells of an ``.h5ad`` file as :meth:`SingleCellGPLVM.fit` reads them: ``obs`` and
     ``var`` (and :attr:`raw`'s ``var``) in memory, the matrix (X, a layer or raw/X) left on disk
-    for each worker to read its own cells (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`)."""
+    for each worker to read its own cells (:class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows`)."""
 
     def __init__(self, path: Path):
         import h5py
 
-        from ..disk_rows import read_frames
+        from ..rows.h5ad import read_frames
 
         self.path = path
         self.obs, self.var, raw_var = read_frames(path, raw=True)

@@ -1,12 +1,12 @@
 r"""Differential expression in change mode, with a posterior expected false discovery rate.
 
-scVI's ``differential_expression(mode="change")`` (Boyeau et al. 2019), read off the GP: a
-sample of the log-fold change between groups A and B draws a cell a of A and a cell b of B at
-random, :math:`x_a \sim q(x_a)` and :math:`x_b \sim q(x_b)`, both at the same reference
-covariates (with ``batch_correction``: each batch category in turn, the samples split evenly
-over them; without: each cell's own), and :math:`(f_d(a), f_d(b))` jointly from
-:math:`q(f \mid x)` (their covariance :func:`~gpflow_svi_gplvm.rates.paired_covariance` kept:
-what the two share, such as the batch effect's uncertainty, cancels in the difference), so that
+scVI's ``differential_expression(mode="change")`` (Boyeau et al. 2019), read off the GP: a sample of
+the log-fold change between groups A and B draws a cell a of A and a cell b of B at random,
+:math:`x_a \sim q(x_a)` and :math:`x_b \sim q(x_b)`, both at the same reference covariates (with
+``batch_correction``: each batch category in turn, the samples split evenly over them; without: each
+cell's own), and :math:`(f_d(a), f_d(b))` jointly from :math:`q(f \mid x)` (their covariance
+:func:`~gpflow_svi_gplvm.prediction.rates.paired_covariance` kept: what the two share, such as the
+batch effect's uncertainty, cancels in the difference), so that
 
 .. math::
 
@@ -31,7 +31,7 @@ import pandas as pd
 import scipy.sparse as sp
 import tensorflow as tf
 
-from ..rates import inverse_link, paired_covariance
+from ..prediction.rates import inverse_link, paired_covariance
 from ..validation import check_integer, check_seed
 from .cell_states import latent_moments
 from .cells import opened

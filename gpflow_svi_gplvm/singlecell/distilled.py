@@ -1,6 +1,6 @@
 """The amortised model of single cells trained by distillation (``SingleCellGPLVM(model="aeb")``,
 ``encoder_training="distilled"``): B-SVI on cells drawn at random, its GP handed to the amortised
-model, the encoder fitted to those cells' q(x) (:mod:`gpflow_svi_gplvm.distillation`)."""
+model, the encoder fitted to those cells' q(x) (:mod:`gpflow_svi_gplvm.latents.distillation`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import tensorflow as tf
 from gpflow.utilities import deepcopy
 
-from ..distillation import copy_global_parameters, distil_encoder
-from ..distributed import RowShard
+from ..distributed.workers import RowShard
+from ..latents.distillation import copy_global_parameters, distil_encoder
 from ..models import SVIGPLVM, lookup_model
-from ..sparse_rows import RowReader, SparseRows
-from ..training import History, fit
+from ..rows.sparse import RowReader, SparseRows
+from ..training.trainer import History, fit
 
 __all__ = ["ENCODER_TRAINING", "DISTIL_CELLS", "fit_distilled"]
 

@@ -13,18 +13,16 @@ factor, and takes the expectation over :math:`q(x_n)` and :math:`q(f \mid x)`:
     \rho_{nd} = \frac{L}{\bar l}\, E_{q(x_n)} E_{q(f)}\big[e^{f_d([x_n, c^\ast])}\big]
     = \frac{L}{\bar l}\, E_{q(x_n)}\big[e^{m_d + k_d / 2}\big],
 
-with :math:`L` = ``library_size`` and :math:`\bar l` the library size of a size factor of one
-(the model's reference; so that a cell's :math:`\rho` sums to about L over all the genes), or
-the cell's own :math:`s_n` in place of :math:`L / \bar l` (``library_size="latent"``: the
-expected counts of the cell, its batch swapped). The expectation over q(x) takes
-``n_samples`` draws (the same standard draws for every cell, so a cell's result does not
-depend on the cells beside it); given the draws, the expectation over f is exact
-(:mod:`~gpflow_svi_gplvm.rates`). ``return_variance`` gives the variance of :math:`\rho` under
-the same draws of q(x) and q(f | x) (the uncertainty of the rate, not the count's noise).
-Cells are taken a block at a time, and an ``.h5ad`` file is read a block at a time, so memory
-is bounded by the block (and a few numbers a cell), not by N, when the result goes to
-``output`` (benchmarks/results/expression.md measures it at 10^6 cells).
-"""
+with :math:`L` = ``library_size`` and :math:`\bar l` the library size of a size factor of one (the
+model's reference; so that a cell's :math:`\rho` sums to about L over all the genes), or the cell's
+own :math:`s_n` in place of :math:`L / \bar l` (``library_size="latent"``: the expected counts of
+the cell, its batch swapped). The expectation over q(x) takes ``n_samples`` draws (the same standard
+draws for every cell, so a cell's result does not depend on the cells beside it); given the draws,
+the expectation over f is exact (:mod:`~gpflow_svi_gplvm.prediction.rates`). ``return_variance``
+gives the variance of :math:`\rho` under the same draws of q(x) and q(f | x) (the uncertainty of the
+rate, not the count's noise). Cells are taken a block at a time, and an ``.h5ad`` file is read a
+block at a time, so memory is bounded by the block (and a few numbers a cell), not by N, when the
+result goes to ``output`` (benchmarks/results/expression.md measures it at 10^6 cells)."""
 
 from __future__ import annotations
 
@@ -37,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..options import takes_options_of
-from ..rates import inverse_link, rate_moments
+from ..prediction.rates import inverse_link, rate_moments
 from ..validation import check_integer, check_path, check_seed, check_writable_folder
 from .cell_states import CellStates, cell_states
 from .cells import opened

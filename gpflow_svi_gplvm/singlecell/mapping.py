@@ -2,9 +2,9 @@ r"""Cells embedded with a fitted model left as it is: their q(x*), a block of ce
 call, and the effects of batches the model was not fitted with (query mapping).
 
 Each cell's q(x*) is the Laplace approximation at the mode of its posterior under the frozen GP
-(:class:`~gpflow_svi_gplvm.laplace.LaplaceLatents`: Newton steps for a block of cells at once),
-from its encoder's q(x) (the amortised model) or from the best of the reference cells' latents;
-where that does not apply (a q(u) covariance per gene), by
+(:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`: Newton steps for a block of cells at
+once), from its encoder's q(x) (the amortised model) or from the best of the reference cells'
+latents; where that does not apply (a q(u) covariance per gene), by
 :class:`~gpflow_svi_gplvm.LatentInference`.
 
 **New batches** (the scArches idea, ``map_query``): a cell of batch b unseen in training has the
@@ -34,13 +34,13 @@ from gpflow.config import default_float
 from tqdm.auto import tqdm
 
 from ..compiled import GraphFunction
-from ..covariates import new_row_inputs
-from ..inference import TOLERANCE, LatentInference
-from ..initialisation import initial_offset
-from ..laplace import LOW, LaplaceLatents, laplace_applies
+from ..components.covariates import new_row_inputs
+from ..components.initialisation import initial_offset
 from ..likelihoods import expectation_derivatives
 from ..models import SVIGPLVM
-from ..sparse_rows import RowReader
+from ..prediction.laplace import LOW, LaplaceLatents, laplace_applies
+from ..prediction.latent_inference import TOLERANCE, LatentInference
+from ..rows.sparse import RowReader
 from .encoding import CovariateEncoding, obs_column
 
 __all__ = [
@@ -227,7 +227,7 @@ class _OffsetUpdates:
     def _update(self, Y, at, which, start):
         """The offsets [K, D] after Newton steps from ``start`` [K, D] until none moves by more
         than 1e-6, the cells' terms (counts Y [n, D], q(f) at their GP inputs ``at``) in single
-        precision (:data:`~gpflow_svi_gplvm.laplace.LOW`), the offsets in the model's."""
+        precision (:data:`~gpflow_svi_gplvm.prediction.laplace.LOW`), the offsets in the model's."""
         mean, variance = (tf.cast(t, LOW) for t in self.model.predict_f(at))  # without offsets
         counts, count = tf.cast(Y, LOW), tf.shape(start)[0]
         precision = tf.constant(1.0 / self.prior_variance, start.dtype)

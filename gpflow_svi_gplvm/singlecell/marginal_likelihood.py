@@ -11,16 +11,16 @@ observed, not scored: the estimate is of
 
     \log p(y_n \mid c_n, s_n) = \log \int N(x; 0, I) \prod_d p(y_{nd} \mid x, c_n, s_n)\, dx,
 
-by :class:`~gpflow_svi_gplvm.marginal_likelihood.MarginalLikelihoodEstimator` (the proposal made
-of the cell's q(x*) from new-row inference, half of its draws widened; ``n_samples`` draws;
-log-mean-exp), so that it equals
-:func:`~gpflow_svi_gplvm.marginal_likelihood.marginal_log_likelihood` of the model called with
-the same rows, covariates and size factors. scVI's ``get_marginal_ll`` with its default observed
-library size is conditional on the library alike. A cell without counts whose size factor is
-its library size (0) has a rate of 0 for every gene, so its counts (all zero) have probability
-one: :math:`\log p = 0`, standard error 0, without draws. The scored cells are numbered in
-order (their draws follow from the seed and their numbers), so a cell's estimate does not
-depend on the block it is read in.
+by :class:`~gpflow_svi_gplvm.prediction.marginal_likelihood.MarginalLikelihoodEstimator` (the
+proposal made of the cell's q(x*) from new-row inference, half of its draws widened; ``n_samples``
+draws; log-mean-exp), so that it equals
+:func:`~gpflow_svi_gplvm.prediction.marginal_likelihood.marginal_log_likelihood` of the model called
+with the same rows, covariates and size factors. scVI's ``get_marginal_ll`` with its default
+observed library size is conditional on the library alike. A cell without counts whose size factor
+is its library size (0) has a rate of 0 for every gene, so its counts (all zero) have probability
+one: :math:`\log p = 0`, standard error 0, without draws. The scored cells are numbered in order
+(their draws follow from the seed and their numbers), so a cell's estimate does not depend on the
+block it is read in.
 
 Cells of a batch whose effect :meth:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM.map_query`
 learnt (an offset on f) are refused: the estimator scores the model's own GP inputs, without
@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..covariates import new_row_inputs
-from ..inference import NewRowOptions
+from ..components.covariates import new_row_inputs
 from ..likelihoods import check_likelihood_support
-from ..marginal_likelihood import MarginalLikelihoodEstimator
+from ..prediction.latent_inference import NewRowOptions
+from ..prediction.marginal_likelihood import MarginalLikelihoodEstimator
 from ..validation import check_integer, check_seed
 from .cell_states import cell_size_factors
 from .cells import opened

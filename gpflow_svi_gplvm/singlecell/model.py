@@ -18,11 +18,11 @@ from ..defaults import (
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
 )
-from ..disk_rows import DiskRows
-from ..distributed import RowShard, Workers, worker_rows
+from ..distributed.workers import RowShard, Workers, worker_rows
 from ..models import SVIGPLVM, lookup_model
-from ..sparse_rows import RowReader, RowStream
-from ..training import History, fit
+from ..rows.h5ad import DiskRows
+from ..rows.sparse import RowReader, RowStream
+from ..training.trainer import History, fit
 from ..validation import check_integer, check_seed
 from .cells import CellsFile, assembled, check_anndata, check_output, content_hash, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
@@ -88,10 +88,10 @@ class SingleCellGPLVM(GenesMixin):
     encoder's alone, one pass of its networks. ``encoder_training`` (``model="aeb"``):
     "distilled" (default) fits B-SVI to ``distil_cells`` cells drawn at random (all of them when
     fewer), hands its GP to the amortised model and trains the encoder to reproduce those cells'
-    q(x) (:mod:`~gpflow_svi_gplvm.distillation`; memory grows with ``distil_cells``, not with N; one
-    process; the ELBO trace is that B-SVI fit's); "joint": the encoder and the GP together on
-    the ELBO, as the paper's AEB-SVI (on a hard simulated atlas it lost the cell types that
-    distillation keeps, benchmarks/results/single_cell.md). Latents start at a PCA of
+    q(x) (:mod:`~gpflow_svi_gplvm.latents.distillation`; memory grows with ``distil_cells``, not
+    with N; one process; the ELBO trace is that B-SVI fit's); "joint": the encoder and the GP
+    together on the ELBO, as the paper's AEB-SVI (on a hard simulated atlas it lost the cell types
+    that distillation keeps, benchmarks/results/single_cell.md). Latents start at a PCA of
     :math:`\\log(1 + y / s)` with each gene's least-squares fit on the covariates taken out.
 
     Unusual cells and genes: a cell with no counts in the chosen genes is a ``ValueError`` under
@@ -102,16 +102,15 @@ class SingleCellGPLVM(GenesMixin):
 
     **Atlas scale.** :meth:`fit` takes the path of an ``.h5ad`` file as well as an AnnData. On
     one worker a path is read from disk in shuffled blocks (out of core:
-    :meth:`~gpflow_svi_gplvm.disk_rows.DiskRows.batches`), only the latent table in memory.
-    With ``strategy=`` a ``MultiWorkerMirroredStrategy``, every worker calling :meth:`fit` alike,
-    each reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.worker_rows`) as
-    CSR and keeps their latent rows alone; size factors, covariate categories (the union of what
-    the workers see, in one order), numeric scales and the initial PCA are sums over the workers,
-    so the model starts as from all cells on one machine. ``output=`` (needed for a path or on
-    several workers) is a folder where each worker writes its cells' q(x) and the chief
-    assembles ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] of every cell, one
-    worker's rows at a time; a file given by its path is never written.
-    """
+    :meth:`~gpflow_svi_gplvm.rows.h5ad.DiskRows.batches`), only the latent table in memory. With
+    ``strategy=`` a ``MultiWorkerMirroredStrategy``, every worker calling :meth:`fit` alike, each
+    reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.workers.worker_rows`) as CSR
+    and keeps their latent rows alone; size factors, covariate categories (the union of what the
+    workers see, in one order), numeric scales and the initial PCA are sums over the workers, so the
+    model starts as from all cells on one machine. ``output=`` (needed for a path or on several
+    workers) is a folder where each worker writes its cells' q(x) and the chief assembles
+    ``X_<key_added>.npy`` and ``X_<key_added>_var.npy`` [N, Q] of every cell, one worker's rows at a
+    time; a file given by its path is never written."""
 
     def __init__(
         self,

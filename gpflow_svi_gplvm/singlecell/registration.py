@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..distributed import Workers
-from ..sparse_rows import RowReader
+from ..distributed.workers import Workers
+from ..rows.sparse import RowReader
 from .cells import gene_names as chosen_genes
 from .cells import genes_of, read_cells, size_factors_of, unique_genes
 from .encoding import CovariateEncoding

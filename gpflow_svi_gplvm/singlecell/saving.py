@@ -17,7 +17,7 @@ The folder holds everything needed to use the model without its training data:
 
 It is written into a hidden staging folder beside its path and moved into place when whole (a
 killed save leaves the earlier folder or none, never half of one), and it replaces only a saved
-model of this package that holds nothing else (:mod:`~gpflow_svi_gplvm.export_folder`).
+model of this package that holds nothing else (:mod:`~gpflow_svi_gplvm.export.folder`).
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ from gpflow import Parameter
 from gpflow.utilities import parameter_dict
 
 from .. import __version__
-from ..export_folder import (
+from ..export.folder import (
     FolderKind,
     check_destination,
     make_staging,
     replace_folder,
     write_marker,
 )
-from ..inference import MAX_CANDIDATES, candidate_rows
 from ..models import SVIGPLVM, lookup_model
-from ..sparse_rows import SparseRows
+from ..prediction.latent_inference import MAX_CANDIDATES, candidate_rows
+from ..rows.sparse import SparseRows
 from ..validation import check_path, check_writable_folder
 from .likelihoods import model_likelihood
 from .mapping import BatchOffsets
@@ -276,7 +276,8 @@ def _values(
 
 def _reference_rows(model: SVIGPLVM, seed: int) -> np.ndarray:
     """The table rows a saved model keeps: those new cells may start from
-    (:func:`~gpflow_svi_gplvm.inference.candidate_rows`), in order, so that the loaded model,
+    (:func:`~gpflow_svi_gplvm.prediction.latent_inference.candidate_rows`), in order, so that the
+    loaded model,
     whose rows they are, starts new cells from the same ones."""
     return candidate_rows(model.num_table_rows, seed, REFERENCE_CELLS)
 

@@ -13,13 +13,12 @@ The signature ``embed`` (also ``serving_default``) takes
   ``size_factors="library"`` they are the cells' totals over the training reference);
 
 and returns ``mean`` and ``variance`` [None, Q] of each cell's q(x*), found inside the graph as
-``transform`` finds it (:class:`~gpflow_svi_gplvm.laplace.LaplaceLatents`), the same numbers.
-Counts that are not non-negative integers, a cell without counts (under library size factors), a
-category the model does not know, a missing number, or another width of ``counts`` are errors
-that name the problem. The export goes to ``path/<version>/`` (TensorFlow Serving's layout: a
+``transform`` finds it (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`), the same
+numbers. Counts that are not non-negative integers, a cell without counts (under library size
+factors), a category the model does not know, a missing number, or another width of ``counts`` are
+errors that name the problem. The export goes to ``path/<version>/`` (TensorFlow Serving's layout: a
 model's versions side by side under its base path), written whole or not at all
-(:mod:`~gpflow_svi_gplvm.export_folder`).
-"""
+(:mod:`~gpflow_svi_gplvm.export.folder`)."""
 
 from __future__ import annotations
 
@@ -32,9 +31,9 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
-from ..export import check_serving_dtype
-from ..export_folder import check_destination, make_staging, replace_folder, write_marker
-from ..laplace import LaplaceLatents
+from ..export.folder import check_destination, make_staging, replace_folder, write_marker
+from ..export.saved_model import check_serving_dtype
+from ..prediction.laplace import LaplaceLatents
 from ..validation import check_integer, check_path, check_writable_folder
 
 __all__ = ["CellServing", "export_cells", "input_name"]

@@ -7,9 +7,9 @@ from typing import cast
 
 import numpy as np
 
-from ..distributed import Workers
-from ..initialisation import pca_latents
-from ..sparse_rows import RowReader, row_blocks
+from ..components.initialisation import pca_latents
+from ..distributed.workers import Workers
+from ..rows.sparse import RowReader, row_blocks
 
 __all__ = ["initial_latents"]
 

@@ -14,7 +14,7 @@ from gpflow.expectations import expectation
 from gpflow.probability_distributions import DiagonalGaussian, Gaussian
 
 import gpflow_svi_gplvm as sg
-from gpflow_svi_gplvm.latent_expectations import (
+from gpflow_svi_gplvm.components.psi_statistics import (
     closed_form_data_term,
     closed_form_predictive,
     diagonal_psi_statistics,

@@ -16,7 +16,7 @@ from gpflow.config import default_jitter
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.likelihoods import MaskedLikelihood
-from gpflow_svi_gplvm.natural_gradients import InducingNaturalGradient
+from gpflow_svi_gplvm.training.natural_gradients import InducingNaturalGradient
 
 N, D, Q, M = 30, 3, 2, 6
 

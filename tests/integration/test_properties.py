@@ -15,7 +15,7 @@ from scipy.special import gammaln
 from gpflow_svi_gplvm import MaskedLikelihood, PointGPLVM
 from gpflow_svi_gplvm.datasets import random_missing
 from gpflow_svi_gplvm.metrics import nlpd, rmse
-from gpflow_svi_gplvm.training import make_dataset
+from gpflow_svi_gplvm.training.trainer import make_dataset
 from gpflow_svi_gplvm.validation import check_observations
 
 # TensorFlow's first calls are slow, and examples build graphs: no per-example deadline.

@@ -28,11 +28,11 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.kernels import Kernel
 from gpflow.mean_functions import MeanFunction
 
-from .distributed import Workers
+from ..distributed.workers import Workers
+from ..latents import LatentBatch
+from ..likelihoods import log_link
+from ..rows.sparse import row_blocks
 from .initialisation import ModelComponents, row_totals
-from .latents import LatentBatch
-from .likelihoods import log_link
-from .sparse_rows import row_blocks
 
 __all__ = [
     "CovariateKernel",

@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
-from .compiled import GraphFunction
-from .validation import check_integer, check_learning_rate
+from ..compiled import GraphFunction
+from ..validation import check_integer, check_learning_rate
 
 __all__ = ["StepSize", "WarmUp"]
 

@@ -11,24 +11,24 @@ For a row :math:`y_*` (NaN = missing; :math:`O` its observed entries) and the mo
 
 with p(x) = N(0, I) and each entry's integral over f in closed form for a Gaussian likelihood, by
 Gauss-Hermite quadrature in log space otherwise
-(:func:`~gpflow_svi_gplvm.inference.draw_log_densities`). Given x the outputs are independent
-under q(u) (it factorises over outputs), so this is the model's predictive density of the row,
-not a bound. The estimate is :math:`\log \frac1S \sum_s w_s` (its expectation lies below
+(:func:`~gpflow_svi_gplvm.prediction.latent_inference.draw_log_densities`). Given x the outputs are
+independent under q(u) (it factorises over outputs), so this is the model's predictive density of
+the row, not a bound. The estimate is :math:`\log \frac1S \sum_s w_s` (its expectation lies below
 log p(y*) by about half its variance); its standard error, by the delta method, is
-:math:`\mathrm{sd}(w) / (\sqrt S\, \bar w) = \sqrt{(S \sum_s \tilde w_s^2 - 1) / (S - 1)}`
-with :math:`\tilde w_s = w_s / \sum_j w_j`.
+:math:`\mathrm{sd}(w) / (\sqrt S\, \bar w) = \sqrt{(S \sum_s \tilde w_s^2 - 1) / (S - 1)}` with
+:math:`\tilde w_s = w_s / \sum_j w_j`.
 
 The proposal r is built from the row's own q(x*), from new-row inference (fitted with the model
-frozen) or the encoder (:class:`~gpflow_svi_gplvm.inference.LatentInference`): half of the draws
-come from q(x*), half from q(x*) with its base variance multiplied by ``widening`` c (4 by
-default), and r is their mixture (a defensive mixture; each draw weighed by the mixture's
+frozen) or the encoder (:class:`~gpflow_svi_gplvm.prediction.latent_inference.LatentInference`):
+half of the draws come from q(x*), half from q(x*) with its base variance multiplied by ``widening``
+c (4 by default), and r is their mixture (a defensive mixture; each draw weighed by the mixture's
 density, the balance heuristic of multiple importance sampling). A variational q(x*) is narrower
-than the posterior it approximates, and importance weights under too narrow a proposal have
-heavy tails, which bias the estimate down and its standard error with it; the widened half keeps
-the weights bounded where the posterior is up to c times wider. Every family widens alike: its
-draws are :math:`x = T(\mu + \sigma \epsilon)` (T the identity or a flow), and drawing
-:math:`\sqrt c\, \epsilon` instead widens the base, with
-:math:`\log q_c(x) = \log q(x) + \frac12 (1 - 1/c) \lVert \sqrt c\, \epsilon \rVert^2
+than the posterior it approximates, and importance weights under too narrow a proposal have heavy
+tails, which bias the estimate down and its standard error with it; the widened half keeps the
+weights bounded where the posterior is up to c times wider. Every family widens alike: its draws are
+:math:`x = T(\mu + \sigma \epsilon)` (T the identity or a flow), and drawing :math:`\sqrt c\,
+\epsilon` instead widens the base, with :math:`\log q_c(x) = \log q(x) + \frac12 (1 - 1/c) \lVert
+\sqrt c\, \epsilon \rVert^2
 - \frac Q2 \log c`. ``widening=1`` uses q(x*) alone. Each row draws its own standard noise
 (stateless, from the seed and the row's number), so rows scored together, one by one or in
 chunks agree.
@@ -44,8 +44,12 @@ import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.config import default_float
 
-from .compiled import GraphFunction
-from .inference import (
+from ..compiled import GraphFunction
+from ..latents.flows import log_prior
+from ..likelihoods import GAUSS_HERMITE_POINTS, NegativeBinomial, check_likelihood_support
+from ..options import takes_options_of
+from ..validation import check_integer, check_seed
+from .latent_inference import (
     LatentInference,
     NewRowModel,
     NewRowOptions,
@@ -53,10 +57,6 @@ from .inference import (
     draw_log_densities,
     in_row_chunks,
 )
-from .latents.flows import log_prior
-from .likelihoods import GAUSS_HERMITE_POINTS, NegativeBinomial, check_likelihood_support
-from .options import takes_options_of
-from .validation import check_integer, check_seed
 
 __all__ = ["MarginalLogLikelihood", "MarginalLikelihoodEstimator", "marginal_log_likelihood"]
 
@@ -74,7 +74,8 @@ class MarginalLikelihoodEstimator:
     """The compiled estimator of log p(y*) (module docstring) for rows of ``inference``'s model,
     with ``num_samples`` S draws of each row's q(x*): call it on checked rows Y [N*, D] (and their
     observed inputs [N*, R] where the model has them: :meth:`NewRowOptions.inputs`,
-    :func:`~gpflow_svi_gplvm.covariates.new_row_inputs`) as often as wanted; it traces once."""
+    :func:`~gpflow_svi_gplvm.components.covariates.new_row_inputs`) as often as wanted; it traces
+    once."""
 
     def __init__(
         self,
@@ -107,8 +108,9 @@ class MarginalLikelihoodEstimator:
     ) -> MarginalLogLikelihood:
         """Estimates and standard errors [N*] for checked rows Y [N*, D] (and ``inputs``), in
         chunks of rows whose fit and draws stay within
-        :func:`~gpflow_svi_gplvm.inference.chunk_rows`' budget. The rows are numbered from
-        ``first_row`` on (their noise follows from the numbers): give each block of a data set
+        :func:`~gpflow_svi_gplvm.prediction.latent_inference.chunk_rows`' budget. The rows are
+        numbered from ``first_row`` on (their noise follows from the numbers): give each block of a
+        data set
         scored a block at a time its first row's number there."""
         inference, model = self.inference, self.inference.model
         size = min(inference.rows_per_chunk(model.num_samples), self.rows_per_chunk)
@@ -135,7 +137,8 @@ class MarginalLikelihoodEstimator:
 
     @property
     def rows_per_chunk(self) -> int:
-        """Rows scored at a time (:func:`~gpflow_svi_gplvm.inference.chunk_rows`), counting
+        """Rows scored at a time (:func:`~gpflow_svi_gplvm.prediction.latent_inference.chunk_rows`),
+        counting
         each entry's quadrature nodes as draws: a row's densities are [S, D, nodes]."""
         nodes = quadrature_nodes(self.inference.likelihood)
         model = self.inference.model
@@ -174,7 +177,8 @@ class MarginalLikelihoodEstimator:
 
 
 def quadrature_nodes(likelihood: gpflow.likelihoods.Likelihood) -> int:
-    """The nodes at which :func:`~gpflow_svi_gplvm.inference.draw_log_densities` evaluates each
+    """The nodes at which :func:`~gpflow_svi_gplvm.prediction.latent_inference.draw_log_densities`
+    evaluates each
     entry's density under ``likelihood`` (its base, when masked): 1 in closed form (Gaussian),
     else its predictive density's Gauss-Hermite rule (GPflow's quadrature likelihoods': theirs)."""
     base = getattr(likelihood, "base", likelihood)
@@ -218,12 +222,12 @@ def marginal_log_likelihood(
     missing; its observed entries only) and its Monte Carlo standard error, both [N*]: an
     importance-sampled estimate from ``num_samples`` draws of a proposal made of the row's q(x*),
     half of them widened by ``widening`` (module docstring). q(x*) is inferred from the row as in
-    :func:`~gpflow_svi_gplvm.inference.infer_latents`, whose options these are
-    (:class:`~gpflow_svi_gplvm.inference.NewRowOptions`: ``iterations``, ``tolerance``,
-    ``seed``, ``mask``, ``chunk_size``, and for a model fitted with them the rows'
-    ``covariates`` and ``size_factors``). Sum over rows for the held-out likelihood of a data
-    set; a mean per row compares models on the same rows. Point and MAP estimates have no q(x*)
-    to weigh draws by: a ``ValueError``.
+    :func:`~gpflow_svi_gplvm.prediction.latent_inference.infer_latents`, whose options these are
+    (:class:`~gpflow_svi_gplvm.prediction.latent_inference.NewRowOptions`: ``iterations``,
+    ``tolerance``, ``seed``, ``mask``, ``chunk_size``, and for a model fitted with them the rows'
+    ``covariates`` and ``size_factors``). Sum over rows for the held-out likelihood of a data set; a
+    mean per row compares models on the same rows. Point and MAP estimates have no q(x*) to weigh
+    draws by: a ``ValueError``.
 
     To score many blocks of rows with one compiled graph, build a
     :class:`MarginalLikelihoodEstimator` once and call it on each block.

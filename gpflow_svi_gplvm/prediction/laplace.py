@@ -41,13 +41,13 @@ import tensorflow as tf
 from gpflow.config import default_float, default_jitter
 from gpflow.inducing_variables import InducingPoints
 
-from .compiled import GraphFunction
-from .inference import TOLERANCE, candidate_rows, check_new_row_model
-from .latents import GaussianLatent, MAPLatent, PointLatent
-from .latents.new_rows import Derivatives, newton_minimum
-from .likelihoods import MaskedLikelihood, expectation_derivatives
-from .models import SVIGPLVM
-from .validation import check_integer, check_seed
+from ..compiled import GraphFunction
+from ..latents import GaussianLatent, MAPLatent, PointLatent
+from ..latents.new_rows import Derivatives, newton_minimum
+from ..likelihoods import MaskedLikelihood, expectation_derivatives
+from ..models import SVIGPLVM
+from ..validation import check_integer, check_seed
+from .latent_inference import TOLERANCE, candidate_rows, check_new_row_model
 
 __all__ = ["LaplaceLatents", "laplace_applies"]
 
@@ -81,12 +81,12 @@ def laplace_applies(model: SVIGPLVM) -> str | None:
 class LaplaceLatents(tf.Module):
     """Compiled Laplace inference of q(x*) for new rows of a trained model (see the module).
 
-    ``iterations``: the most Gauss-Newton steps a row takes; ``tolerance``: a row stops once a
-    step would lower :math:`\\phi` by less than this relative amount. ``candidates`` [C, Q] and
-    ``candidate_inputs`` [C, R] (default: the inducing inputs and the training rows' latents
-    with their observed inputs of :func:`~gpflow_svi_gplvm.inference.candidate_rows` drawn
-    from ``seed``) are where rows of a latent-table model
-    may start; the :data:`~gpflow_svi_gplvm.inference.START_CANDIDATES` whose decoded means fit a
+    ``iterations``: the most Gauss-Newton steps a row takes; ``tolerance``: a row stops once a step
+    would lower :math:`\\phi` by less than this relative amount. ``candidates`` [C, Q] and
+    ``candidate_inputs`` [C, R] (default: the inducing inputs and the training rows' latents with
+    their observed inputs of :func:`~gpflow_svi_gplvm.prediction.latent_inference.candidate_rows`
+    drawn from ``seed``) are where rows of a latent-table model may start; the
+    :data:`~gpflow_svi_gplvm.prediction.latent_inference.START_CANDIDATES` whose decoded means fit a
     row's observed entries best are tried, and it starts at the one of lowest :math:`\\phi`.
     ``chunk_size``: rows per compiled call (default: Q x rows x D near :data:`ROW_NUMBERS`)."""
 

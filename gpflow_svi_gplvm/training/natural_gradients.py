@@ -37,11 +37,12 @@ __all__ = ["InducingNaturalGradient"]
 
 class InducingNaturalGradient(tf.Module):
     """Natural-gradient steps with step size ``gamma`` on a model's ``q_mu`` [M, D] and
-    ``q_sqrt`` ([D, M, M] per output or [1, M, M] shared), from the loss's gradients with respect
-    to their unconstrained variables (:attr:`variables_to_train`), as the Trainer's tape gives
-    them. ``gamma`` is a number in (0, 1] or a schedule of the step count
-    (:class:`~gpflow_svi_gplvm.schedules.StepSize`, e.g. a
-    :class:`~gpflow_svi_gplvm.schedules.WarmUp`). A step whose new covariance is not positive
+    ``q_sqrt`` ([D, M, M] per output or [1, M, M] shared), from the loss's gradients with respect to
+    their unconstrained variables (:attr:`variables_to_train`), as the Trainer's tape gives them.
+    ``gamma`` is a number in (0, 1] or a schedule of the step count
+    (:class:`~gpflow_svi_gplvm.training.schedules.StepSize`, e.g. a
+    :class:`~gpflow_svi_gplvm.training.schedules.WarmUp`). A step whose new covariance is not
+    positive
     definite leaves q(u) as it is and counts itself in :attr:`rejected_steps`."""
 
     def __init__(

@@ -72,7 +72,7 @@ def row_blocks(Y, rows: int = ROWS_PER_BLOCK):
 @runtime_checkable
 class RowReader(Protocol):
     """Rows read a block at a time, never all at once: :class:`SparseRows` in memory, or
-    :class:`~gpflow_svi_gplvm.disk_rows.DiskRows` on disk. Slices give dense float64 rows."""
+    :class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows` on disk. Slices give dense float64 rows."""
 
     @property
     def shape(self) -> tuple[int, int]: ...
@@ -89,7 +89,7 @@ class RowReader(Protocol):
 @runtime_checkable
 class RowStream(RowReader, Protocol):
     """Rows too many for memory, served in minibatches from where they are stored
-    (:class:`~gpflow_svi_gplvm.disk_rows.DiskRows`): batch k of :meth:`batches` is a function of
+    (:class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows`): batch k of :meth:`batches` is a function of
     the seed and k alone, so that a resumed run restarts the stream at its step."""
 
     def batches(self, batch_size: int, seed: int = 0, start: int = 0) -> tf.data.Dataset: ...

@@ -17,10 +17,10 @@ from gpflow.kernels import Kernel, SquaredExponential
 from gpflow.likelihoods import Gaussian, Likelihood, Poisson
 from gpflow.mean_functions import Constant, MeanFunction
 
-from .distributed import Workers
-from .likelihoods import MaskedLikelihood, base_likelihood, check_support, log_link
-from .sparse_rows import row_blocks
-from .validation import check_finite_array, check_integer
+from ..distributed.workers import Workers
+from ..likelihoods import MaskedLikelihood, base_likelihood, check_support, log_link
+from ..rows.sparse import row_blocks
+from ..validation import check_finite_array, check_integer
 
 __all__ = [
     "SHARED_COVARIANCE_MIN_OUTPUTS",

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .defaults import (
+from ..defaults import (
     BATCH_SIZE,
     CELL_BATCH_SIZE,
     CELL_LATENT_DIM,

@@ -11,12 +11,12 @@ import tensorflow as tf
 from gpflow.config import default_float
 from numpy.typing import ArrayLike
 
+from ..distributed.workers import RowShard, Workers, replica_batch_size
+from ..likelihoods import MaskedLikelihood, check_likelihood_support
+from ..models import SVIGPLVM
+from ..rows.sparse import RowStream, SparseRows
+from ..validation import check_integer, check_observations
 from .checkpoints import TrainingData
-from .distributed import RowShard, Workers, replica_batch_size
-from .likelihoods import MaskedLikelihood, check_likelihood_support
-from .models import SVIGPLVM
-from .sparse_rows import RowStream, SparseRows
-from .validation import check_integer, check_observations
 
 __all__ = ["TrainingRows", "minibatch_indices", "make_dataset", "BAD_BATCH"]
 
@@ -64,10 +64,9 @@ def make_dataset(
     order of :func:`minibatch_indices`; ``mask`` [N, D] (True = observed) turns hidden entries
     into NaN.
 
-    The dataset holds Y as a constant (about twice its size resident, plus a copy while an
-    iterator is built); a :class:`~gpflow_svi_gplvm.training.Trainer` given Y itself holds it
-    once, in a variable.
-    """
+    The dataset holds Y as a constant (about twice its size resident, plus a copy while an iterator
+    is built); a :class:`~gpflow_svi_gplvm.training.trainer.Trainer` given Y itself holds it once,
+    in a variable."""
     Y = _training_data(model, Y, mask)
     rows = tf.constant(Y)
     return minibatch_indices(Y.shape[0], batch_size, seed).map(
@@ -76,13 +75,13 @@ def make_dataset(
 
 
 class TrainingRows:
-    """Where a :class:`~gpflow_svi_gplvm.training.Trainer`'s batches come from.
+    """Where a :class:`~gpflow_svi_gplvm.training.trainer.Trainer`'s batches come from.
 
     ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), or a
-    :class:`~gpflow_svi_gplvm.distributed.RowShard` of this worker's rows: held once as
+    :class:`~gpflow_svi_gplvm.distributed.workers.RowShard` of this worker's rows: held once as
     :attr:`shard`, on this worker's CPU, each step gathering its batch of shuffled rows
     (:func:`minibatch_indices`, one stream per worker) where they are. Or rows on disk
-    (:attr:`on_disk`, a :class:`~gpflow_svi_gplvm.sparse_rows.RowStream`, one worker), read in
+    (:attr:`on_disk`, a :class:`~gpflow_svi_gplvm.rows.sparse.RowStream`, one worker), read in
     shuffled blocks; or a user's ``tf.data.Dataset`` of ``(idx [B] int64, Y [B, D])``
     (:attr:`dataset`, one worker) taken as it is. :attr:`replica_batch` is the rows of one
     replica's batch (the global ``batch_size`` split over the replicas of all workers).
@@ -216,7 +215,7 @@ class TrainingRows:
     def _checked_batch(self, idx: tf.Tensor, Y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """A user's batch, checked in the step: row numbers ``idx`` [B] within the latent table
         and no infinite value in ``Y`` [B, D] (NaN marks a missing one). A failed check stops
-        the step with an error :class:`~gpflow_svi_gplvm.training.Trainer` reports as a
+        the step with an error :class:`~gpflow_svi_gplvm.training.trainer.Trainer` reports as a
         ``ValueError`` (:data:`BAD_BATCH`)."""
         checks = [
             tf.debugging.assert_equal(

@@ -29,8 +29,8 @@ import scipy.sparse as sp
 import tensorflow as tf
 from numpy.typing import ArrayLike
 
-from .sparse_rows import SparseRows, row_blocks
-from .validation import check_integer, check_observations
+from ..rows.sparse import SparseRows, row_blocks
+from ..validation import check_integer, check_observations
 
 T = TypeVar("T")
 
@@ -336,7 +336,7 @@ class RowShard:
     one worker, whose latent rows live on that worker alone. A dense ``Y`` is kept once, in a
     variable on this worker's CPU (a copy of ``Y``: drop your array, or pass a memory-mapped one,
     to keep one copy resident); :meth:`for_worker` takes this worker's block of a (memory-mapped)
-    array. Sparse rows (:class:`~gpflow_svi_gplvm.sparse_rows.SparseRows` or a SciPy sparse
+    array. Sparse rows (:class:`~gpflow_svi_gplvm.rows.sparse.SparseRows` or a SciPy sparse
     matrix, e.g. counts read from an AnnData file) stay CSR, 8 bytes per non-zero entry, and each
     minibatch is densified on its own.
     """

@@ -1,7 +1,7 @@
 r"""Rows of an on-disk AnnData (``.h5ad``), read a block at a time.
 
 :class:`DiskRows` serves the count matrix of an ``.h5ad`` file (``X`` or a layer, CSR or dense)
-with the reading interface of :class:`~gpflow_svi_gplvm.sparse_rows.SparseRows` while the matrix
+with the reading interface of :class:`~gpflow_svi_gplvm.rows.sparse.SparseRows` while the matrix
 stays on disk: only the rows asked for are read, in contiguous runs. It reads the file with
 ``h5py`` directly, because AnnData's backed mode keeps only ``X`` on disk and loads the layers.
 
@@ -35,8 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
 
-from .sparse_rows import ROWS_PER_BLOCK, SparseRows, as_float32
-from .validation import check_integer, check_path, check_seed
+from ..validation import check_integer, check_path, check_seed
+from .sparse import ROWS_PER_BLOCK, SparseRows, as_float32
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -159,7 +159,7 @@ class DiskRows:
 
     Open one with :meth:`open`. Slices (``rows[a:b]`` [b - a, D]) and :meth:`take` give dense
     float64 rows, through ``transform(dense block, row numbers)`` if one is set (:meth:`view`),
-    like :class:`~gpflow_svi_gplvm.sparse_rows.SparseRows`, so every whole-data pass of the
+    like :class:`~gpflow_svi_gplvm.rows.sparse.SparseRows`, so every whole-data pass of the
     package (:func:`~.sparse_rows.row_blocks`) reads it unchanged. Values pass through float32.
     """
 

@@ -1,11 +1,11 @@
 r"""The rates of a fitted model at rows' q(x): their expectation and variance, and the
 posterior covariance of f at pairs of inputs.
 
-Row n, with :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, v_n)` and observed inputs :math:`r` beside
-its latents (covariates and log size factor, :mod:`~gpflow_svi_gplvm.covariates`), has for
+Row n, with :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, v_n)` and observed inputs :math:`r` beside its
+latents (covariates and log size factor, :mod:`~gpflow_svi_gplvm.components.covariates`), has for
 output d the rate :math:`\lambda_{nd} = \sigma(f_d([x_n, r]))`, :math:`\sigma` the likelihood's
-inverse link: ``exp`` for counts (:func:`~gpflow_svi_gplvm.likelihoods.log_link`), the identity
-for a Gaussian. Given x, :math:`q(f_d(x)) = N(m_d(x), k_d(x))` and the moments are closed form,
+inverse link: ``exp`` for counts (:func:`~gpflow_svi_gplvm.likelihoods.log_link`), the identity for
+a Gaussian. Given x, :math:`q(f_d(x)) = N(m_d(x), k_d(x))` and the moments are closed form,
 
 .. math::
 
@@ -29,7 +29,7 @@ from gpflow.config import default_float, default_jitter
 from gpflow.covariances import Kuf, Kuu
 from gpflow.likelihoods import Gaussian
 
-from .likelihoods import base_likelihood, log_link
+from ..likelihoods import base_likelihood, log_link
 
 __all__ = ["inverse_link", "paired_covariance", "rate_moments", "PAIRS_PER_CALL"]
 

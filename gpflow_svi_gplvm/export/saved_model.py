@@ -43,10 +43,10 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
-from .compiled import GraphFunction
-from .export_folder import check_destination, make_staging, replace_folder, write_marker
-from .inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
-from .validation import check_finite_array, check_path, check_writable_folder
+from ..compiled import GraphFunction
+from ..prediction.latent_inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
+from ..validation import check_finite_array, check_path, check_writable_folder
+from .folder import check_destination, make_staging, replace_folder, write_marker
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
@@ -148,7 +148,7 @@ class ServingModule(tf.Module):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """The moments ``function`` gives for Y [None, D] (the data's units), computed in the
         model's units in consecutive chunks of ``rows`` rows inside the graph
-        (:func:`~gpflow_svi_gplvm.inference.in_row_chunks`)."""
+        (:func:`~gpflow_svi_gplvm.prediction.latent_inference.in_row_chunks`)."""
         return in_row_chunks(function, rows, self._observations(Y))
 
     def _observations(self, Y: tf.Tensor) -> tf.Tensor:
@@ -229,7 +229,7 @@ def export_saved_model(
     ``loaded.signatures["reconstruct"](Y=tf.constant(Y))``. The export is written to a hidden
     temporary folder beside ``path`` first, so a failure never damages an existing export. With
     ``overwrite=True`` an earlier export of this package at ``path`` is replaced (swapped in one
-    atomic step on Linux, see :mod:`~gpflow_svi_gplvm.export_folder`); anything else there, a
+    atomic step on Linux, see :mod:`~gpflow_svi_gplvm.export.folder`); anything else there, a
     file or a folder of your own, is a ``ValueError`` and is never deleted.
 
     ``location`` and ``scale`` [D]: for a model trained on standardised columns

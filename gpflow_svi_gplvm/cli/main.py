@@ -37,24 +37,24 @@ import matplotlib
 import numpy as np
 import tensorflow as tf
 
-from . import __version__, datasets, defaults, plotting
-from ._command_line import build_parser
-from .checkpoint_folder import RunFolder
-from .cluster import multi_worker_strategy
-from .distributed import (
+from .. import __version__, datasets, defaults, plotting
+from ..components.initialisation import column_location_and_scale
+from ..distributed.cluster import multi_worker_strategy
+from ..distributed.workers import (
     RowShard,
     WorkerLostError,
     Workers,
     worker_rows,
 )
-from .export import export_saved_model
-from .export_folder import check_destination, is_export
-from .initialisation import column_location_and_scale
-from .likelihoods import likelihood_by_name
-from .metrics import rmse
-from .models import SVIGPLVM, lookup_model
-from .training import History, fit
-from .validation import check_observations, check_writable_folder
+from ..export.folder import check_destination, is_export
+from ..export.saved_model import export_saved_model
+from ..likelihoods import likelihood_by_name
+from ..metrics import rmse
+from ..models import SVIGPLVM, lookup_model
+from ..training.run_folder import RunFolder
+from ..training.trainer import History, fit
+from ..validation import check_observations, check_writable_folder
+from .arguments import build_parser
 
 __all__ = ["LIKELIHOODS", "RELEVANCE_KEPT", "build_parser", "main"]
 
@@ -207,8 +207,8 @@ def _run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy 
     """An ``.h5ad`` of single cells: ``SingleCellGPLVM`` (out of core on one worker, each worker
     reading its own cells on several), the embedding of every cell, ``metrics.json`` and the
     ELBO's figure in ``--output``, written by the chief."""
-    from .singlecell import SingleCellGPLVM
-    from .singlecell.likelihoods import COUNT_LIKELIHOODS
+    from ..singlecell import SingleCellGPLVM
+    from ..singlecell.likelihoods import COUNT_LIKELIHOODS
 
     if args.labels or args.likelihood not in COUNT_LIKELIHOODS:
         raise ValueError(
@@ -279,7 +279,7 @@ CELL_OPTIONS = (
 def _check_saved_model(args: argparse.Namespace, saved: Path) -> None:
     """A ``ValueError`` when the folder ``saved`` of an ``.h5ad`` run's model cannot be written
     or holds an earlier run's model (unless ``--resume`` or ``--overwrite``)."""
-    from .singlecell.saving import SAVED_MODEL
+    from ..singlecell.saving import SAVED_MODEL
 
     if is_export(saved, SAVED_MODEL) and not (args.resume or args.overwrite):
         raise ValueError(

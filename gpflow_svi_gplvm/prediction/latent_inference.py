@@ -29,13 +29,13 @@ from gpflow.likelihoods import Likelihood
 from gpflow.models import SVGP
 from numpy.typing import ArrayLike
 
-from .compiled import GraphFunction
-from .covariates import new_row_inputs, with_row_inputs
-from .latent_expectations import closed_form_applies, closed_form_predictive
-from .latents import LatentBatch, LatentVariables, NewRowFit, PointLatent
-from .likelihoods import MaskedLikelihood, check_likelihood_support
-from .options import takes_options_of
-from .validation import (
+from ..compiled import GraphFunction
+from ..components.covariates import new_row_inputs, with_row_inputs
+from ..components.psi_statistics import closed_form_applies, closed_form_predictive
+from ..latents import LatentBatch, LatentVariables, NewRowFit, PointLatent
+from ..likelihoods import MaskedLikelihood, check_likelihood_support
+from ..options import takes_options_of
+from ..validation import (
     check_chunk_size,
     check_fraction,
     check_integer,
@@ -460,7 +460,7 @@ class NewRowOptions:
     size_factors: ArrayLike | None = None
     """[N*], the new rows' size factors, for a model fitted with them; by default each row's
     library size over the training rows' reference
-    (:func:`~gpflow_svi_gplvm.covariates.new_row_inputs`)."""
+    (:func:`~gpflow_svi_gplvm.components.covariates.new_row_inputs`)."""
     tolerance: float | str | None = "auto"
     """Relative Newton decrement that stops a row ("auto": :data:`TOLERANCE` where the row bound
     has no Monte Carlo noise; ``None``: fixed Adam steps, an amortised model's one encoder pass)."""
@@ -583,7 +583,7 @@ def log_predictive_density(
 
 def exact_predictive_applies(model: NewRowModel) -> bool:
     """Whether the predictive of Y integrates over q(x) exactly
-    (:func:`~gpflow_svi_gplvm.latent_expectations.closed_form_predictive`): a Gaussian q(x), a
+    (:func:`~gpflow_svi_gplvm.components.psi_statistics.closed_form_predictive`): a Gaussian q(x), a
     squared-exponential kernel, a Gaussian likelihood and a constant mean function. Elsewhere
     it is estimated from draws of q(x)."""
     return _exact_predictive_model(model) is not None

@@ -51,9 +51,9 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from .latents import LatentBatch, LatentVariables
-from .latents.flows import log_prior
-from .validation import check_integer
+from ..latents import LatentBatch, LatentVariables
+from ..latents.flows import log_prior
+from ..validation import check_integer
 
 __all__ = ["WeightedDraws", "check_num_importance", "importance_weighted_rows", "log_weights"]
 

@@ -41,7 +41,7 @@ from gpflow.likelihoods import Likelihood
 from gpflow.models import SVGP
 from gpflow.probability_distributions import Gaussian
 
-from .likelihoods import MaskedLikelihood, base_likelihood
+from ..likelihoods import MaskedLikelihood, base_likelihood
 
 __all__ = [
     "LATENT_EXPECTATIONS",

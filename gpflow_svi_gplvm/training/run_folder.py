@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from .validation import check_writable_folder
+from ..validation import check_writable_folder
 
 __all__ = ["RUN_FILE", "LOCK_FILE", "INDEX_FILE", "RunFolder", "checkpoint_steps"]
 

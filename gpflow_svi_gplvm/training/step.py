@@ -12,14 +12,14 @@ from check_shapes import check_shapes
 from gpflow.config import default_float
 from gpflow.keras import tf_keras
 
-from .compiled import GraphFunction
-from .distributed import gradient_values, local_sum, sum_over_replicas, worker_owned
-from .likelihoods import base_likelihood
-from .models import SVIGPLVM
+from ..compiled import GraphFunction
+from ..distributed.workers import gradient_values, local_sum, sum_over_replicas, worker_owned
+from ..likelihoods import base_likelihood
+from ..models import SVIGPLVM
+from .batches import TrainingRows
 from .natural_gradients import InducingNaturalGradient
 from .optimizers import RowSparseAdam
 from .schedules import StepSize
-from .training_rows import TrainingRows
 
 __all__ = ["TrainingStep", "DENSE_ENTRIES", "check_row_updates"]
 
@@ -34,15 +34,14 @@ class TrainingStep:
     """The compiled update of ``model`` from one element of ``rows``' batches, and ``run(k)``,
     k of them in one compiled loop (an explicit ``tf.while_loop``) per Python call.
 
-    The tape differentiates every trainable variable in one pass (:attr:`variables`, Adam's
-    first, q(u)'s last); the loss and the global parameters' gradients are summed over every
-    replica of every worker by one all-reduce, the latent tables' gradients stay each replica's
-    own rows. ``q_u_optimizer="natgrad"`` trains q(u) by natural-gradient steps of size
-    ``natgrad_gamma`` (:class:`~gpflow_svi_gplvm.natural_gradients.InducingNaturalGradient`),
-    the rest by Adam (or ``optimizer``); ``"adam"`` trains q(u) with the rest; None is
-    "natgrad" for a Gaussian likelihood and "adam" otherwise. A step whose loss or a gradient is
-    not finite applies nothing and returns NaN, the same decision on every worker.
-    """
+    The tape differentiates every trainable variable in one pass (:attr:`variables`, Adam's first,
+    q(u)'s last); the loss and the global parameters' gradients are summed over every replica of
+    every worker by one all-reduce, the latent tables' gradients stay each replica's own rows.
+    ``q_u_optimizer="natgrad"`` trains q(u) by natural-gradient steps of size ``natgrad_gamma``
+    (:class:`~gpflow_svi_gplvm.training.natural_gradients.InducingNaturalGradient`), the rest by
+    Adam (or ``optimizer``); ``"adam"`` trains q(u) with the rest; None is "natgrad" for a Gaussian
+    likelihood and "adam" otherwise. A step whose loss or a gradient is not finite applies nothing
+    and returns NaN, the same decision on every worker."""
 
     def __init__(
         self,
@@ -130,7 +129,7 @@ class TrainingStep:
         the shard, with their dense rows for a sparse shard, or a user's ``(idx, Y)``): the loss
         and the global parameters' gradients summed over all replicas of all workers, the
         tables' gradients this replica's own
-        (:func:`~gpflow_svi_gplvm.distributed.sum_over_replicas`)."""
+        (:func:`~gpflow_svi_gplvm.distributed.workers.sum_over_replicas`)."""
         idx, Y = self.rows.gather(element)
         loss, gradients = self._gradients(idx, Y)
         return sum_over_replicas(loss, gradients, self._tables, self._mirrored)

@@ -1,6 +1,6 @@
 """Checkpoints of a training run and the ELBO history file beside them.
 
-A run's folder (:mod:`~gpflow_svi_gplvm.checkpoint_folder`: one run per folder, one writing
+A run's folder (:mod:`~gpflow_svi_gplvm.training.run_folder`: one run per folder, one writing
 process at a time) holds ``tf.train.CheckpointManager`` checkpoints (``ckpt-<step>``) and
 ``elbo_history.npy``, the ELBO of every step taken so far. The history is written first, by an
 atomic rename, so it always covers the latest checkpoint's steps, and a run that fails writes
@@ -22,11 +22,11 @@ import numpy as np
 import tensorflow as tf
 from gpflow.utilities import parameter_dict
 
-from .checkpoint_folder import HISTORY_FILE, RunFolder, checkpoint_steps
-from .distributed import Workers
-from .models import SVIGPLVM, covariance_layout
-from .sparse_rows import row_blocks
-from .validation import check_integer
+from ..distributed.workers import Workers
+from ..models import SVIGPLVM, covariance_layout
+from ..rows.sparse import row_blocks
+from ..validation import check_integer
+from .run_folder import HISTORY_FILE, RunFolder, checkpoint_steps
 
 __all__ = ["Checkpoints", "TrainingData", "HISTORY_FILE", "read_history", "write_history"]
 

@@ -26,10 +26,10 @@ from gpflow.config import default_float
 from gpflow.utilities import multiple_assign, parameter_dict
 from tqdm.auto import trange
 
-from .latents import EncoderLatent
-from .models import SVIGPLVM
-from .sparse_rows import RowReader
-from .validation import check_integer
+from ..models import SVIGPLVM
+from ..rows.sparse import RowReader
+from ..validation import check_integer
+from .encoder import EncoderLatent
 
 __all__ = [
     "copy_global_parameters",

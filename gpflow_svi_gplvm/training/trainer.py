@@ -18,9 +18,8 @@ from gpflow.keras import tf_keras
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
-from .checkpoints import Checkpoints, TrainingData
-from .defaults import BATCH_SIZE
-from .distributed import (
+from ..defaults import BATCH_SIZE
+from ..distributed.workers import (
     LOST_WORKER_ERRORS,
     RowShard,
     WorkerLostError,
@@ -28,14 +27,15 @@ from .distributed import (
     check_strategy,
     lost_worker_message,
 )
-from .likelihoods import base_likelihood
-from .models import SVIGPLVM
-from .options import takes_options_of
+from ..likelihoods import base_likelihood
+from ..models import SVIGPLVM
+from ..options import takes_options_of
+from ..rows.sparse import RowStream
+from ..validation import check_device, check_integer, check_seed
+from .batches import BAD_BATCH, TrainingRows, make_dataset, minibatch_indices
+from .checkpoints import Checkpoints, TrainingData
 from .schedules import StepSize
-from .sparse_rows import RowStream
-from .training_rows import BAD_BATCH, TrainingRows, make_dataset, minibatch_indices
-from .training_step import TrainingStep, check_row_updates
-from .validation import check_device, check_integer, check_seed
+from .step import TrainingStep, check_row_updates
 
 __all__ = ["fit", "Trainer", "History", "NonFiniteLossError", "make_dataset", "minibatch_indices"]
 
@@ -67,64 +67,61 @@ _AGREED_SETTINGS = ("batch_size", "seed", "q_u_optimizer", "row_updates", "check
 class Trainer:
     """Holds a model, its optimiser and a data iterator, and runs compiled training steps.
 
-    ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once
-    in a tensor on the CPU from which each step gathers its batch of shuffled rows
+    ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once in a
+    tensor on the CPU from which each step gathers its batch of shuffled rows
     (:func:`minibatch_indices`); or, on each of several workers, a
-    :class:`~gpflow_svi_gplvm.distributed.RowShard` of its own rows (dense, or CSR densified a
-    minibatch at a time); or rows too many for memory, streamed from disk in shuffled blocks (a
-    :class:`~gpflow_svi_gplvm.sparse_rows.RowStream` such as
-    :class:`~gpflow_svi_gplvm.disk_rows.DiskRows`, one worker; its batches follow from the seed
-    and the step, so checkpoints need no iterator); or a ``tf.data.Dataset`` of
-    ``(idx [B] int64, Y [B, D])`` (one worker). One compiled step with the iterator's
-    ``element_spec`` as input signature (so it traces once), run ``k`` times inside one compiled
-    loop per Python call to keep dispatch cost off each step. A step whose loss is not finite
-    applies no update, so the model keeps its last good state.
+    :class:`~gpflow_svi_gplvm.distributed.workers.RowShard` of its own rows (dense, or CSR densified
+    a minibatch at a time); or rows too many for memory, streamed from disk in shuffled blocks (a
+    :class:`~gpflow_svi_gplvm.rows.sparse.RowStream` such as
+    :class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows`, one worker; its batches follow from the seed and
+    the step, so checkpoints need no iterator); or a ``tf.data.Dataset`` of ``(idx [B] int64, Y [B,
+    D])`` (one worker). One compiled step with the iterator's ``element_spec`` as input signature
+    (so it traces once), run ``k`` times inside one compiled loop per Python call to keep dispatch
+    cost off each step. A step whose loss is not finite applies no update, so the model keeps its
+    last good state.
 
     ``strategy``: train under a ``tf.distribute.Strategy`` (build the model in its scope):
     ``MirroredStrategy`` over the devices of one machine, or ``MultiWorkerMirroredStrategy`` over
     the workers of ``TF_CONFIG``. ``batch_size`` is the global batch, split evenly over the
-    replicas; each worker draws its replicas' batches from its own rows. The loss and gradients
-    are summed over every replica of every worker inside the step, by one all-reduce (the
-    latent tables' rows each in their replica's block), so that every worker applies the same
-    update and all hold the same parameters (a model built from all of Y on every worker holds
-    its latent tables whole on each: every replica's batch rows are gathered to all of them).
-    A worker that stops makes the others raise
-    :class:`~gpflow_svi_gplvm.distributed.WorkerLostError`; with checkpoints, restarting every
-    worker with ``resume=True`` continues the run exactly.
+    replicas; each worker draws its replicas' batches from its own rows. The loss and gradients are
+    summed over every replica of every worker inside the step, by one all-reduce (the latent tables'
+    rows each in their replica's block), so that every worker applies the same update and all hold
+    the same parameters (a model built from all of Y on every worker holds its latent tables whole
+    on each: every replica's batch rows are gathered to all of them). A worker that stops makes the
+    others raise :class:`~gpflow_svi_gplvm.distributed.workers.WorkerLostError`; with checkpoints,
+    restarting every worker with ``resume=True`` continues the run exactly.
 
     ``q_u_optimizer="natgrad"`` trains q(u) by natural-gradient steps of size ``natgrad_gamma``
-    (:class:`~gpflow_svi_gplvm.natural_gradients.InducingNaturalGradient`) and everything else
-    with Adam, from one gradient pass in the same compiled step; ``"adam"`` trains q(u) with the
-    rest. The default (None) is "natgrad" for a Gaussian likelihood and "adam" otherwise. With
-    a constant step size, the minibatch noise in q(u) grows with gamma (the default 0.03 is
-    measured against Adam by ``benchmarks/convergence.py``). The step itself is a
-    :class:`~gpflow_svi_gplvm.training_step.TrainingStep` (:attr:`steps`); its rows a
-    :class:`~gpflow_svi_gplvm.training_rows.TrainingRows` (:attr:`rows`).
+    (:class:`~gpflow_svi_gplvm.training.natural_gradients.InducingNaturalGradient`) and everything
+    else with Adam, from one gradient pass in the same compiled step; ``"adam"`` trains q(u) with
+    the rest. The default (None) is "natgrad" for a Gaussian likelihood and "adam" otherwise. With a
+    constant step size, the minibatch noise in q(u) grows with gamma (the default 0.03 is measured
+    against Adam by ``benchmarks/convergence.py``). The step itself is a
+    :class:`~gpflow_svi_gplvm.training.step.TrainingStep` (:attr:`steps`); its rows a
+    :class:`~gpflow_svi_gplvm.training.batches.TrainingRows` (:attr:`rows`).
 
-    ``learning_rate`` (Adam's) and ``natgrad_gamma`` are numbers or schedules: functions of the
-    step count t (0 at the first step), such as a ``tf_keras`` ``LearningRateSchedule`` or a
-    :class:`~gpflow_svi_gplvm.schedules.WarmUp`, checked before training
-    (:class:`~gpflow_svi_gplvm.schedules.StepSize`) and read from Adam's step count, so a resumed
-    run continues them. ``row_updates`` chooses how the package's Adam moves the per-row latent
-    tables: "sparse" moves only the batch's rows (a step's cost does not grow with N), "dense"
-    every row every step (the rows' moments keep moving them between their batches, as tf_keras'
-    Adam does), "auto" (default) dense for tables of at most
-    :data:`~gpflow_svi_gplvm.training_step.DENSE_ENTRIES` entries.
+    ``learning_rate`` (Adam's) and ``natgrad_gamma`` are numbers or schedules: functions of the step
+    count t (0 at the first step), such as a ``tf_keras`` ``LearningRateSchedule`` or a
+    :class:`~gpflow_svi_gplvm.training.schedules.WarmUp`, checked before training
+    (:class:`~gpflow_svi_gplvm.training.schedules.StepSize`) and read from Adam's step count, so a
+    resumed run continues them. ``row_updates`` chooses how the package's Adam moves the per-row
+    latent tables: "sparse" moves only the batch's rows (a step's cost does not grow with N),
+    "dense" every row every step (the rows' moments keep moving them between their batches, as
+    tf_keras' Adam does), "auto" (default) dense for tables of at most
+    :data:`~gpflow_svi_gplvm.training.step.DENSE_ENTRIES` entries.
 
     ``device`` runs the compiled steps on that device ("/CPU:0", "/GPU:1"; a device this process
     lacks is a ``ValueError``); None (default) lets TensorFlow place them, on the first GPU when
     it sees one. The model's variables stay where they were built.
 
-    With ``checkpoint_dir``, a :class:`~gpflow_svi_gplvm.checkpoints.Checkpoints` folder keeps
-    the model, the optimiser, the latent module's random generator and the step count (from
-    which the batches follow; a user's dataset's iterator besides) every ``checkpoint_every``
-    steps and at the end of each :meth:`train`, beside the ELBO history; :meth:`restore` resumes
-    exactly where the latest checkpoint left off. Under several workers only the chief (worker
-    0) writes to the folder, which every worker must be able to read. The checkpoints record
-    the rows' values and gaps, the model's observed inputs, ``data_names`` (e.g. ``{"genes":
-    [...], "covariates": [...]}``), the model's class and likelihood: a resume on others is
-    refused naming them.
-    """
+    With ``checkpoint_dir``, a :class:`~gpflow_svi_gplvm.training.checkpoints.Checkpoints` folder
+    keeps the model, the optimiser, the latent module's random generator and the step count (from
+    which the batches follow; a user's dataset's iterator besides) every ``checkpoint_every`` steps
+    and at the end of each :meth:`train`, beside the ELBO history; :meth:`restore` resumes exactly
+    where the latest checkpoint left off. Under several workers only the chief (worker 0) writes to
+    the folder, which every worker must be able to read. The checkpoints record the rows' values and
+    gaps, the model's observed inputs, ``data_names`` (e.g. ``{"genes": [...], "covariates":
+    [...]}``), the model's class and likelihood: a resume on others is refused naming them."""
 
     def __init__(
         self,
