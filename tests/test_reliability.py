@@ -32,7 +32,6 @@ from gpflow_svi_gplvm import (
     BayesianSVIGPLVM,
     PointGPLVM,
     Trainer,
-    checkpoint_folder,
     export_saved_model,
     fit,
 )
@@ -41,6 +40,7 @@ from gpflow_svi_gplvm.datasets import load_array_file
 from gpflow_svi_gplvm.export.folder import STAGING_MARKER
 from gpflow_svi_gplvm.prediction.latent_inference import infer_latents
 from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
+from gpflow_svi_gplvm.training import run_folder as checkpoint_folder
 from gpflow_svi_gplvm.training.run_folder import LOCK_FILE, RunFolder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
