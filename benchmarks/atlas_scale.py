@@ -209,7 +209,7 @@ def _csr_mib(path: str, workers) -> float:
     starts), read from the file's row starts."""
     import h5py
 
-    from gpflow_svi_gplvm.distributed.workers import worker_rows
+    from gpflow_svi_gplvm.rows.shard import worker_rows
 
     with h5py.File(path, "r") as file:
         indptr = file["X/indptr"]

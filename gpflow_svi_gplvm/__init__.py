@@ -3,7 +3,7 @@
 # First, before TensorFlow is imported: quiets its start-up log for the command line only.
 from .cli import arguments  # noqa: F401  isort: skip
 from .distributed.cluster import multi_worker_strategy
-from .distributed.workers import RowShard, WorkerLostError
+from .distributed.workers import WorkerLostError
 from .export.saved_model import export_saved_model
 from .latents import (
     EncoderLatent,
@@ -29,6 +29,7 @@ from .models import (
 from .posterior_check import latent_draws, mmd, posterior_draws, sliced_wasserstein
 from .prediction.latent_inference import LatentInference, log_predictive_density
 from .prediction.marginal_likelihood import marginal_log_likelihood
+from .rows.shard import RowShard
 from .training.schedules import WarmUp
 from .training.trainer import History, NonFiniteLossError, Trainer, fit
 

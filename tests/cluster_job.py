@@ -29,7 +29,9 @@ else:  # one worker of no cluster: the strategy of several, alone
     STRATEGY = tf.distribute.MultiWorkerMirroredStrategy()
 
 import gpflow_svi_gplvm as package  # noqa: E402
-from gpflow_svi_gplvm.distributed.workers import Workers, worker_owned, worker_rows  # noqa: E402
+from gpflow_svi_gplvm.distributed.owned import worker_owned  # noqa: E402
+from gpflow_svi_gplvm.distributed.workers import Workers  # noqa: E402
+from gpflow_svi_gplvm.rows.shard import worker_rows  # noqa: E402
 from gpflow_svi_gplvm.training.trainer import minibatch_indices  # noqa: E402
 
 N, D, Q, M = 80, 5, 2, 8

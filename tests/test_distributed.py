@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from gpflow_svi_gplvm import PointGPLVM, RowShard
-from gpflow_svi_gplvm.distributed.workers import WorkerLostError, Workers, worker_rows
+from gpflow_svi_gplvm.distributed.workers import WorkerLostError, Workers
+from gpflow_svi_gplvm.rows.shard import worker_rows
 
 RUNS = textwrap.dedent("""
     import json

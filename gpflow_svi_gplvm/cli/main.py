@@ -40,17 +40,13 @@ import tensorflow as tf
 from .. import __version__, datasets, defaults, plotting
 from ..components.initialisation import column_location_and_scale
 from ..distributed.cluster import multi_worker_strategy
-from ..distributed.workers import (
-    RowShard,
-    WorkerLostError,
-    Workers,
-    worker_rows,
-)
+from ..distributed.workers import WorkerLostError, Workers
 from ..export.folder import check_destination, is_export
 from ..export.saved_model import export_saved_model
 from ..likelihoods import likelihood_by_name
 from ..metrics import rmse
 from ..models import SVIGPLVM, lookup_model
+from ..rows.shard import RowShard, worker_rows
 from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder

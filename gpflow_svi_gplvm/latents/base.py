@@ -12,7 +12,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 
-from ..distributed.workers import owned_by_worker
+from ..distributed.owned import owned_by_worker
 from .batch import LatentBatch, NewRowFit
 from .new_rows import fit_rows
 
@@ -37,7 +37,7 @@ def row_table(
 ) -> Parameter:
     """A per-row table [N, ...] of a latent family, as a Parameter. When a model is built from a
     shard on several workers it holds this worker's rows only, and is this worker's alone
-    (:func:`~gpflow_svi_gplvm.distributed.workers.owned_by_worker`)."""
+    (:func:`~gpflow_svi_gplvm.distributed.owned.owned_by_worker`)."""
     return owned_by_worker(
         lambda: Parameter(values, transform=transform, dtype=default_float(), name=name)
     )

@@ -50,13 +50,8 @@ from ..components.psi_statistics import (
 )
 from ..components.shared_covariance import SharedCovarianceSVGP, covariance_layout
 from ..defaults import NUM_INDUCING
-from ..distributed.workers import (
-    RowShard,
-    Workers,
-    owned_by_worker,
-    worker_owned,
-    worker_owned_variables,
-)
+from ..distributed.owned import owned_by_worker, worker_owned, worker_owned_variables
+from ..distributed.workers import Workers
 from ..latents import (
     LatentBatch,
     LatentVariables,
@@ -64,6 +59,7 @@ from ..latents import (
 from ..likelihoods import MaskedLikelihood
 from ..options import takes_options_of
 from ..prediction import latent_inference
+from ..rows.shard import RowShard
 from ..rows.sparse import RowReader
 from ..validation import check_observations, check_seed, takes_a_batch
 
@@ -82,7 +78,7 @@ DEFAULT_NUM_INDUCING = NUM_INDUCING
 
 _PARAMETERS = """
     :param data: Y [N, D], NaN where an entry is missing; or a
-        :class:`~gpflow_svi_gplvm.distributed.workers.RowShard`, this worker's rows under a
+        :class:`~gpflow_svi_gplvm.rows.shard.RowShard`, this worker's rows under a
         ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
         rows read a block at a time (a :class:`~gpflow_svi_gplvm.rows.sparse.RowReader`: a
         sparse matrix in memory, or :class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows` on disk;
@@ -169,7 +165,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
     kernel, likelihood and mean function come from
     :func:`~gpflow_svi_gplvm.components.initialisation.default_components`.
 
-    ``data`` may be a :class:`~gpflow_svi_gplvm.distributed.workers.RowShard` (this worker's rows of
+    ``data`` may be a :class:`~gpflow_svi_gplvm.rows.shard.RowShard` (this worker's rows of
     a data set split over the workers of a ``tf.distribute.MultiWorkerMirroredStrategy``): built
     inside ``strategy.scope()`` on every worker, the model is the one built from all the rows (the
     same statistics, PCA and initial latents), while no worker reads another's rows."""
@@ -293,7 +289,7 @@ class SVIGPLVM(SharedCovarianceSVGP):
 
         A subclass whose module is built from the data overrides this; it receives the checked data
         Y [N, D] (NaN where missing, ``mask`` applied) besides, or, when the model is built from a
-        :class:`~gpflow_svi_gplvm.distributed.workers.RowShard`, this worker's rows of it and the
+        :class:`~gpflow_svi_gplvm.rows.shard.RowShard`, this worker's rows of it and the
         ``workers`` to sum statistics over (see :mod:`gpflow_svi_gplvm.distributed.workers`)."""
         if latent is None:
             raise ValueError(

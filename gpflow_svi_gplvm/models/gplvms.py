@@ -22,10 +22,11 @@ from gpflow.likelihoods import Likelihood
 from numpy.typing import ArrayLike
 
 from ..components.initialisation import column_location_and_scale
-from ..distributed.workers import RowShard, Workers
+from ..distributed.workers import Workers
 from ..latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from ..latents.flows import check_flow_options, flow_latent
 from ..options import takes_options_of
+from ..rows.shard import RowShard
 from ..rows.sparse import row_blocks
 from .base import DEFAULT_NUM_INDUCING, SVIGPLVM, LatentFactory, with_model_parameters
 

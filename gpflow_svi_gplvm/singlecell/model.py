@@ -18,9 +18,10 @@ from ..defaults import (
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
 )
-from ..distributed.workers import RowShard, Workers, worker_rows
+from ..distributed.workers import Workers
 from ..models import SVIGPLVM, lookup_model
 from ..rows.h5ad import DiskRows
+from ..rows.shard import RowShard, worker_rows
 from ..rows.sparse import RowReader, RowStream
 from ..training.trainer import History, fit
 from ..validation import check_integer, check_seed
@@ -104,7 +105,7 @@ class SingleCellGPLVM(GenesMixin):
     one worker a path is read from disk in shuffled blocks (out of core:
     :meth:`~gpflow_svi_gplvm.rows.h5ad.DiskRows.batches`), only the latent table in memory. With
     ``strategy=`` a ``MultiWorkerMirroredStrategy``, every worker calling :meth:`fit` alike, each
-    reads only its block of cells (:func:`~gpflow_svi_gplvm.distributed.workers.worker_rows`) as CSR
+    reads only its block of cells (:func:`~gpflow_svi_gplvm.rows.shard.worker_rows`) as CSR
     and keeps their latent rows alone; size factors, covariate categories (the union of what the
     workers see, in one order), numeric scales and the initial PCA are sums over the workers, so the
     model starts as from all cells on one machine. ``output=`` (needed for a path or on several

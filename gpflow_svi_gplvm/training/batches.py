@@ -11,9 +11,11 @@ import tensorflow as tf
 from gpflow.config import default_float
 from numpy.typing import ArrayLike
 
-from ..distributed.workers import RowShard, Workers, replica_batch_size
+from ..distributed.replicas import replica_batch_size
+from ..distributed.workers import Workers
 from ..likelihoods import MaskedLikelihood, check_likelihood_support
 from ..models import SVIGPLVM
+from ..rows.shard import RowShard
 from ..rows.sparse import RowStream, SparseRows
 from ..validation import check_integer, check_observations
 from .checkpoints import TrainingData
@@ -78,7 +80,7 @@ class TrainingRows:
     """Where a :class:`~gpflow_svi_gplvm.training.trainer.Trainer`'s batches come from.
 
     ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), or a
-    :class:`~gpflow_svi_gplvm.distributed.workers.RowShard` of this worker's rows: held once as
+    :class:`~gpflow_svi_gplvm.rows.shard.RowShard` of this worker's rows: held once as
     :attr:`shard`, on this worker's CPU, each step gathering its batch of shuffled rows
     (:func:`minibatch_indices`, one stream per worker) where they are. Or rows on disk
     (:attr:`on_disk`, a :class:`~gpflow_svi_gplvm.rows.sparse.RowStream`, one worker), read in

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from ..distributed.workers import owned_by_worker, worker_owned, worker_owned_variables
+from ..distributed.owned import owned_by_worker, worker_owned, worker_owned_variables
 from .schedules import StepSize
 
 __all__ = ["RowSparseAdam", "adam_moments_and_step"]

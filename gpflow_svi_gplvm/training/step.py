@@ -13,7 +13,8 @@ from gpflow.config import default_float
 from gpflow.keras import tf_keras
 
 from ..compiled import GraphFunction
-from ..distributed.workers import gradient_values, local_sum, sum_over_replicas, worker_owned
+from ..distributed.owned import worker_owned
+from ..distributed.replicas import gradient_values, local_sum, sum_over_replicas
 from ..likelihoods import base_likelihood
 from ..models import SVIGPLVM
 from .batches import TrainingRows
@@ -129,7 +130,7 @@ class TrainingStep:
         the shard, with their dense rows for a sparse shard, or a user's ``(idx, Y)``): the loss
         and the global parameters' gradients summed over all replicas of all workers, the
         tables' gradients this replica's own
-        (:func:`~gpflow_svi_gplvm.distributed.workers.sum_over_replicas`)."""
+        (:func:`~gpflow_svi_gplvm.distributed.replicas.sum_over_replicas`)."""
         idx, Y = self.rows.gather(element)
         loss, gradients = self._gradients(idx, Y)
         return sum_over_replicas(loss, gradients, self._tables, self._mirrored)

@@ -19,17 +19,12 @@ from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from ..defaults import BATCH_SIZE
-from ..distributed.workers import (
-    LOST_WORKER_ERRORS,
-    RowShard,
-    WorkerLostError,
-    Workers,
-    check_strategy,
-    lost_worker_message,
-)
+from ..distributed.replicas import check_strategy
+from ..distributed.workers import LOST_WORKER_ERRORS, WorkerLostError, Workers, lost_worker_message
 from ..likelihoods import base_likelihood
 from ..models import SVIGPLVM
 from ..options import takes_options_of
+from ..rows.shard import RowShard
 from ..rows.sparse import RowStream
 from ..validation import check_device, check_integer, check_seed
 from .batches import BAD_BATCH, TrainingRows, make_dataset, minibatch_indices
@@ -70,7 +65,7 @@ class Trainer:
     ``data`` is Y [N, D] (NaN = missing, or ``mask`` [N, D] with True = observed), held once in a
     tensor on the CPU from which each step gathers its batch of shuffled rows
     (:func:`minibatch_indices`); or, on each of several workers, a
-    :class:`~gpflow_svi_gplvm.distributed.workers.RowShard` of its own rows (dense, or CSR densified
+    :class:`~gpflow_svi_gplvm.rows.shard.RowShard` of its own rows (dense, or CSR densified
     a minibatch at a time); or rows too many for memory, streamed from disk in shuffled blocks (a
     :class:`~gpflow_svi_gplvm.rows.sparse.RowStream` such as
     :class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows`, one worker; its batches follow from the seed and
