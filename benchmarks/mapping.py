@@ -247,7 +247,7 @@ def speed(args: argparse.Namespace) -> None:
 
     from gpflow_svi_gplvm.datasets import simulate_atlas
     from gpflow_svi_gplvm.metrics import embedding_scores
-    from gpflow_svi_gplvm.prediction.latent_inference import infer_latents
+    from gpflow_svi_gplvm.prediction.functions import infer_latents
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     total = args.reference + args.cells

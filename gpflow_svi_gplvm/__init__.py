@@ -27,7 +27,8 @@ from .models import (
     PointGPLVM,
 )
 from .posterior_check import latent_draws, mmd, posterior_draws, sliced_wasserstein
-from .prediction.latent_inference import LatentInference, log_predictive_density
+from .prediction.functions import log_predictive_density
+from .prediction.latent_inference import LatentInference
 from .prediction.marginal_likelihood import marginal_log_likelihood
 from .rows.shard import RowShard
 from .training.schedules import WarmUp

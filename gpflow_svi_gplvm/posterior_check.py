@@ -38,7 +38,8 @@ from scipy.spatial.distance import cdist, pdist
 from .latents import LatentVariables, MAPLatent, PointLatent
 from .likelihoods import MaskedLikelihood, base_likelihood
 from .models import SVIGPLVM
-from .prediction.latent_inference import LatentInference, check_new_row_model
+from .prediction.latent_inference import LatentInference
+from .prediction.new_row_model import check_new_row_model
 from .training.optimizers import RowSparseAdam
 from .validation import (
     check_fraction,
@@ -284,7 +285,7 @@ def latent_draws(
 ) -> np.ndarray:
     """Draws [num_draws, B, Q] of the model's own q(x): of training rows ``rows`` [B] (an
     amortised model needs their data ``Y`` besides), or, without ``rows``, of q(x*) inferred for new
-    rows ``Y`` [B, D] as :func:`~gpflow_svi_gplvm.prediction.latent_inference.infer_latents` does
+    rows ``Y`` [B, D] as :func:`~gpflow_svi_gplvm.prediction.functions.infer_latents` does
     (``iterations``, ``learning_rate``)."""
     num_draws = check_integer(num_draws, "num_draws")
     seed = check_seed(seed)

@@ -20,12 +20,9 @@ from gpflow_svi_gplvm import (
 from gpflow_svi_gplvm.components.psi_statistics import closed_form_predictive
 from gpflow_svi_gplvm.latents import diagonal_gaussian_batch
 from gpflow_svi_gplvm.metrics import nlpd, rmse
-from gpflow_svi_gplvm.prediction.latent_inference import (
-    TOLERANCE,
-    _predictive_noise,
-    exact_predictive_applies,
-    log_predictive_density,
-)
+from gpflow_svi_gplvm.prediction.functions import log_predictive_density
+from gpflow_svi_gplvm.prediction.latent_inference import TOLERANCE
+from gpflow_svi_gplvm.prediction.predictive import exact_predictive_applies, predictive_noise
 
 N_TRAIN, N_TEST, D, Q = 200, 60, 8, 2
 
@@ -264,7 +261,7 @@ def test_poisson_log_density_is_the_mixture_over_q_x_of_the_integral_over_f():
     per_entry, per_row = (a.numpy() for a in inference.log_density(Y, targets))
 
     mean, variance = (a.numpy() for a in inference.infer(Y))
-    draws = mean + np.sqrt(variance) * _predictive_noise(5, 2, 3).numpy()  # [S, B, Q]
+    draws = mean + np.sqrt(variance) * predictive_noise(5, 2, 3).numpy()  # [S, B, Q]
     f_mean, f_var = (a.numpy().reshape(5, 6, 5) for a in model.predict_f(draws.reshape(-1, 2)))
     grid = np.linspace(-12.0, 12.0, 24001)[:, None, None, None] * np.sqrt(f_var) + f_mean
     log_poisson = targets * grid - np.exp(grid) - gammaln(targets + 1)

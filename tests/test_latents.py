@@ -30,7 +30,7 @@ from gpflow_svi_gplvm.latents import (
     NewRowFit,
     PointLatent,
 )
-from gpflow_svi_gplvm.prediction.latent_inference import in_row_chunks
+from gpflow_svi_gplvm.prediction.predictive import in_row_chunks
 from gpflow_svi_gplvm.validation import check_observations
 
 B, Q = 5, 2

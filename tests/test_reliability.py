@@ -38,7 +38,7 @@ from gpflow_svi_gplvm import (
 from gpflow_svi_gplvm.cli.main import main
 from gpflow_svi_gplvm.datasets import load_array_file
 from gpflow_svi_gplvm.export.folder import STAGING_MARKER
-from gpflow_svi_gplvm.prediction.latent_inference import infer_latents
+from gpflow_svi_gplvm.prediction.functions import infer_latents
 from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
 from gpflow_svi_gplvm.training import run_folder as checkpoint_folder
 from gpflow_svi_gplvm.training.run_folder import LOCK_FILE, RunFolder

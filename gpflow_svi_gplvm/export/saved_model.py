@@ -44,7 +44,9 @@ import tensorflow as tf
 from gpflow.config import default_float
 
 from ..compiled import GraphFunction
-from ..prediction.latent_inference import LatentInference, NewRowModel, chunk_rows, in_row_chunks
+from ..prediction.latent_inference import LatentInference
+from ..prediction.new_row_model import NewRowModel
+from ..prediction.predictive import chunk_rows, in_row_chunks
 from ..validation import check_finite_array, check_path, check_writable_folder
 from .folder import check_destination, make_staging, replace_folder, write_marker
 
@@ -148,7 +150,7 @@ class ServingModule(tf.Module):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """The moments ``function`` gives for Y [None, D] (the data's units), computed in the
         model's units in consecutive chunks of ``rows`` rows inside the graph
-        (:func:`~gpflow_svi_gplvm.prediction.latent_inference.in_row_chunks`)."""
+        (:func:`~gpflow_svi_gplvm.prediction.predictive.in_row_chunks`)."""
         return in_row_chunks(function, rows, self._observations(Y))
 
     def _observations(self, Y: tf.Tensor) -> tf.Tensor:

@@ -58,7 +58,7 @@ from ..latents import (
 )
 from ..likelihoods import MaskedLikelihood
 from ..options import takes_options_of
-from ..prediction import latent_inference
+from ..prediction import functions
 from ..rows.shard import RowShard
 from ..rows.sparse import RowReader
 from ..validation import check_observations, check_seed, takes_a_batch
@@ -470,21 +470,21 @@ class SVIGPLVM(SharedCovarianceSVGP):
 
     # check_shapes inside takes_options_of binds the method's own **options: an unknown option
     # then meets Python's TypeError naming it, not check_shapes' "Error calling wrapped function".
-    @takes_options_of(latent_inference.infer_latents, omit=("model",))
+    @takes_options_of(functions.infer_latents, omit=("model",))
     @check_shapes("return[0]: [N, Q]", "return[1]: [N, Q]")
     def infer_latents(self, Y_new, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Mean and variance [N*, Q] of q(x*) for new rows [N*, D] (NaN allowed); the options
-        are :func:`gpflow_svi_gplvm.prediction.latent_inference.infer_latents`'. The model is not
+        are :func:`gpflow_svi_gplvm.prediction.functions.infer_latents`'. The model is not
         modified."""
-        return latent_inference.infer_latents(self, Y_new, **options)
+        return functions.infer_latents(self, Y_new, **options)
 
-    @takes_options_of(latent_inference.reconstruct, omit=("model",))
+    @takes_options_of(functions.reconstruct, omit=("model",))
     @check_shapes("return[0]: [N, D]", "return[1]: [N, D]")
     def reconstruct(self, Y, rows=None, **options: Any) -> tuple[tf.Tensor, tf.Tensor]:
         """Predictive mean and variance [N, D] of every entry of Y, integrating over q(x);
         ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
-        :func:`gpflow_svi_gplvm.prediction.latent_inference.reconstruct`."""
-        return latent_inference.reconstruct(self, Y, rows, **options)
+        :func:`gpflow_svi_gplvm.prediction.functions.reconstruct`."""
+        return functions.reconstruct(self, Y, rows, **options)
 
 
 def _local_rows(

@@ -47,7 +47,8 @@ from ..latents.new_rows import Derivatives, newton_minimum
 from ..likelihoods import MaskedLikelihood, expectation_derivatives
 from ..models import SVIGPLVM
 from ..validation import check_integer, check_seed
-from .latent_inference import TOLERANCE, candidate_rows, check_new_row_model
+from .latent_inference import TOLERANCE
+from .new_row_model import candidate_rows, check_new_row_model
 
 __all__ = ["LaplaceLatents", "laplace_applies"]
 
@@ -84,7 +85,7 @@ class LaplaceLatents(tf.Module):
     ``iterations``: the most Gauss-Newton steps a row takes; ``tolerance``: a row stops once a step
     would lower :math:`\\phi` by less than this relative amount. ``candidates`` [C, Q] and
     ``candidate_inputs`` [C, R] (default: the inducing inputs and the training rows' latents with
-    their observed inputs of :func:`~gpflow_svi_gplvm.prediction.latent_inference.candidate_rows`
+    their observed inputs of :func:`~gpflow_svi_gplvm.prediction.new_row_model.candidate_rows`
     drawn from ``seed``) are where rows of a latent-table model may start; the
     :data:`~gpflow_svi_gplvm.prediction.latent_inference.START_CANDIDATES` whose decoded means fit a
     row's observed entries best are tried, and it starts at the one of lowest :math:`\\phi`.

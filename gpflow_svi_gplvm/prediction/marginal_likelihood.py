@@ -11,7 +11,7 @@ For a row :math:`y_*` (NaN = missing; :math:`O` its observed entries) and the mo
 
 with p(x) = N(0, I) and each entry's integral over f in closed form for a Gaussian likelihood, by
 Gauss-Hermite quadrature in log space otherwise
-(:func:`~gpflow_svi_gplvm.prediction.latent_inference.draw_log_densities`). Given x the outputs are
+(:func:`~gpflow_svi_gplvm.prediction.predictive.draw_log_densities`). Given x the outputs are
 independent under q(u) (it factorises over outputs), so this is the model's predictive density of
 the row, not a bound. The estimate is :math:`\log \frac1S \sum_s w_s` (its expectation lies below
 log p(y*) by about half its variance); its standard error, by the delta method, is
@@ -49,14 +49,10 @@ from ..latents.flows import log_prior
 from ..likelihoods import GAUSS_HERMITE_POINTS, NegativeBinomial, check_likelihood_support
 from ..options import takes_options_of
 from ..validation import check_integer, check_seed
-from .latent_inference import (
-    LatentInference,
-    NewRowModel,
-    NewRowOptions,
-    chunk_rows,
-    draw_log_densities,
-    in_row_chunks,
-)
+from .functions import NewRowOptions
+from .latent_inference import LatentInference
+from .new_row_model import NewRowModel
+from .predictive import chunk_rows, draw_log_densities, in_row_chunks
 
 __all__ = ["MarginalLogLikelihood", "MarginalLikelihoodEstimator", "marginal_log_likelihood"]
 
@@ -108,7 +104,7 @@ class MarginalLikelihoodEstimator:
     ) -> MarginalLogLikelihood:
         """Estimates and standard errors [N*] for checked rows Y [N*, D] (and ``inputs``), in
         chunks of rows whose fit and draws stay within
-        :func:`~gpflow_svi_gplvm.prediction.latent_inference.chunk_rows`' budget. The rows are
+        :func:`~gpflow_svi_gplvm.prediction.predictive.chunk_rows`' budget. The rows are
         numbered from ``first_row`` on (their noise follows from the numbers): give each block of a
         data set
         scored a block at a time its first row's number there."""
@@ -137,7 +133,7 @@ class MarginalLikelihoodEstimator:
 
     @property
     def rows_per_chunk(self) -> int:
-        """Rows scored at a time (:func:`~gpflow_svi_gplvm.prediction.latent_inference.chunk_rows`),
+        """Rows scored at a time (:func:`~gpflow_svi_gplvm.prediction.predictive.chunk_rows`),
         counting
         each entry's quadrature nodes as draws: a row's densities are [S, D, nodes]."""
         nodes = quadrature_nodes(self.inference.likelihood)
@@ -177,7 +173,7 @@ class MarginalLikelihoodEstimator:
 
 
 def quadrature_nodes(likelihood: gpflow.likelihoods.Likelihood) -> int:
-    """The nodes at which :func:`~gpflow_svi_gplvm.prediction.latent_inference.draw_log_densities`
+    """The nodes at which :func:`~gpflow_svi_gplvm.prediction.predictive.draw_log_densities`
     evaluates each
     entry's density under ``likelihood`` (its base, when masked): 1 in closed form (Gaussian),
     else its predictive density's Gauss-Hermite rule (GPflow's quadrature likelihoods': theirs)."""
@@ -222,8 +218,8 @@ def marginal_log_likelihood(
     missing; its observed entries only) and its Monte Carlo standard error, both [N*]: an
     importance-sampled estimate from ``num_samples`` draws of a proposal made of the row's q(x*),
     half of them widened by ``widening`` (module docstring). q(x*) is inferred from the row as in
-    :func:`~gpflow_svi_gplvm.prediction.latent_inference.infer_latents`, whose options these are
-    (:class:`~gpflow_svi_gplvm.prediction.latent_inference.NewRowOptions`: ``iterations``,
+    :func:`~gpflow_svi_gplvm.prediction.functions.infer_latents`, whose options these are
+    (:class:`~gpflow_svi_gplvm.prediction.functions.NewRowOptions`: ``iterations``,
     ``tolerance``, ``seed``, ``mask``, ``chunk_size``, and for a model fitted with them the rows'
     ``covariates`` and ``size_factors``). Sum over rows for the held-out likelihood of a data set; a
     mean per row compares models on the same rows. Point and MAP estimates have no q(x*) to weigh

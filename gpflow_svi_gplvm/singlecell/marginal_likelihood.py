@@ -33,7 +33,7 @@ import numpy as np
 
 from ..components.covariates import new_row_inputs
 from ..likelihoods import check_likelihood_support
-from ..prediction.latent_inference import NewRowOptions
+from ..prediction.functions import NewRowOptions
 from ..prediction.marginal_likelihood import MarginalLikelihoodEstimator
 from ..validation import check_integer, check_seed
 from .cell_states import cell_size_factors

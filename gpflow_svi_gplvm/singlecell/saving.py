@@ -43,7 +43,7 @@ from ..export.folder import (
     write_marker,
 )
 from ..models import SVIGPLVM, lookup_model
-from ..prediction.latent_inference import MAX_CANDIDATES, candidate_rows
+from ..prediction.new_row_model import MAX_CANDIDATES, candidate_rows
 from ..rows.sparse import SparseRows
 from ..validation import check_path, check_writable_folder
 from .likelihoods import model_likelihood
@@ -276,7 +276,7 @@ def _values(
 
 def _reference_rows(model: SVIGPLVM, seed: int) -> np.ndarray:
     """The table rows a saved model keeps: those new cells may start from
-    (:func:`~gpflow_svi_gplvm.prediction.latent_inference.candidate_rows`), in order, so that the
+    (:func:`~gpflow_svi_gplvm.prediction.new_row_model.candidate_rows`), in order, so that the
     loaded model,
     whose rows they are, starts new cells from the same ones."""
     return candidate_rows(model.num_table_rows, seed, REFERENCE_CELLS)
