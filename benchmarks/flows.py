@@ -64,15 +64,10 @@ from gpflow_svi_gplvm import (  # noqa: E402
     fit,
 )
 from gpflow_svi_gplvm.datasets import load_oilflow, train_test_split  # noqa: E402
+from gpflow_svi_gplvm.distances import mmd, sliced_wasserstein  # noqa: E402
 from gpflow_svi_gplvm.latents.flows import flow_latent  # noqa: E402
 from gpflow_svi_gplvm.metrics import rmse  # noqa: E402
-from gpflow_svi_gplvm.posterior_check import (  # noqa: E402
-    fit_to_posterior,
-    latent_draws,
-    mmd,
-    posterior_draws,
-    sliced_wasserstein,
-)
+from gpflow_svi_gplvm.posterior_check import fit_to_posterior, latent_draws, posterior_draws  # noqa: E402
 from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 matplotlib.use("Agg")

@@ -2,6 +2,7 @@
 
 # First, before TensorFlow is imported: quiets its start-up log for the command line only.
 from .cli import arguments  # noqa: F401  isort: skip
+from .distances import mmd, sliced_wasserstein
 from .distributed.cluster import multi_worker_strategy
 from .distributed.workers import WorkerLostError
 from .export.saved_model import export_saved_model
@@ -26,7 +27,7 @@ from .models import (
     FlowBayesianGPLVM,
     PointGPLVM,
 )
-from .posterior_check import latent_draws, mmd, posterior_draws, sliced_wasserstein
+from .posterior_check import latent_draws, posterior_draws
 from .prediction.functions import log_predictive_density
 from .prediction.latent_inference import LatentInference
 from .prediction.marginal_likelihood import marginal_log_likelihood

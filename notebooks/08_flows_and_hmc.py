@@ -37,14 +37,10 @@ import tensorflow as tf
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM, FlowBayesianGPLVM, GaussianLatent, fit
 from gpflow_svi_gplvm.datasets import load_digits
+from gpflow_svi_gplvm.distances import mmd
 from gpflow_svi_gplvm.latents.flows import flow_latent
 from gpflow_svi_gplvm.plotting import keep_figures
-from gpflow_svi_gplvm.posterior_check import (
-    fit_to_posterior,
-    latent_draws,
-    mmd,
-    posterior_draws,
-)
+from gpflow_svi_gplvm.posterior_check import fit_to_posterior, latent_draws, posterior_draws
 
 keep_figures("08_flows_and_hmc")  # as a script: figures saved to a folder it prints
 

@@ -17,13 +17,11 @@ from check_shapes import disable_check_shapes
 
 from gpflow_svi_gplvm import FlowBayesianGPLVM, export_saved_model, fit
 from gpflow_svi_gplvm.cli.main import main
+from gpflow_svi_gplvm.latents.flow_layers import AutoregressiveLayers, Planar, PlanarLayers
 from gpflow_svi_gplvm.latents.flows import (
     PLANAR_MARGIN,
-    AutoregressiveLayers,
     FlowLatent,
     JointFlowLatent,
-    Planar,
-    PlanarLayers,
     flow_latent,
     log_prior,
 )

@@ -25,7 +25,8 @@ from gpflow_svi_gplvm import (
     fit,
 )
 from gpflow_svi_gplvm.components.importance import importance_weighted_rows
-from gpflow_svi_gplvm.latents.flows import FlowLatent, PlanarLayers, log_prior
+from gpflow_svi_gplvm.latents.flow_layers import PlanarLayers
+from gpflow_svi_gplvm.latents.flows import FlowLatent, log_prior
 
 N, D, Q, M = 6, 3, 2, 3
 

@@ -8,14 +8,12 @@ import tensorflow as tf
 from scipy.stats import multivariate_normal
 
 from gpflow_svi_gplvm import MAPGPLVM, BayesianSVIGPLVM, GaussianLatent, PointGPLVM
+from gpflow_svi_gplvm.distances import median_bandwidth, mmd, sliced_wasserstein
 from gpflow_svi_gplvm.posterior_check import (
     fit_to_posterior,
     latent_draws,
     log_posterior,
-    median_bandwidth,
-    mmd,
     posterior_draws,
-    sliced_wasserstein,
 )
 
 B, D, Q, M = 2, 3, 2, 3

@@ -22,7 +22,8 @@ the cost of a step does not grow with N.
 from .base import LatentVariables, RowLatentVariables, checked_variance, gather_rows, row_table
 from .batch import LatentBatch, NewRowFit
 from .encoder import EncoderLatent, default_encoder_sizes, paper_encoder_options
-from .flows import FlowLatent, JointFlowLatent, Planar
+from .flow_layers import Planar
+from .flows import FlowLatent, JointFlowLatent
 from .gaussian import GaussianLatent, diagonal_gaussian_batch
 from .point import MAPLatent, PointLatent
 
