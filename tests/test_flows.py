@@ -17,14 +17,13 @@ from check_shapes import disable_check_shapes
 
 from gpflow_svi_gplvm import FlowBayesianGPLVM, export_saved_model, fit
 from gpflow_svi_gplvm.cli.main import main
-from gpflow_svi_gplvm.latents.flow_layers import AutoregressiveLayers, Planar, PlanarLayers
-from gpflow_svi_gplvm.latents.flows import (
+from gpflow_svi_gplvm.latents.flow_layers import (
     PLANAR_MARGIN,
-    FlowLatent,
-    JointFlowLatent,
-    flow_latent,
-    log_prior,
+    AutoregressiveLayers,
+    Planar,
+    PlanarLayers,
 )
+from gpflow_svi_gplvm.latents.flows import FlowLatent, JointFlowLatent, flow_latent, log_prior
 from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
 from gpflow_svi_gplvm.training.trainer import Trainer
 

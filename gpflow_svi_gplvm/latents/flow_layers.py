@@ -13,9 +13,27 @@ from gpflow.base import Module, Parameter
 from gpflow.config import default_float
 
 from ..validation import check_integer, check_layer_sizes
-from .flows import _LOG_SCALE_BOUND, _PLANAR_SHIFT, PLANAR_MARGIN
 
-__all__ = ["Planar", "FlowLayers", "PlanarLayers", "MaskedNetwork", "AutoregressiveLayers"]
+__all__ = [
+    "PLANAR_MARGIN",
+    "Planar",
+    "FlowLayers",
+    "PlanarLayers",
+    "MaskedNetwork",
+    "AutoregressiveLayers",
+]
+
+PLANAR_MARGIN = 1e-3
+r"""The constrained :math:`w^\top \hat u` of a planar layer stays above :math:`-1 +` this, so that
+its Jacobian determinant stays at least this far from zero."""
+
+
+# softplus(c) = 1 - margin: an unconstrained u = 0 gives u_hat = 0, so a new layer is the identity.
+_PLANAR_SHIFT = float(np.log(np.expm1(1.0 - PLANAR_MARGIN)))
+
+
+_LOG_SCALE_BOUND = 5.0
+"""Autoregressive log-scales are squashed into (-5, 5): a layer never scales by more than e^5."""
 
 
 class Planar(tfp.bijectors.Bijector):

@@ -58,16 +58,6 @@ autoregressive flow, inverted)."""
 FLOW_PARAMETERS = ("shared", "per-row", "joint")
 """Whose the layers' parameters are: all rows', each row's own, or one flow over vec(X)."""
 
-PLANAR_MARGIN = 1e-3
-r"""The constrained :math:`w^\top \hat u` of a planar layer stays above :math:`-1 +` this, so that
-its Jacobian determinant stays at least this far from zero."""
-
-# softplus(c) = 1 - margin: an unconstrained u = 0 gives u_hat = 0, so a new layer is the identity.
-_PLANAR_SHIFT = float(np.log(np.expm1(1.0 - PLANAR_MARGIN)))
-
-_LOG_SCALE_BOUND = 5.0
-"""Autoregressive log-scales are squashed into (-5, 5): a layer never scales by more than e^5."""
-
 
 class FlowLatent(RowLatentVariables):
     r"""q(x_n): the base :math:`\mathcal{N}(\mu_n, \mathrm{diag}\, s_n)` (tables [N, Q]) pushed
