@@ -10,6 +10,8 @@ import pytest
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.options import takes_options_of
+from gpflow_svi_gplvm.prediction import functions
+from gpflow_svi_gplvm.prediction.functions import NewRowOptions
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
@@ -84,7 +86,7 @@ def test_fit_shows_every_trainer_option_keyword_only_with_its_default():
 @pytest.mark.parametrize("name", ["infer_latents", "reconstruct"])
 def test_the_new_row_methods_show_the_functions_options(name):
     method = inspect.signature(getattr(sg.SVIGPLVM, name)).parameters
-    function = inspect.signature(getattr(sg.inference, name)).parameters
+    function = inspect.signature(getattr(functions, name)).parameters
     given = 2 if name == "infer_latents" else 3  # the model (self), the rows and their indices
     assert list(method)[:given][1:] == list(function)[1:given]
     for option, parameter in list(function.items())[given:]:
@@ -103,10 +105,10 @@ def test_an_unknown_option_of_a_new_row_method_is_named(name):
 @pytest.mark.parametrize("name", ["infer_latents", "reconstruct", "log_predictive_density"])
 def test_the_new_row_functions_show_every_new_row_option_keyword_only(name):
     """One source, ``NewRowOptions``: each field, with its default, after the function's own."""
-    shown = inspect.signature(getattr(sg.inference, name)).parameters
-    fields = dataclasses.fields(sg.inference.NewRowOptions)
+    shown = inspect.signature(getattr(functions, name)).parameters
+    fields = dataclasses.fields(NewRowOptions)
     assert list(shown)[-len(fields) :] == [field.name for field in fields]
     for field in fields:
         assert shown[field.name].default == field.default and shown[field.name].kind == KEYWORD
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
-        sg.inference.NewRowOptions(bogus=1)
+        NewRowOptions(bogus=1)

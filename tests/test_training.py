@@ -21,6 +21,7 @@ from sklearn.neighbors import KNeighborsClassifier
 
 import gpflow_svi_gplvm as sg
 from gpflow_svi_gplvm.latents import PointLatent
+from gpflow_svi_gplvm.training.batches import make_dataset
 
 N_SMALL, D_SMALL, Q, M_SMALL = 30, 4, 2, 5
 BATCH = 7  # does not divide N_SMALL: batches straddle epoch boundaries
@@ -516,7 +517,7 @@ def test_held_rows_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y)
     fed make_dataset's (idx, Y) pairs of the same seed it takes the very same steps."""
     reference, _ = seeded_run
     model = stochastic_bsvi(small_Y)
-    dataset = sg.training.make_dataset(model, small_Y, BATCH, seed=3)
+    dataset = make_dataset(model, small_Y, BATCH, seed=3)
     trainer = sg.Trainer(model, dataset, seed=3)
     assert trainer.rows.shard is None
     # The same steps; the dense update of this small table runs on TensorFlow's thread pool, whose

@@ -163,14 +163,9 @@ class Trainer:
         self.elbo: list[np.ndarray] = []
         self.checkpoints: Checkpoints | None = None
         if checkpoint_dir is not None:
-            self.checkpoints = self._checkpoints(
-                checkpoint_dir,
-                self.rows.record(batch_size, data_names),
-                checkpoint_every,
-                max_to_keep,
-                allow_new_data,
-                overwrite,
-            )
+            record = self.rows.record(batch_size, data_names)
+            kept = (checkpoint_every, max_to_keep, allow_new_data, overwrite)
+            self.checkpoints = _open_checkpoints(self, checkpoint_dir, record, *kept)
 
     closed: bool = False
     """Whether :meth:`close` was called: a closed Trainer neither trains nor saves."""
@@ -203,48 +198,6 @@ class Trainer:
     def __del__(self) -> None:
         if getattr(self, "checkpoints", None) is not None:
             self.close()
-
-    def _checkpoints(
-        self,
-        directory: str | Path,
-        record: TrainingData,
-        every: int,
-        max_to_keep: int,
-        allow_new_data: bool,
-        overwrite: bool,
-    ) -> Checkpoints:
-        """The checkpoint folder of this run's model, optimiser, generator and steps (and the
-        iterator of a user's dataset: the batches of rows held here follow from the step)."""
-        if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
-            raise ValueError(
-                f"checkpoint_dir must name a folder (a str or path), got {directory!r}: e.g. "
-                "checkpoint_dir='checkpoints/'."
-            )
-        # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
-        # so a checkpoint of the other choice is refused, not restored into the wrong slots.
-        steps = self.steps
-        optimizer_key = "optimizer" if steps.natural_gradient is None else "optimizer_natgrad"
-        objects = {
-            "model": self.model,
-            optimizer_key: steps.optimizer,
-            "generator": self.model.latent.generator,
-        }
-        if not self.rows.follow_from_step:
-            objects["iterator"] = steps.iterator
-        return Checkpoints(
-            directory,
-            objects,
-            self.step_count,
-            record,
-            steps.q_u_optimizer,
-            every=every,
-            max_to_keep=max_to_keep,
-            allow_new_data=allow_new_data,
-            workers=self.workers,
-            overwrite=overwrite,
-            model=_description(self.model, steps.q_u_optimizer),
-            own_tables=self.model.table_rows is not None,
-        )
 
     @property
     def num_steps(self) -> int:
@@ -309,15 +262,9 @@ class Trainer:
         start = time.perf_counter()
         target = self.num_steps + iterations
         # Workers step together: each must stop at the same step, with checkpoints between.
-        self.workers.agree(
-            "called train with other iterations",
-            dict(
-                iterations=target,
-                steps_per_call=steps_per_call,
-                callback_every=callback_every,
-                callback=callback is not None,
-            ),
-        )
+        calls: dict[str, object] = {"iterations": target, "steps_per_call": steps_per_call}
+        calls |= {"callback_every": callback_every, "callback": callback is not None}
+        self.workers.agree("called train with other iterations", calls)
         rejected = self.steps.rejected_natural_steps()
         # The rates a step will use, each checked before the step (a user's optimizer has its own).
         step_sizes = [getattr(self.steps.optimizer, "learning_rate", None)]
@@ -327,12 +274,7 @@ class Trainer:
                 chunk = min(steps_per_call, target - self.num_steps)
                 if callback is not None:
                     chunk = min(chunk, callback_every - self.num_steps % callback_every)
-                if self.checkpoints is not None:
-                    chunk = min(chunk, self.checkpoints.steps_to_next())
-                for size in step_sizes:
-                    if isinstance(size, StepSize):
-                        chunk = size.valid_steps(self.num_steps, chunk)
-                values = self._advance(chunk, start)
+                values = self._advance(self._checked_chunk(chunk, step_sizes), start)
                 bar.update(len(values))
                 bar.set_postfix(elbo=f"{values.mean():.4g}")
                 if self.checkpoints is not None and self.num_steps % self.checkpoints.every == 0:
@@ -344,6 +286,16 @@ class Trainer:
         self._warn_of_rejected_steps(self.steps.rejected_natural_steps() - rejected, iterations)
         self.workers.finish()
         return self._history(start)
+
+    def _checked_chunk(self, chunk: int, step_sizes: list) -> int:
+        """At most ``chunk`` steps, up to the next checkpoint and through steps at which every
+        schedule in ``step_sizes`` gives a valid size."""
+        if self.checkpoints is not None:
+            chunk = min(chunk, self.checkpoints.steps_to_next())
+        for size in step_sizes:
+            if isinstance(size, StepSize):
+                chunk = size.valid_steps(self.num_steps, chunk)
+        return chunk
 
     def _advance(self, num_steps: int, start: float) -> np.ndarray:
         """Run ``num_steps`` compiled steps and record their ELBOs [num_steps]; a
@@ -362,21 +314,7 @@ class Trainer:
             message = lost_worker_message(self.workers, error, self.num_steps, last)
             raise WorkerLostError(message) from error
         except tf.errors.InvalidArgumentError as error:
-            if BAD_BATCH in error.message:
-                # The check's own message, without what TensorFlow adds after it.
-                found = re.split(r"[\]\n]", error.message[error.message.index(BAD_BATCH) :])[0]
-                raise ValueError(
-                    f"{found}: give (idx, Y) with "
-                    "idx the rows' numbers in the data the model was built from and Y finite "
-                    "(NaN where missing), as make_dataset(model, Y, batch_size) does."
-                ) from error
-            if self.rows.on_disk is None:
-                raise
-            # The rows on disk could not be read (e.g. their file changed): say so plainly,
-            # with the reader's own message, not the graph's trace around it.
-            raise ValueError(
-                f"Reading the rows on disk failed: {_raised_in_python(error.message)}"
-            ) from error
+            raise _step_error(error, self.rows.on_disk is not None) from error
         self.elbo.append(values)
         self.step_count.assign_add(len(values))
         if not np.all(np.isfinite(values)):
@@ -406,6 +344,61 @@ class Trainer:
 
     def _history(self, start: float) -> History:
         return History(self._elbo_array(), time.perf_counter() - start, self.tracing_count)
+
+
+def _open_checkpoints(
+    trainer: Trainer,
+    directory: str | Path,
+    record: TrainingData,
+    every: int,
+    max_to_keep: int,
+    allow_new_data: bool,
+    overwrite: bool,
+) -> Checkpoints:
+    """The checkpoint folder of ``trainer``'s model, optimiser, generator and steps (and the
+    iterator of a user's dataset: the batches of rows held here follow from the step)."""
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
+        raise ValueError(
+            f"checkpoint_dir must name a folder (a str or path), got {directory!r}: e.g. "
+            "checkpoint_dir='checkpoints/'."
+        )
+    # Adam's state lives under a key of its own per q_u_optimizer (its variables differ),
+    # so a checkpoint of the other choice is refused, not restored into the wrong slots.
+    steps, model = trainer.steps, trainer.model
+    optimizer_key = "optimizer" if steps.natural_gradient is None else "optimizer_natgrad"
+    objects = {"model": model, optimizer_key: steps.optimizer, "generator": model.latent.generator}
+    if not trainer.rows.follow_from_step:
+        objects["iterator"] = steps.iterator
+    return Checkpoints(
+        directory,
+        objects,
+        trainer.step_count,
+        record,
+        steps.q_u_optimizer,
+        every=every,
+        max_to_keep=max_to_keep,
+        allow_new_data=allow_new_data,
+        workers=trainer.workers,
+        overwrite=overwrite,
+        model=_description(model, steps.q_u_optimizer),
+        own_tables=model.table_rows is not None,
+    )
+
+
+def _step_error(error: tf.errors.InvalidArgumentError, on_disk: bool) -> Exception:
+    """What to raise for a step's failed check: a ``ValueError`` that says what to give for a
+    bad batch of a user's dataset, or for rows on disk that could not be read (e.g. their file
+    changed) the reader's own message, not the graph's trace around it; else the error itself."""
+    if BAD_BATCH in error.message:
+        # The check's own message, without what TensorFlow adds after it.
+        found = re.split(r"[\]\n]", error.message[error.message.index(BAD_BATCH) :])[0]
+        return ValueError(
+            f"{found}: give (idx, Y) with idx the rows' numbers in the data the model was built "
+            "from and Y finite (NaN where missing), as make_dataset(model, Y, batch_size) does."
+        )
+    if not on_disk:
+        return error
+    return ValueError(f"Reading the rows on disk failed: {_raised_in_python(error.message)}")
 
 
 def _raised_in_python(message: str) -> str:
