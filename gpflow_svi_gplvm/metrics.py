@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    import anndata
     import pandas as pd
 
 __all__ = [
@@ -305,6 +306,28 @@ SCIB_NEIGHBOURS = 90
 """The neighbours scib-metrics' scores need at most (iLISI and cLISI take 90; Leiden 15)."""
 
 
+def _scored_cells(
+    embeddings: dict[str, np.ndarray],
+    cell_type: np.ndarray,
+    batch: np.ndarray,
+    unintegrated: np.ndarray,
+) -> anndata.AnnData:
+    """An AnnData of N cells that holds only what the scIB benchmark reads: the types and
+    batches in ``obs``, the embeddings and the unintegrated PCA in ``obsm``."""
+    import anndata
+    import pandas as pd
+
+    N = len(cell_type)
+    adata = anndata.AnnData(
+        np.zeros((N, 1)),
+        obs=pd.DataFrame({"cell_type": cell_type, "batch": batch}, index=np.arange(N).astype(str)),
+        obsm={"unintegrated": np.asarray(unintegrated, dtype=np.float64)},
+    )
+    for key, embedding in embeddings.items():
+        adata.obsm[key] = np.asarray(embedding, dtype=np.float64)
+    return adata
+
+
 def scib_scores(
     embeddings: Mapping[str, np.ndarray],
     cell_type: np.ndarray,
@@ -327,8 +350,6 @@ def scib_scores(
         raise ValueError(
             "scIB scores need scib-metrics: pip install 'gpflow-svi-gplvm[scib]'."
         ) from error
-    import anndata
-    import pandas as pd
     from sklearn.neighbors import NearestNeighbors
 
     N = len(np.asarray(cell_type))
@@ -341,13 +362,7 @@ def scib_scores(
         return NeighborsResults(indices=indices, distances=distances)
 
     keys = [f"e{i}" for i in range(len(embeddings))]  # any names, whatever obsm allows
-    adata = anndata.AnnData(
-        np.zeros((N, 1)),
-        obs=pd.DataFrame({"cell_type": cell_type, "batch": batch}, index=np.arange(N).astype(str)),
-        obsm={"unintegrated": np.asarray(unintegrated, dtype=np.float64)},
-    )
-    for key, embedding in zip(keys, embeddings.values()):
-        adata.obsm[key] = np.asarray(embedding, dtype=np.float64)
+    adata = _scored_cells(dict(zip(keys, embeddings.values())), cell_type, batch, unintegrated)
     benchmark = Benchmarker(
         adata,
         "batch",

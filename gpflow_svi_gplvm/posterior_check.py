@@ -197,10 +197,26 @@ def posterior_draws(
     shape = [num_chains, num_rows, model.latent_dim]
     initial = _initial_states(log_density, shape, num_candidates, seed)
 
+    sample = _nuts_sampler(log_density, initial, step_shape, num_draws, num_burnin, target_accept)
+    draws, (log_accept, step_sizes) = sample(_sampler_seed(seed))
+    return _with_diagnostics(draws, log_accept, step_sizes[-1], num_rows)
+
+
+def _nuts_sampler(
+    log_density: LogDensity,
+    initial: tf.Tensor,
+    step_shape: list[int],
+    num_draws: int,
+    num_burnin: int,
+    target_accept: float,
+) -> Callable[[tf.Tensor], tuple]:
+    """A compiled NUTS run from ``initial`` whose step sizes (of ``step_shape``) adapt in the
+    first 80% of ``num_burnin`` steps: its draws, log acceptance ratios and step sizes, from a
+    seed."""
     first_step = tf.constant(0.1, initial.dtype)
 
     @tf.function(autograph=False)
-    def sample() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def sample(seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         kernel = tfp.mcmc.DualAveragingStepSizeAdaptation(
             tfp.mcmc.NoUTurnSampler(log_density, tf.fill(step_shape, first_step)),
             num_adaptation_steps=int(0.8 * num_burnin),
@@ -215,11 +231,10 @@ def posterior_draws(
                 results.inner_results.log_accept_ratio,
                 results.new_step_size,
             ),
-            seed=_sampler_seed(seed),
+            seed=seed,
         )
 
-    draws, (log_accept, step_sizes) = sample()
-    return _with_diagnostics(draws, log_accept, step_sizes[-1], num_rows)
+    return sample
 
 
 def _sampler_seed(seed: int) -> tf.Tensor:
@@ -344,6 +359,12 @@ def fit_to_posterior(
         optimizer.apply_gradients(tape.gradient(loss, variables))
         return bound
 
+    return _repeated(step, iterations).numpy()
+
+
+def _repeated(step: Callable[[], tf.Tensor], iterations: int) -> tf.Tensor:
+    """``step()`` run ``iterations`` times in one compiled loop: its values [iterations]."""
+
     # The step is a function of its own, whose updates run before it returns; the loop is an
     # explicit while loop, left to no AutoGraph conversion.
     @tf.function(autograph=False)
@@ -355,7 +376,7 @@ def fit_to_posterior(
         _, bounds = tf.while_loop(lambda i, _: i < iterations, body, start)
         return bounds.stack()
 
-    return run().numpy()
+    return run()
 
 
 def _check_family(latent: LatentVariables, num_rows: int, latent_dim: int) -> None:

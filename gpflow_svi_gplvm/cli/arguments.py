@@ -95,6 +95,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="the likelihood of each entry (below; default: gaussian, negative_binomial for an "
         ".h5ad)",
     )
+    _add_model_options(parser)
+    parser.add_argument(
+        "--no-standardise",
+        action="store_true",
+        help="keep a data file's columns as they are (default: centre and scale each column "
+        "for a Gaussian likelihood; see 'units' below)",
+    )
+    parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
+    _add_single_cell_options(parser)
+    _add_keeping_options(parser)
+    _add_cluster_options(parser)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
+    return parser
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The model's sizes and how it is trained."""
     parser.add_argument("--latent-dim", type=int, help=LATENT_HELP)
     parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
     parser.add_argument("--iterations", type=int, default=3000, help="training steps")
@@ -111,21 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="one q(u) covariance for all outputs (fast at large D; default: shared when D >= 100)",
     )
-    parser.add_argument(
-        "--no-standardise",
-        action="store_true",
-        help="keep a data file's columns as they are (default: centre and scale each column "
-        "for a Gaussian likelihood; see 'units' below)",
-    )
-    parser.add_argument("--output", type=Path, default=Path("runs/latest"), help="output folder")
-    _add_single_cell_options(parser)
-    _add_keeping_options(parser)
-    _add_cluster_options(parser)
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument(
-        "--debug", action="store_true", help="show the Python traceback of an error"
-    )
-    return parser
 
 
 def _add_cluster_options(parser: argparse.ArgumentParser) -> None:

@@ -81,12 +81,9 @@ def _plain_warning(message: Warning | str, *args: object, **kwargs: object) -> s
     return f"warning: {message}\n"
 
 
-def _run(args: argparse.Namespace) -> int:
-    matplotlib.use("Agg")
-    # Before any other TensorFlow operation.
-    strategy = _strategy(args.distributed, args.startup_timeout)
-    cells = args.data is not None and args.data.suffix == ".h5ad"
-    check_cell_options(args, cells)
+def _fill_defaults(args: argparse.Namespace, cells: bool) -> None:
+    """The options left unset take the defaults of the data's kind (an ``.h5ad``'s cells or a
+    table), from :mod:`gpflow_svi_gplvm.defaults`."""
     args.likelihood = args.likelihood or ("negative_binomial" if cells else "gaussian")
     if args.num_inducing is None:
         args.num_inducing = defaults.CELL_NUM_INDUCING if cells else defaults.NUM_INDUCING
@@ -94,6 +91,15 @@ def _run(args: argparse.Namespace) -> int:
         args.latent_dim = defaults.CELL_LATENT_DIM if cells else defaults.LATENT_DIM
     if args.batch_size is None:
         args.batch_size = defaults.CELL_BATCH_SIZE if cells else defaults.BATCH_SIZE
+
+
+def _run(args: argparse.Namespace) -> int:
+    matplotlib.use("Agg")
+    # Before any other TensorFlow operation.
+    strategy = _strategy(args.distributed, args.startup_timeout)
+    cells = args.data is not None and args.data.suffix == ".h5ad"
+    check_cell_options(args, cells)
+    _fill_defaults(args, cells)
     if strategy is not None and args.export:
         raise ValueError(
             "--export is for a run on one machine: train with --distributed --save, then export "
@@ -106,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
             check_writable_folder(args.output, "--output")
             _check_earlier_outputs(args)
     if cells:
-        return run_single_cell(args, strategy)
+        return run_single_cell(args, strategy, workers)
     with workers.agreeing():  # a file one worker cannot read is named on every worker
         data = _load_data(args)
     Y = data.Y
@@ -114,7 +120,7 @@ def _run(args: argparse.Namespace) -> int:
     if workers.chief:
         missing = f"{np.isnan(Y).mean():.1%} missing"
         print(f"data: {described(data, args.labels) or args.data} -> Y {Y.shape}, {missing}")
-    model, history, seconds = _train(args, Y, strategy)
+    model, history, seconds = _train(args, Y, strategy, workers)
     workers.finish()
     if not workers.chief:
         rows = worker_rows(len(Y), workers.index, workers.count)
@@ -123,11 +129,24 @@ def _run(args: argparse.Namespace) -> int:
             "(worker 0) writes the outputs."
         )
         return 0
-    amortised_rows = Y if model.latent.amortised else None
+    _write_outputs(args, data, model, history, seconds)
+    return 0
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    data: datasets.DataSet,
+    model: SVIGPLVM,
+    history: History,
+    seconds: float,
+) -> None:
+    """The chief's outputs of a run on a table: ``metrics.json``, the figures, the export when
+    asked; then the run's summary."""
     metrics = run_metrics(args, data, model, history, seconds)
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
     written = ["metrics.json"]
+    amortised_rows = data.Y if model.latent.amortised else None
     written += save_figures(args.output, model, history, amortised_rows, data)
     if args.export:
         location, scale = data.metadata.get("location"), data.metadata.get("scale")
@@ -139,7 +158,6 @@ def _run(args: argparse.Namespace) -> int:
         written.append("checkpoints/")
     print_summary(args, metrics, seconds, len(history.elbo))
     print(f"wrote {', '.join(written)} to {args.output}/")
-    return 0
 
 
 OUTPUTS = ("metrics.json", "latent_space.png", "ard.png", "elbo.png", "X_gplvm.npy")
@@ -204,7 +222,10 @@ def _strategy(distributed: bool, timeout: float) -> tf.distribute.Strategy | Non
 
 
 def _train(
-    args: argparse.Namespace, Y: np.ndarray, strategy: tf.distribute.Strategy | None
+    args: argparse.Namespace,
+    Y: np.ndarray,
+    strategy: tf.distribute.Strategy | None,
+    workers: Workers,
 ) -> tuple[SVIGPLVM, History, float]:
     """The model that ``--model`` names, built on Y [N, D] (this worker's block of its rows under
     a ``strategy``) and trained, keeping checkpoints with ``--save``; with the seconds taken."""
@@ -232,7 +253,7 @@ def _train(
         resume=args.resume,
         overwrite=bool(args.overwrite and keep and not args.resume),
     )
-    return _whole(args, Y, model, Workers.of(strategy)), history, time.perf_counter() - start
+    return _whole(args, Y, model, workers), history, time.perf_counter() - start
 
 
 def _built(args: argparse.Namespace, data: np.ndarray | RowShard, num_columns: int) -> SVIGPLVM:

@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import tensorflow as tf
@@ -18,6 +18,9 @@ from ..export.folder import check_destination, is_export
 from ..models import SVIGPLVM
 from ..training.trainer import History
 from .report import settings, versions
+
+if TYPE_CHECKING:
+    from ..singlecell import SingleCellGPLVM
 
 __all__ = ["check_cell_options", "run_single_cell", "CELL_OPTIONS", "check_saved_model"]
 
@@ -41,7 +44,9 @@ def check_cell_options(args: argparse.Namespace, cells: bool) -> None:
         )
 
 
-def run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy | None) -> int:
+def run_single_cell(
+    args: argparse.Namespace, strategy: tf.distribute.Strategy | None, workers: Workers
+) -> int:
     """An ``.h5ad`` of single cells: ``SingleCellGPLVM`` (out of core on one worker, each worker
     reading its own cells on several), the embedding of every cell, ``metrics.json`` and the
     ELBO's figure in ``--output``, written by the chief."""
@@ -53,7 +58,6 @@ def run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy |
             "An .h5ad is fitted as single cells' counts: --likelihood negative_binomial or "
             "poisson, and no --labels (the cells' obs hold their labels)."
         )
-    workers = Workers.of(strategy)
     saved = args.output / "model"
     with workers.agreeing():  # found now, not after training
         if args.save and workers.chief:
@@ -80,14 +84,7 @@ def run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy |
     if not workers.chief:
         print(f"{workers.name} of {workers.count}: trained on its cells; the chief writes.")
         return 0
-    history, model = cast(History, face.history), cast(SVIGPLVM, face.model)
-    cells, genes = int(model.num_data or 0), len(face.gene_names)
-    metrics = {"cells": cells, "genes": genes, "settings": settings(args, model)}
-    metrics.update(versions=versions(), seconds=round(seconds, 2), steps=len(history.elbo))
-    metrics["elbo_final"] = float(np.mean(history.elbo[-100:])) if len(history.elbo) else None
-    (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    plotting.plot_elbo(history).savefig(args.output / "elbo.png", dpi=120, bbox_inches="tight")
-    written = ["X_gplvm.npy", "X_gplvm_var.npy", "metrics.json", "elbo.png"]
+    written, metrics = _write_cell_outputs(args, face, seconds)
     if args.save:
         face.save(saved, overwrite=args.resume or args.overwrite)
         written += ["checkpoints/", "model/"]
@@ -95,10 +92,25 @@ def run_single_cell(args: argparse.Namespace, strategy: tf.distribute.Strategy |
         face.export_saved_model(args.output / "saved_model", overwrite=True)
         written.append("saved_model/1/")
     print(
-        f"{cells} cells x {genes} genes, {len(history.elbo)} steps in {seconds:.1f} s; wrote "
-        f"{', '.join(written)} to {args.output}/"
+        f"{metrics['cells']} cells x {metrics['genes']} genes, {metrics['steps']} steps in "
+        f"{seconds:.1f} s; wrote {', '.join(written)} to {args.output}/"
     )
     return 0
+
+
+def _write_cell_outputs(
+    args: argparse.Namespace, face: SingleCellGPLVM, seconds: float
+) -> tuple[list[str], dict]:
+    """The chief's ``metrics.json`` and ELBO figure of a fitted ``face``: the files written (the
+    embedding's, which the fit wrote, with them) and the metrics."""
+    history, model = cast(History, face.history), cast(SVIGPLVM, face.model)
+    cells, genes = int(model.num_data or 0), len(face.gene_names)
+    metrics = {"cells": cells, "genes": genes, "settings": settings(args, model)}
+    metrics.update(versions=versions(), seconds=round(seconds, 2), steps=len(history.elbo))
+    metrics["elbo_final"] = float(np.mean(history.elbo[-100:])) if len(history.elbo) else None
+    (args.output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    plotting.plot_elbo(history).savefig(args.output / "elbo.png", dpi=120, bbox_inches="tight")
+    return ["X_gplvm.npy", "X_gplvm_var.npy", "metrics.json", "elbo.png"], metrics
 
 
 CELL_OPTIONS = (

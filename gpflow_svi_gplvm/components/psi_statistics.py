@@ -314,16 +314,9 @@ def diagonal_psi_statistics(
     widths_2 = squared + 2.0 * variance
     log_scale_1 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_1), axis=-1, keepdims=True)
     log_scale_2 = 0.5 * tf.reduce_sum(tf.math.log(squared / widths_2), axis=-1)  # [B]
-    # sum_q w_nq (mu_nq - z_mq)^2 for both weights w (1 / c and 1 / 2d) at once: the squares
-    # expanded, one [2B, 2Q] x [2Q, M] product.
+    # Both weights w (1 / c and 1 / 2d) at once.
     weights = tf.concat([1.0 / widths_1, 0.5 / widths_2], axis=0)  # [2B, Q]
-    means = tf.concat([mean, mean], axis=0)
-    expanded = tf.linalg.matmul(
-        tf.concat([weights * means, weights], axis=1),
-        tf.concat([-2.0 * Z, tf.square(Z)], axis=1),
-        transpose_b=True,
-    )  # [2B, M]
-    exponents = tf.reduce_sum(weights * tf.square(means), axis=-1, keepdims=True) + expanded
+    exponents = _weighted_squared_offsets(tf.concat([mean, mean], axis=0), Z, weights)
     exponent_1, half_2 = tf.split(exponents, 2, axis=0)
     psi_1 = kernel.variance * tf.exp(log_scale_1 - 0.5 * exponent_1)
     separations = tf.reshape(tf.square(Z[:, None, :] - Z[None, :, :]), [-1, tf.shape(Z)[1]])
@@ -339,3 +332,14 @@ def diagonal_psi_statistics(
     )
     psi_2 = tf.square(kernel.variance) * tf.exp(exponent_2)
     return psi_0, psi_1, psi_2
+
+
+def _weighted_squared_offsets(mean: tf.Tensor, Z: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+    r""":math:`\sum_q w_{nq} (\mu_{nq} - z_{mq})^2` [B, M] for ``mean`` and ``weights`` [B, Q] and
+    Z [M, Q]: the squares expanded, one [B, 2Q] x [2Q, M] product."""
+    expanded = tf.linalg.matmul(
+        tf.concat([weights * mean, weights], axis=1),
+        tf.concat([-2.0 * Z, tf.square(Z)], axis=1),
+        transpose_b=True,
+    )
+    return tf.reduce_sum(weights * tf.square(mean), axis=-1, keepdims=True) + expanded

@@ -150,21 +150,8 @@ def blank_bones(
             f"Y has shape {Y_missing.shape} but the channel table describes "
             f"{column_bones.size} columns."
         )
-    if isinstance(bones, str):
-        bones = [bones]
-    bones = list(bones)
-    known_bones = list(dict.fromkeys(column_bones.tolist() + list(parents)))
-    selected: list[str] = []
-    for name in bones:
-        if name in MOCAP_BODY_PARTS:
-            selected.extend(MOCAP_BODY_PARTS[name])
-        elif name in known_bones:
-            selected.extend(bone_descendants(name, parents) if descendants else [name])
-        else:
-            raise ValueError(
-                f"Unknown bone or body part {name!r}. Valid bones: {', '.join(known_bones)}. "
-                f"Valid body parts: {', '.join(MOCAP_BODY_PARTS)}."
-            )
+    bones = [bones] if isinstance(bones, str) else list(bones)
+    selected = _selected_bones(bones, column_bones, parents, descendants)
     columns = np.flatnonzero(np.isin(column_bones, selected))
     if columns.size == 0:
         raise ValueError(
@@ -177,3 +164,26 @@ def blank_bones(
     hidden = target & ~np.isnan(Y_missing)
     Y_missing[target] = np.nan
     return Y_missing, hidden
+
+
+def _selected_bones(
+    bones: list[str],
+    column_bones: np.ndarray,
+    parents: Mapping[str, str | None],
+    descendants: bool,
+) -> list[str]:
+    """The bones that the names ``bones`` (bones or body parts) pick, or a ``ValueError`` for an
+    unknown name, listing the valid ones."""
+    known_bones = list(dict.fromkeys(column_bones.tolist() + list(parents)))
+    selected: list[str] = []
+    for name in bones:
+        if name in MOCAP_BODY_PARTS:
+            selected.extend(MOCAP_BODY_PARTS[name])
+        elif name in known_bones:
+            selected.extend(bone_descendants(name, parents) if descendants else [name])
+        else:
+            raise ValueError(
+                f"Unknown bone or body part {name!r}. Valid bones: {', '.join(known_bones)}. "
+                f"Valid body parts: {', '.join(MOCAP_BODY_PARTS)}."
+            )
+    return selected

@@ -212,6 +212,17 @@ class _Units:
         return self.location + self.scale * mean, tf.square(self.scale) * variance
 
 
+def _signatures(module: ServingModule) -> dict:
+    """The export's signatures by name (``serving_default`` is ``reconstruct``)."""
+    functions = {
+        "decode": module.decode,
+        "encode": module.encode,
+        "reconstruct": module.reconstruct,
+        "serving_default": module.reconstruct,
+    }
+    return {name: function.get_concrete_function() for name, function in functions.items()}
+
+
 def export_saved_model(
     model: NewRowModel,
     path: str | Path,
@@ -251,13 +262,7 @@ def export_saved_model(
     check_writable_folder(path.parent, "The export's parent folder")
     settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)
     module = ServingModule(model, *settings, location, scale)
-    functions = {
-        "decode": module.decode,
-        "encode": module.encode,
-        "reconstruct": module.reconstruct,
-        "serving_default": module.reconstruct,
-    }
-    signatures = {name: function.get_concrete_function() for name, function in functions.items()}
+    signatures = _signatures(module)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = make_staging(path)
     try:

@@ -86,19 +86,15 @@ def plot_image_grid(
     height, width = grid[0].shape[1:]
     colours = plt.get_cmap(cmap).with_extremes(bad=missing_colour)
     shared = _finite_range(grid)
+    size = (0.6 + num_columns * panel_height * width / height, num_rows * panel_height)
     figure, axes = plt.subplots(
-        num_rows,
-        num_columns,
-        figsize=(0.6 + num_columns * panel_height * width / height, num_rows * panel_height),
-        squeeze=False,
-        layout="constrained",
+        num_rows, num_columns, figsize=size, squeeze=False, layout="constrained"
     )
     for k, (row_axes, images) in enumerate(zip(axes, grid)):
         low, high = shared if same_scale else _finite_range([images])
         for ax, image in zip(row_axes, images):
             shown = ax.imshow(np.ma.masked_invalid(image), cmap=colours, vmin=low, vmax=high)
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
         if titles is not None:
             row_axes[0].set_ylabel(titles[k])
         if not same_scale:  # each grid row's own scale, beside it
@@ -106,9 +102,6 @@ def plot_image_grid(
     if same_scale:  # one scale for every panel
         figure.colorbar(shown, ax=list(axes.ravel()), label=value_label, pad=0.01)
     if any(np.isnan(images).any() for images in grid):
-        figure.legend(
-            handles=[Patch(color=missing_colour, label="missing")],
-            loc="outside lower right",
-            fontsize=8,
-        )
+        missing = [Patch(color=missing_colour, label="missing")]
+        figure.legend(handles=missing, loc="outside lower right", fontsize=8)
     return figure

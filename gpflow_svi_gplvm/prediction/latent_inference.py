@@ -105,10 +105,8 @@ class LatentInference(tf.Module):
         self.num_samples = check_integer(num_samples, "num_samples")
         self.seed = check_seed(seed)
         self.chunk_size = check_chunk_size(chunk_size)
-        likelihood = model.likelihood
-        self.likelihood = (
-            likelihood if isinstance(likelihood, MaskedLikelihood) else MaskedLikelihood(likelihood)
-        )
+        masked = isinstance(model.likelihood, MaskedLikelihood)
+        self.likelihood = model.likelihood if masked else MaskedLikelihood(model.likelihood)
         model.latent.check_new_rows()
         rows = candidate_rows(model.num_table_rows, seed, max_candidates)
         self._candidate_rows = tf.constant(rows, dtype=tf.int64)

@@ -86,11 +86,7 @@ def differential_expression(
     ``n_samples`` pairs of cells per comparison; ``seed`` seeds their draws."""
     delta, fdr_target = _check_thresholds(delta, fdr_target)
     n_samples = check_integer(n_samples, "n_samples", hint="sampled pairs of cells, e.g. 5000")
-    if inverse_link(fitted.model.likelihood) != "exp":
-        raise ValueError(
-            "Change-mode DE compares rates of counts (log fold changes): fit the model with a "
-            "count likelihood (negative_binomial or poisson)."
-        )
+    _check_count_model(fitted)
     adata = opened(adata)
     labels = obs_column(adata.obs, groupby, "groupby")
     comparisons = _comparisons(labels, group1, group2, groupby)
@@ -108,8 +104,7 @@ def differential_expression(
         lfc, scale1, scale2 = draws.compare(cells1, cells2, batches, n_samples)
         table = _table(lfc, delta, names)
         table["scale1"], table["scale2"] = scale1, scale2
-        for key, value in counts.statistics(cells1, cells2).items():
-            table[key] = value
+        table = table.assign(**counts.statistics(cells1, cells2))
         tables.append(_decided(table, fdr_target, delta, first, second))
     return pd.concat(tables, axis=0)
 
@@ -140,6 +135,15 @@ def _check_thresholds(delta: float, fdr_target: float) -> tuple[float, float]:
     if not 0 < fdr_target < 1:
         raise ValueError(f"fdr_target must lie in (0, 1), got {fdr_target!r}; e.g. 0.05.")
     return float(delta), float(fdr_target)
+
+
+def _check_count_model(fitted: FittedCells) -> None:
+    """A ``ValueError`` unless the model's rates are counts' (log fold changes need them)."""
+    if inverse_link(fitted.model.likelihood) != "exp":
+        raise ValueError(
+            "Change-mode DE compares rates of counts (log fold changes): fit the model with a "
+            "count likelihood (negative_binomial or poisson)."
+        )
 
 
 def _comparisons(labels: pd.Series, group1: Any, group2: Any, groupby: str) -> list:

@@ -29,6 +29,8 @@ offsets. Cells of a batch the model does not know are refused as ``transform`` r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..components.covariates import new_row_inputs
@@ -40,6 +42,10 @@ from .cell_states import cell_size_factors
 from .cells import opened
 from .encoding import obs_column
 from .fitted import FittedCells
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import tensorflow as tf
 
 __all__ = ["marginal_log_likelihood"]
 
@@ -80,26 +86,40 @@ def marginal_log_likelihood(
     numbered = 0
     for start in range(0, adata.n_obs, block_size):
         block = slice(start, min(start + block_size, adata.n_obs))
-        obs = adata.obs.iloc[block]
-        _refuse_learnt_batches(fitted, obs)
-        covariates = fitted.covariates(obs)
-        sizes = cell_size_factors(fitted, obs, library[block])
-        scored = np.ones(len(obs), bool) if sizes is None else sizes > 0
+        scored, Y, inputs = _scored_cells(
+            fitted, adata.obs.iloc[block], rows[block], library[block]
+        )
         if not scored.any():
             continue
-        Y = rows[block][scored]
-        check_likelihood_support(model.likelihood, Y)
-        inputs = new_row_inputs(
-            model,
-            Y,
-            None if covariates is None else covariates[scored],
-            None if sizes is None else sizes[scored],
-        )
         found = estimator(Y, inputs, first_row=numbered)
         numbered += len(Y)
         estimates[block][scored], errors[block][scored] = (t.numpy() for t in found)
     columns = {"log_likelihood": estimates, "standard_error": errors}
     return pd.DataFrame(columns, index=pd.Index(adata.obs.index))
+
+
+def _scored_cells(
+    fitted: FittedCells, obs: pd.DataFrame, rows: np.ndarray, library: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, tf.Tensor | None]:
+    """Of a block of cells (``obs``, their counts ``rows`` [B, G] and library sizes [B]), which
+    are scored [B] (a cell of size factor 0 has no likelihood), their counts and their observed
+    inputs."""
+    _refuse_learnt_batches(fitted, obs)
+    model = fitted.model
+    covariates = fitted.covariates(obs)
+    sizes = cell_size_factors(fitted, obs, library)
+    scored = np.ones(len(obs), bool) if sizes is None else sizes > 0
+    Y = rows[scored]
+    if not scored.any():
+        return scored, Y, None
+    check_likelihood_support(model.likelihood, Y)
+    inputs = new_row_inputs(
+        model,
+        Y,
+        None if covariates is None else covariates[scored],
+        None if sizes is None else sizes[scored],
+    )
+    return scored, Y, inputs
 
 
 def _refuse_learnt_batches(fitted: FittedCells, obs) -> None:
