@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "rmse",
+    "rmse_per_column",
     "nlpd",
     "embedding_scores",
     "leiden_clusterings",
@@ -43,6 +44,17 @@ def rmse(Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None)
     Y_true, scored = _scored(Y_true, mask, Y_pred)
     Y_pred = np.asarray(Y_pred, dtype=float)
     return float(np.sqrt(np.mean((Y_true[scored] - Y_pred[scored]) ** 2)))
+
+
+def rmse_per_column(
+    Y_true: np.ndarray, Y_pred: np.ndarray, mask: np.ndarray | None = None
+) -> np.ndarray:
+    """:func:`rmse` of each column [D] over its scored entries, NaN for a column with none (a
+    pooled RMSE of columns on different scales would be ruled by the widest)."""
+    Y_true, scored = _scored(Y_true, mask, Y_pred)
+    squares = np.where(scored, (Y_true - np.asarray(Y_pred, dtype=float)) ** 2, 0.0)
+    counts = scored.sum(axis=0)
+    return np.where(counts > 0, np.sqrt(squares.sum(axis=0) / np.maximum(counts, 1)), np.nan)
 
 
 def nlpd(

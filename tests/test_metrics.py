@@ -11,6 +11,8 @@ from gpflow_svi_gplvm.metrics import (
     embedding_scores,
     leiden_clusterings,
     rare_type_f1,
+    rmse,
+    rmse_per_column,
     scib_scores,
 )
 
@@ -165,3 +167,22 @@ def test_scib_scores_refuse_what_they_cannot_score(monkeypatch):
     monkeypatch.setitem(sys.modules, "scib_metrics.benchmark", None)
     with pytest.raises(ValueError, match=r"scib-metrics: pip install"):
         scib_scores({"mixed": embedding}, cell_type, batch, unintegrated=embedding)
+
+
+def test_rmse_per_column_is_each_column_s_rmse_over_its_scored_entries():
+    rng = np.random.default_rng(0)
+    Y, predicted = rng.normal(size=(30, 4)), rng.normal(size=(30, 4))
+    Y[rng.random(Y.shape) < 0.3] = np.nan
+    Y[:, 2] = np.nan  # a column with no observed entry
+    mask = rng.random(Y.shape) < 0.8
+    found = rmse_per_column(Y, predicted, mask)
+    for d in range(4):
+        scored = mask[:, d] & ~np.isnan(Y[:, d])
+        if not scored.any():
+            assert np.isnan(found[d])
+            continue
+        errors = [(Y[n, d] - predicted[n, d]) ** 2 for n in range(30) if scored[n]]
+        assert found[d] == pytest.approx(np.sqrt(sum(errors) / len(errors)), rel=1e-12)
+        assert found[d] == pytest.approx(rmse(Y[:, [d]], predicted[:, [d]], mask[:, [d]]))
+    with pytest.raises(ValueError, match="shape of Y_true"):
+        rmse_per_column(Y, predicted[:, :3])

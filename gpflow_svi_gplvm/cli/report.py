@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import __version__, datasets, plotting
-from ..metrics import rmse
+from ..metrics import rmse, rmse_per_column
 from ..models import SVIGPLVM
 from ..training.trainer import History
 
@@ -124,10 +124,8 @@ def reconstruction_errors(
     amortised_rows = Y if model.latent.amortised else None
     reconstruction = model.predict_y(model.latent_mean(amortised_rows))[0].numpy()
     scale = data.metadata.get("scale", np.ones(Y.shape[1]))
-    errors = (Y - reconstruction) * scale  # NaN where an entry is missing
     observed = np.sum(~np.isnan(Y), axis=0)
-    squares = np.nansum(errors**2, axis=0)
-    per_column = np.where(observed > 0, np.sqrt(squares / np.maximum(observed, 1)), np.nan)
+    per_column = rmse_per_column(Y * scale, reconstruction * scale)
     columns = data.metadata.get("columns") or [str(d) for d in range(Y.shape[1])]
     return {
         "reconstruction_rmse": rmse(Y, reconstruction),
