@@ -11,8 +11,8 @@ q(u). Trainers side by side in one process, whose models' ``closed_form_data_ter
 one trace:
 
 - ``as built``: this checkout's;
-- ``baseline`` (``--baseline PATH``): the one in ``PATH/gpflow_svi_gplvm/latent_expectations.py``
-  (a checkout of another version; loaded as a module of this package, so its relative imports
+- ``baseline`` (``--baseline PATH``): the one in
+  ``PATH/gpflow_svi_gplvm/components/psi_statistics.py`` (a checkout of another version; loaded as a module of this package, so its relative imports
   resolve here and the rest of the step is this checkout's);
 - ``XLA island`` (``--xla``): this checkout's, compiled alone by XLA
   (``tf.function(jit_compile=True)``) inside the otherwise uncompiled step (``speed.py --jit``
@@ -52,10 +52,21 @@ FLOOR, AS_BUILT = "SVGP floor (known X)", "as built"
 
 def baseline_data_term(path: str) -> Callable:
     """``closed_form_data_term`` of the checkout at ``path``."""
-    source = os.path.join(path, "gpflow_svi_gplvm", "latent_expectations.py")
-    if not os.path.isfile(source):
-        raise SystemExit(f"--baseline: {source} does not exist; give a checkout of the package.")
-    spec = importlib.util.spec_from_file_location("gpflow_svi_gplvm._baseline", source)
+    # Where the checkout keeps it: its room in components/, or (before the package's wings) a
+    # module of the package itself; named so that its relative imports find the installed package.
+    places = [
+        (("components", "psi_statistics.py"), "gpflow_svi_gplvm.components._baseline"),
+        (("latent_expectations.py",), "gpflow_svi_gplvm._baseline"),
+    ]
+    found = [
+        (os.path.join(path, "gpflow_svi_gplvm", *parts), name)
+        for parts, name in places
+        if os.path.isfile(os.path.join(path, "gpflow_svi_gplvm", *parts))
+    ]
+    if not found:
+        raise SystemExit(f"--baseline: {path} holds no checkout of the package.")
+    source, name = found[0]
+    spec = importlib.util.spec_from_file_location(name, source)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.closed_form_data_term
