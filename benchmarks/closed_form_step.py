@@ -12,8 +12,9 @@ one trace:
 
 - ``as built``: this checkout's;
 - ``baseline`` (``--baseline PATH``): the one in
-  ``PATH/gpflow_svi_gplvm/components/psi_statistics.py`` (a checkout of another version; loaded as a module of this package, so its relative imports
-  resolve here and the rest of the step is this checkout's);
+  ``PATH/gpflow_svi_gplvm/components/psi_statistics.py`` (a checkout of another version; loaded
+  as a module of this package, so its relative imports resolve here and the rest of the step is
+  this checkout's);
 - ``XLA island`` (``--xla``): this checkout's, compiled alone by XLA
   (``tf.function(jit_compile=True)``) inside the otherwise uncompiled step (``speed.py --jit``
   compiles the whole step instead);
