@@ -117,7 +117,8 @@ def _principal_directions(
     def gram_times(matrix: np.ndarray) -> np.ndarray:  # centred Y^T centred Y @ matrix [D, k]
         product = np.zeros((data_dim, matrix.shape[1]))
         for block in row_blocks(Y):
-            product += centred(block).T @ (centred(block) @ matrix)
+            block = centred(block)
+            product += block.T @ (block @ matrix)
         return workers.sum(product)
 
     basis = _subspace(gram_times, data_dim, min(latent_dim + 10, num_data, data_dim), seed)

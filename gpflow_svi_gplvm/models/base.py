@@ -63,7 +63,7 @@ from ..options import takes_options_of
 from ..prediction import latent_inference
 from ..rows.sparse import RowReader
 from ..validation import check_observations, check_seed, takes_a_batch
-from .building import check_latent, check_owned, held_rows, outline, row_inputs
+from .building import HeldRows, check_latent, check_owned, held_rows, outline, row_inputs
 from .data_term import DataTermSVGP
 from .parameters import with_model_parameters
 
@@ -142,10 +142,10 @@ class SVIGPLVM(DataTermSVGP):
         size_factors: ArrayLike | None = None,
         num_importance: int = 1,
         doubly_reparameterised: bool = True,
+        workers: Workers | None = None,
     ):
         seed = self.seed = check_seed(seed)
-        held = held_rows(data, mask)
-        self.table_rows = held.rows if held.owned else None
+        held = held_rows(data, mask, workers)
         inputs = row_inputs(covariates, size_factors, held)
         D, workers = held.Y.shape[1], held.workers
         shared = default_shared_covariance(shared_covariance, D)
@@ -162,31 +162,27 @@ class SVIGPLVM(DataTermSVGP):
         )
         components = with_row_inputs_components(defaults, latent_dim, inputs)
         # Z's columns of the observed inputs keep it as wide as the GP inputs (even unread ones).
-        Z = inducing_inputs(initial, num_inducing, seed, self.table_rows, workers, inputs.table)
+        Z = inducing_inputs(initial, num_inducing, seed, held.table_rows, workers, inputs.table)
         # SVGP's checks admit no [1, M, M]: a shared layout replaces a diagonal [M, D].
         svgp: dict[str, Any] = dict(whiten=whiten, num_data=held.num_data, q_diag=shared)
         svgp.update(mean_function=components.mean_function, num_latent_gps=D)
         super().__init__(components.kernel, components.likelihood, Z, **svgp)
         self._share_q_sqrt(shared, num_inducing)
         self.data_dim, self.latent_dim, self.num_samples = D, latent_dim, num_samples
-        self._build_row_tables(latent, initial, held.Y, workers, inputs, held.owned)
+        self._build_row_tables(latent, initial, held, inputs)
         _set_bound(self, latent_expectation, num_importance, doubly_reparameterised)
 
     def _build_row_tables(
-        self,
-        latent: LatentFactory | None,
-        initial: np.ndarray,
-        Y,
-        workers: Workers,
-        inputs: RowInputs,
-        owned: bool,
+        self, latent: LatentFactory | None, initial: np.ndarray, held: HeldRows, inputs: RowInputs
     ) -> None:
         """The latent module and the rows' observed inputs, from the initial latents [n, Q]: of
-        all N rows, or, when ``owned``, of this worker's rows alone (its own variables)."""
-        with worker_owned_variables(owned):
-            module = self._build_latent(latent, initial, Y, workers)
+        all N rows, or, when each worker owns its ``held`` rows' tables, of this worker's rows
+        alone (its own variables, :attr:`table_rows`)."""
+        self.table_rows = held.table_rows
+        with worker_owned_variables(held.owned):
+            module = self._build_latent(latent, initial, held.Y, held.workers)
             self.latent = check_latent(module, len(initial), self.latent_dim)
-            check_owned(self.latent, owned)
+            check_owned(self.latent, held.owned)
             self._set_row_inputs(inputs)
 
     def _set_row_inputs(self, inputs: RowInputs) -> None:

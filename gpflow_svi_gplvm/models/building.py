@@ -34,34 +34,43 @@ class HeldRows(NamedTuple):
     owned: bool
     facts: RowFacts
 
+    @property
+    def table_rows(self) -> np.ndarray | None:
+        """The row numbers [n] of the latent tables' rows when each worker owns its rows'."""
+        return self.rows if self.owned else None
 
-def held_rows(data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None) -> HeldRows:
+
+def held_rows(
+    data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None, workers: Workers | None = None
+) -> HeldRows:
     """The :class:`HeldRows` of a model's ``data`` (``mask`` [N, D]: True where observed); a
-    shard is checked against the other workers' (under the strategy in scope). The facts are
-    those the rows keep (rows read for a single-cell fit), or else one pass's over them."""
-    Y, rows, num_data, workers = _local_rows(data, mask)
+    shard is checked against the other ``workers``' (default: those of the strategy in scope).
+    The facts are those the rows keep (rows read for a single-cell fit), or else one pass's."""
+    Y, rows, num_data, workers = _local_rows(data, mask, workers)
     owned = rows is not None and workers.count > 1  # each worker keeps its rows' tables
     blocks = cast(np.ndarray, Y)
     return HeldRows(blocks, rows, num_data, workers, owned, facts_of(blocks, workers))
 
 
 def _local_rows(
-    data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None
+    data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None, workers: Workers | None
 ) -> tuple[np.ndarray | tf.Tensor | RowReader, np.ndarray | None, int, Workers]:
     """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
     :class:`RowShard`, or a :class:`RowReader` read a block at a time), their row numbers (None
     for all rows in order), N and the workers holding them; a shard is checked against the other
-    workers' (under the strategy in scope)."""
+    workers' (``workers``, default those of the strategy in scope). Rows that are not a shard
+    are all N rows: one worker's alone, whatever ``workers`` are given."""
+    alone = workers if workers is not None and workers.count == 1 else Workers()
     if isinstance(data, RowReader):
         if mask is not None:
             raise ValueError("Sparse rows hold every entry: a mask cannot be given with them.")
-        return data, None, data.shape[0], Workers()
+        return data, None, data.shape[0], alone
     if not isinstance(data, RowShard):
         Y = check_observations(data, "data", mask=mask)
-        return Y, None, Y.shape[0], Workers()
+        return Y, None, Y.shape[0], alone
     if mask is not None:
         raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
-    workers = Workers.of()
+    workers = workers or Workers.of()
     data.check(workers)
     return data.Y, data.rows, data.num_data, workers
 

@@ -45,6 +45,9 @@ _PARAMETERS = """
         (default) is the ELBO. K > 1 needs a q(x) with a density (B-SVI, AEB-SVI, a flow).
     :param doubly_reparameterised: with K > 1, whether q(x)'s parameters take the doubly
         reparameterised gradient (DReG, default) instead of the plain estimator's.
+    :param workers: the :class:`~gpflow_svi_gplvm.distributed.workers.Workers` holding a
+        :class:`~gpflow_svi_gplvm.distributed.workers.RowShard`'s rows (default: those of the
+        strategy in scope), for a caller that made them once already.
 """
 
 

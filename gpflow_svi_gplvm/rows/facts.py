@@ -119,11 +119,12 @@ def scan_rows(Y, check: Check | None = None, digest: bool = False) -> RowScan:
             if check is not None:
                 check(block, first)
             observed = ~np.isnan(block)
-            moments = _merged(moments, _block_moments(block, observed))
-            values = block[observed]
+            complete = bool(observed.all())  # most blocks: no copy of the observed values
+            values = block.ravel() if complete else block[observed]
+            moments = _merged(moments, _block_moments(block, None if complete else observed))
             counts = counts and bool(np.all(values >= 0) and np.all(values == np.round(values)))
             binary = binary and bool(np.isin(values, (0.0, 1.0)).all())
-            empty_rows += int((~observed).all(axis=1).sum())
+            empty_rows += 0 if complete else int((~observed).all(axis=1).sum())
             missing += int(block.size - len(values))
             largest = max(largest, float(np.max(np.abs(values), initial=0.0)))
             totals[first : first + len(block)] = row_totals(block)
@@ -154,8 +155,9 @@ def row_totals(block: np.ndarray) -> np.ndarray:
     r"""Each row's total [b] of a block of rows [b, D], a row with gaps scaled up to all D
     columns, :math:`l_n = \frac{D}{|O_n|} \sum_{d \in O_n} y_{nd}` (of counts: the library size)."""
     observed = ~np.isnan(block)
-    counts = np.maximum(observed.sum(axis=1), 1)
-    return np.where(observed, block, 0.0).sum(axis=1) * block.shape[1] / counts
+    counts, D = observed.sum(axis=1), block.shape[1]
+    sums = np.where(observed, block, 0.0).sum(axis=1)
+    return np.where(counts == D, sums, sums * D / np.maximum(counts, 1))  # complete: the sum
 
 
 def hash_block(digest, block: np.ndarray, missing: np.ndarray) -> None:
@@ -165,8 +167,13 @@ def hash_block(digest, block: np.ndarray, missing: np.ndarray) -> None:
     digest.update(np.where(missing, 0.0, block).tobytes())
 
 
-def _block_moments(block: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """Counts, means and sums of squared deviations [3, D] of a block's observed entries."""
+def _block_moments(block: np.ndarray, observed: np.ndarray | None) -> np.ndarray:
+    """Counts, means and sums of squared deviations [3, D] of a block's observed entries
+    (``observed`` [b, D], None when all are)."""
+    if observed is None:
+        mean = block.sum(axis=0) / len(block)
+        squares = np.square(block - mean).sum(axis=0)
+        return np.stack([np.full(block.shape[1], float(len(block))), mean, squares])
     count = observed.sum(axis=0)
     mean = np.where(observed, block, 0.0).sum(axis=0) / np.maximum(count, 1)
     squares = np.square(np.where(observed, block - mean, 0.0)).sum(axis=0)

@@ -75,7 +75,7 @@ def build_model(
             size_factors=sizes,
             **face.model_options,
         )
-        model = lookup_model(face.model_name)(data, **inputs)
+        model = lookup_model(face.model_name)(data, **inputs | {"workers": workers})
     return BuiltModel(model, rows, data, inputs)
 
 
