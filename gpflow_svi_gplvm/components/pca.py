@@ -111,13 +111,10 @@ def _principal_directions(
     column_means = read_facts(Y, workers).mean
     num_data, data_dim = int(workers.sum(Y.shape[0])), Y.shape[1]
 
-    def centred(block: np.ndarray) -> np.ndarray:
-        return np.where(np.isnan(block), column_means, block) - column_means
-
     def gram_times(matrix: np.ndarray) -> np.ndarray:  # centred Y^T centred Y @ matrix [D, k]
         product = np.zeros((data_dim, matrix.shape[1]))
         for block in row_blocks(Y):
-            block = centred(block)
+            block = _centred(block, column_means)
             product += block.T @ (block @ matrix)
         return workers.sum(product)
 
@@ -134,10 +131,17 @@ def _projected(Y, column_means: np.ndarray, basis: np.ndarray) -> np.ndarray:
     [n, k], a block of rows at a time."""
     projected, first = np.zeros((Y.shape[0], basis.shape[1])), 0
     for block in row_blocks(Y):
-        centred = np.where(np.isnan(block), column_means, block) - column_means
-        projected[first : first + len(block)] = centred @ basis
+        projected[first : first + len(block)] = _centred(block, column_means) @ basis
         first += len(block)
     return projected
+
+
+def _centred(block: np.ndarray, column_means: np.ndarray) -> np.ndarray:
+    """A block of rows [b, D] less the ``column_means`` [D] (finite), a gap's value imputed by
+    its column's mean: 0 once centred."""
+    centred = block - column_means
+    centred[np.isnan(centred)] = 0.0
+    return centred
 
 
 def _subspace(

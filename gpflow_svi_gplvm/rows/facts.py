@@ -127,10 +127,12 @@ def scan_rows(Y, check: Check | None = None, digest: bool = False) -> RowScan:
             empty_rows += 0 if complete else int((~observed).all(axis=1).sum())
             missing += int(block.size - len(values))
             largest = max(largest, float(np.max(np.abs(values), initial=0.0)))
-            totals[first : first + len(block)] = row_totals(block)
+            totals[first : first + len(block)] = (
+                block.sum(axis=1) if complete else row_totals(block)
+            )
             first += len(block)
             if hashed is not None:
-                hash_block(hashed, block, ~observed)
+                hash_block(hashed, block, None if complete else ~observed)
     code = None if hashed is None else hashed.hexdigest()
     return RowScan(moments, counts, binary, empty_rows, totals, missing, code, largest)
 
@@ -160,9 +162,13 @@ def row_totals(block: np.ndarray) -> np.ndarray:
     return np.where(counts == D, sums, sums * D / np.maximum(counts, 1))  # complete: the sum
 
 
-def hash_block(digest, block: np.ndarray, missing: np.ndarray) -> None:
+def hash_block(digest, block: np.ndarray, missing: np.ndarray | None) -> None:
     """Add a block of rows [b, D] to a ``hashlib`` ``digest``: where its gaps are (``missing``
-    [b, D]) and its values, 0 in the gaps (the hash a checkpoint records)."""
+    [b, D], None for none) and its values, 0 in the gaps (the hash a checkpoint records)."""
+    if missing is None:  # the same bytes, without masks
+        digest.update(bytes(-(-block.size // 8)))
+        digest.update(np.ascontiguousarray(block))
+        return
     digest.update(np.packbits(missing).tobytes())
     digest.update(np.where(missing, 0.0, block).tobytes())
 
