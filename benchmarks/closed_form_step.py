@@ -42,9 +42,9 @@ from row_updates import LONG, SHORT  # noqa: E402
 from svgp_floor import PlainTrainer, floor_dataset, floor_model  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
-from gpflow_svi_gplvm.components.initialisation import pca_latents  # noqa: E402
+from gpflow_svi_gplvm.components.pca import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.datasets import random_missing  # noqa: E402
-from gpflow_svi_gplvm.models import base as models  # noqa: E402
+from gpflow_svi_gplvm.models import data_term as models  # noqa: E402
 from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 FLOOR, AS_BUILT = "SVGP floor (known X)", "as built"
@@ -52,10 +52,15 @@ FLOOR, AS_BUILT = "SVGP floor (known X)", "as built"
 
 def baseline_data_term(path: str) -> Callable:
     """``closed_form_data_term`` of the checkout at ``path``."""
-    source = os.path.join(path, "gpflow_svi_gplvm", "latent_expectations.py")
-    if not os.path.isfile(source):
-        raise SystemExit(f"--baseline: {source} does not exist; give a checkout of the package.")
-    spec = importlib.util.spec_from_file_location("gpflow_svi_gplvm._baseline", source)
+    # Where the checkout keeps it: in its wing, or (older checkouts) among flat modules.
+    places = [("components", "psi_statistics.py"), ("latent_expectations.py",)]
+    sources = [os.path.join(path, "gpflow_svi_gplvm", *place) for place in places]
+    found = [source for source in sources if os.path.isfile(source)]
+    if not found:
+        raise SystemExit(f"--baseline: none of {sources} exists; give a checkout of the package.")
+    wing = found[0] == sources[0]  # its relative imports resolve from its own wing
+    name = "gpflow_svi_gplvm.components._baseline" if wing else "gpflow_svi_gplvm._baseline"
+    spec = importlib.util.spec_from_file_location(name, found[0])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.closed_form_data_term

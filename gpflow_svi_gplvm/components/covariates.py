@@ -31,8 +31,9 @@ from gpflow.mean_functions import MeanFunction
 from ..distributed.workers import Workers
 from ..latents import LatentBatch
 from ..likelihoods import log_link
+from ..rows.facts import row_totals
 from ..rows.sparse import row_blocks
-from .initialisation import ModelComponents, row_totals
+from .initialisation import ModelComponents
 
 __all__ = [
     "CovariateKernel",
