@@ -42,7 +42,7 @@ class RowFacts:
     (``counts``) or 0 or 1 (``binary``), and whether any entry of any worker is missing
     (``gaps``); of this worker's rows, those with nothing observed (``empty_rows``), each one's
     total [n] (:func:`row_totals`) and, when asked for, ``digest``, the hash of their values and
-    gaps that :class:`~gpflow_svi_gplvm.training.checkpoints.TrainingData` records. ``workers``:
+    gaps that :class:`~gpflow_svi_gplvm.training.data_record.TrainingData` records. ``workers``:
     how many workers the facts were merged over."""
 
     observed: np.ndarray
