@@ -43,9 +43,9 @@ from row_updates import LONG, SHORT  # noqa: E402
 from svgp_floor import PlainTrainer, floor_dataset, floor_model  # noqa: E402
 
 from gpflow_svi_gplvm import BayesianSVIGPLVM  # noqa: E402
-from gpflow_svi_gplvm.components.initialisation import pca_latents  # noqa: E402
+from gpflow_svi_gplvm.components.pca import pca_latents  # noqa: E402
 from gpflow_svi_gplvm.datasets import random_missing  # noqa: E402
-from gpflow_svi_gplvm.models import base as models  # noqa: E402
+from gpflow_svi_gplvm.models import data_term as models  # noqa: E402
 from gpflow_svi_gplvm.training.trainer import Trainer  # noqa: E402
 
 FLOOR, AS_BUILT = "SVGP floor (known X)", "as built"
@@ -53,21 +53,15 @@ FLOOR, AS_BUILT = "SVGP floor (known X)", "as built"
 
 def baseline_data_term(path: str) -> Callable:
     """``closed_form_data_term`` of the checkout at ``path``."""
-    # Where the checkout keeps it: its room in components/, or (before the package's wings) a
-    # module of the package itself; named so that its relative imports find the installed package.
-    places = [
-        (("components", "psi_statistics.py"), "gpflow_svi_gplvm.components._baseline"),
-        (("latent_expectations.py",), "gpflow_svi_gplvm._baseline"),
-    ]
-    found = [
-        (os.path.join(path, "gpflow_svi_gplvm", *parts), name)
-        for parts, name in places
-        if os.path.isfile(os.path.join(path, "gpflow_svi_gplvm", *parts))
-    ]
+    # Where the checkout keeps it: in its wing, or (older checkouts) among flat modules.
+    places = [("components", "psi_statistics.py"), ("latent_expectations.py",)]
+    sources = [os.path.join(path, "gpflow_svi_gplvm", *place) for place in places]
+    found = [source for source in sources if os.path.isfile(source)]
     if not found:
-        raise SystemExit(f"--baseline: {path} holds no checkout of the package.")
-    source, name = found[0]
-    spec = importlib.util.spec_from_file_location(name, source)
+        raise SystemExit(f"--baseline: none of {sources} exists; give a checkout of the package.")
+    wing = found[0] == sources[0]  # its relative imports resolve from its own wing
+    name = "gpflow_svi_gplvm.components._baseline" if wing else "gpflow_svi_gplvm._baseline"
+    spec = importlib.util.spec_from_file_location(name, found[0])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.closed_form_data_term

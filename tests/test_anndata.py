@@ -431,10 +431,10 @@ def test_a_batch_key_of_integer_codes_is_read_as_categories():
     assert model.encoding.names == ["batch=0", "batch=1", "batch=2"]
 
 
-def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
-    from gpflow_svi_gplvm.components.initialisation import PCA_SAMPLE_ROWS, _sample_rows
+def test_an_out_of_core_build_reads_the_file_twice(tmp_path, monkeypatch):
+    from gpflow_svi_gplvm.components.pca import PCA_SAMPLE_ROWS, pca_sample
     from gpflow_svi_gplvm.rows.h5ad import DiskRows
-    from gpflow_svi_gplvm.singlecell import model as singlecell
+    from gpflow_svi_gplvm.training.trainer import Trainer
 
     rng = np.random.default_rng(2)
     num_cells = PCA_SAMPLE_ROWS + 3000  # the PCA's directions come from a sample
@@ -456,15 +456,18 @@ def test_an_out_of_core_build_reads_the_file_four_times(tmp_path, monkeypatch):
         raise Built
 
     monkeypatch.setattr(DiskRows, "_read", counted)
-    monkeypatch.setattr(singlecell, "fit", stop)
+    monkeypatch.setattr(Trainer, "train", stop)  # the first step: the build is done
     with pytest.raises(Built):
         SingleCellGPLVM(Q, batch_key="batch", num_inducing=8).fit(
-            tmp_path / "cells.h5ad", output=tmp_path / "out"
+            tmp_path / "cells.h5ad",
+            output=tmp_path / "out",
+            checkpoint_dir=tmp_path / "checkpoints",
         )
-    # The checks with the library sizes, the covariates' effects, the PCA's scores and the
-    # model's column summary: four passes, and the PCA sample's seven (its rows alone).
-    sample = len(_sample_rows(np.zeros((num_cells, 1)), num_cells, None, seed=0).index)
-    assert sum(read) == 4 * num_cells + 7 * sample
+    # One pass for the checks, library sizes, column summary, support, gaps and the
+    # checkpoint's hash, one for the PCA's scores; the PCA sample's eight (the covariates'
+    # effects, then the directions) read its rows alone.
+    sample = len(pca_sample(np.zeros((num_cells, 1)), num_cells, None, seed=0).index)
+    assert sum(read) == 2 * num_cells + 8 * sample
 
 
 def test_a_genes_column_with_missing_values_names_them_and_the_fix():

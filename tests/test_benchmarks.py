@@ -68,6 +68,14 @@ def test_atlas_scale_benchmark_quick():
 
 
 @pytest.mark.slow
+def test_build_passes_benchmark_quick(tmp_path):
+    out = _run(str(BENCHMARKS / "build_passes.py"), "--quick", "--folder", str(tmp_path))
+    row = next(line for line in out.splitlines() if line.startswith("| . |"))
+    rows_read, passes = row.split(" | ")[1:3]
+    assert int(rows_read.replace(",", "")) == round(float(passes) * 3000) > 0
+
+
+@pytest.mark.slow
 def test_high_dimensional_speed_benchmark_quick():
     # One process per contender: four of the seven keep the smoke run short.
     contenders = ["SVGP floor", "B-SVI per-output", "AEB-SVI shared", "B-SVI shared, float32"]

@@ -13,10 +13,7 @@ from hypothesis.extra.numpy import arrays
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM
 from gpflow_svi_gplvm.components.initialisation import (
-    PCA_SAMPLE_ROWS,
-    PCA_SAMPLE_RUN,
     SHARED_COVARIANCE_MIN_OUTPUTS,
-    _sample_rows,
     check_sizes,
     column_moments,
     column_summary,
@@ -26,6 +23,7 @@ from gpflow_svi_gplvm.components.initialisation import (
     pca_latents,
     random_latents,
 )
+from gpflow_svi_gplvm.components.pca import PCA_SAMPLE_ROWS, PCA_SAMPLE_RUN, pca_sample
 from gpflow_svi_gplvm.likelihoods import MaskedLikelihood, NegativeBinomial
 from gpflow_svi_gplvm.rows.sparse import ROWS_PER_BLOCK
 from gpflow_svi_gplvm.validation import check_observations
@@ -86,25 +84,25 @@ def test_pca_of_many_rows_takes_its_directions_from_a_sample_and_scores_every_ro
     assert_equal_up_to_column_signs(scores, exact_pca_scores(Y, 3), atol=0.05)
     np.testing.assert_array_equal(scores, pca_latents(Y, 3))  # an array reads as the reader
     # One pass over every row; the sample's 7 (moments, 5 products, projection) read it alone.
-    sample = _sample_rows(Y, len(Y), None, seed=0).index
+    sample = pca_sample(Y, len(Y), None, seed=0).index
     assert PCA_SAMPLE_ROWS - PCA_SAMPLE_RUN < len(sample) <= PCA_SAMPLE_ROWS  # a run cut at N
     assert sum(reads) == len(Y) + 7 * len(sample)
 
 
 def test_pca_sample_is_the_same_rows_split_over_workers():
     num_data = 5 * PCA_SAMPLE_ROWS + 123
-    everything = _sample_rows(np.zeros((num_data, 1)), num_data, None, seed=4).index
+    everything = pca_sample(np.zeros((num_data, 1)), num_data, None, seed=4).index
     assert len(np.unique(everything)) == len(everything) > PCA_SAMPLE_ROWS - PCA_SAMPLE_RUN
     assert np.sum(np.diff(everything) != 1) < PCA_SAMPLE_ROWS // PCA_SAMPLE_RUN  # in runs
     bounds = [0, 40_000, 100_001, num_data]  # three workers' blocks of rows
     parts = []
     for first, last in zip(bounds, bounds[1:]):
         rows = np.arange(first, last)
-        local = _sample_rows(np.zeros((len(rows), 1)), num_data, rows, seed=4).index
+        local = pca_sample(np.zeros((len(rows), 1)), num_data, rows, seed=4).index
         parts.append(rows[local])
     np.testing.assert_array_equal(np.concatenate(parts), everything)
     small = np.zeros((PCA_SAMPLE_ROWS, 2))
-    assert _sample_rows(small, PCA_SAMPLE_ROWS, None, seed=0) is small  # no sample needed
+    assert pca_sample(small, PCA_SAMPLE_ROWS, None, seed=0) is small  # no sample needed
 
 
 def test_column_summary_merges_row_blocks_and_checks_what_values_are():

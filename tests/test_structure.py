@@ -1,5 +1,5 @@
-"""The package's shape: no import loops between its modules, no module over 700 lines, no class
-over 350 and no function over 60; and
+"""The package's shape: no import loops between its modules, no module over 500 lines, no class
+over 300 and no function over 50; and
 the tests' own: every test checks something.
 
 All are read from the source (every ``import`` statement counts, also those under
@@ -17,9 +17,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpflow_svi_gplvm"
 TESTS = Path(__file__).resolve().parent
-MAX_FUNCTION_LINES = 60
-MAX_CLASS_LINES = 350
-MAX_MODULE_LINES = 700
+MAX_FUNCTION_LINES = 50
+MAX_CLASS_LINES = 300
+MAX_MODULE_LINES = 500
 
 
 def _module_name(path: Path) -> str:

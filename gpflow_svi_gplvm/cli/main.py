@@ -249,6 +249,7 @@ def _train(
         seed=args.seed,
         progress=not args.no_progress,
         strategy=strategy,
+        workers=workers,
         checkpoint_dir=args.output / "checkpoints" if keep else None,
         resume=args.resume,
         overwrite=bool(args.overwrite and keep and not args.resume),

@@ -62,11 +62,8 @@ def run_single_cell(
     with workers.agreeing():  # found now, not after training
         if args.save and workers.chief:
             check_saved_model(args, saved)
-    face = SingleCellGPLVM(
-        args.latent_dim,
-        **{name: getattr(args, name) for name in CELL_OPTIONS},
-        shared_covariance=args.shared_covariance,
-    )
+    options = {name: getattr(args, name) for name in CELL_OPTIONS}
+    face = SingleCellGPLVM(args.latent_dim, **options, shared_covariance=args.shared_covariance)
     start = time.perf_counter()
     face.fit(
         args.data,

@@ -31,8 +31,9 @@ from gpflow.mean_functions import MeanFunction
 from ..distributed.workers import Workers
 from ..latents import LatentBatch
 from ..likelihoods import log_link
+from ..rows.facts import row_totals
 from ..rows.sparse import row_blocks
-from .initialisation import ModelComponents, row_totals
+from .initialisation import ModelComponents
 
 __all__ = [
     "CovariateKernel",
@@ -184,8 +185,8 @@ def with_row_inputs(batch: LatentBatch, inputs: tf.Tensor) -> LatentBatch:
 
 
 def library_sizes(Y) -> np.ndarray:
-    """Each row's total count [N] of Y [N, D] (:func:`~.initialisation.row_totals`: a row with
-    gaps scaled up to all D outputs), read in row blocks."""
+    """Each row's total count [N] of Y [N, D] (:func:`~gpflow_svi_gplvm.rows.facts.row_totals`:
+    a row with gaps scaled up to all D outputs), read in row blocks."""
     return np.concatenate([row_totals(block) for block in row_blocks(Y)])
 
 

@@ -9,7 +9,6 @@ and the sizes and options a model is built with are checked here (:func:`check_s
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -19,8 +18,9 @@ from gpflow.mean_functions import Constant, MeanFunction
 
 from ..distributed.workers import Workers
 from ..likelihoods import MaskedLikelihood, base_likelihood, check_support, log_link
-from ..rows.sparse import row_blocks
+from ..rows.facts import RowFacts, read_facts, row_totals
 from ..validation import check_finite_array, check_integer
+from .pca import pca_latents
 
 __all__ = [
     "SHARED_COVARIANCE_MIN_OUTPUTS",
@@ -56,76 +56,16 @@ class ModelComponents(NamedTuple):
     mean_function: MeanFunction
 
 
-class ColumnSummary(NamedTuple):
-    """What one pass over Y [N, D] (NaN = missing) learns: each column's count of ``observed``
-    entries, mean and variance (ddof 0) [D], over all workers' rows; whether every observed
-    entry of every worker is a non-negative integer (``counts``) or 0 or 1 (``binary``); and of
-    this worker's rows, those with nothing observed (``empty_rows``) and each one's total [n]
-    (:func:`row_totals`)."""
-
-    observed: np.ndarray
-    mean: np.ndarray
-    variance: np.ndarray
-    counts: bool
-    binary: bool
-    empty_rows: int
-    totals: np.ndarray
+ColumnSummary = RowFacts
+"""What one pass over Y [N, D] learns (:class:`~gpflow_svi_gplvm.rows.facts.RowFacts`)."""
 
 
 def column_summary(Y: np.ndarray, workers: Workers | None = None) -> ColumnSummary:
-    """The :class:`ColumnSummary` of Y [N, D] (with ``workers``: this worker's rows [n, D] of
-    the data of all), from one pass in row blocks: each block's counts, means and sums of
-    squared deviations are merged as Chan et al. (1979) do, then the workers'.
-
-    A mean or variance beyond float64's range (entries near 1e154 and above) is a ``ValueError``:
-    no model can be fitted on that scale, and standardising would turn the data into zeros.
-    """
-    workers = workers or Workers()
-    moments = np.zeros((3, Y.shape[1]))  # count, mean, sum of squared deviations
-    counts, binary, empty_rows, totals = True, True, 0, list[np.ndarray]()
-    with np.errstate(over="ignore", invalid="ignore"):
-        for block in row_blocks(Y):
-            observed = ~np.isnan(block)
-            count = observed.sum(axis=0)
-            mean = np.where(observed, block, 0.0).sum(axis=0) / np.maximum(count, 1)
-            squares = np.square(np.where(observed, block - mean, 0.0)).sum(axis=0)
-            moments = _merged(moments, np.stack([count, mean, squares]))
-            values = block[observed]
-            counts = counts and bool(np.all(values >= 0) and np.all(values == np.round(values)))
-            binary = binary and bool(np.isin(values, (0.0, 1.0)).all())
-            empty_rows += int((~observed).all(axis=1).sum())
-            totals.append(row_totals(block))
-        merged = np.zeros_like(moments)
-        for worker in workers.stack(moments):
-            merged = _merged(merged, worker)
-        count, mean, squares = merged
-        variance = squares / np.maximum(count, 1)
-    if not (np.isfinite(mean).all() and np.isfinite(variance).all()):
-        largest = max(np.nanmax(np.abs(block), initial=0.0) for block in row_blocks(Y))
-        raise ValueError(
-            f"The column variances of Y overflow float64 (its largest magnitude is "
-            f"{largest:.3g}). Rescale Y before training: standardise each column, "
-            "or divide by a power of ten."
-        )
-    failed = workers.sum([not counts, not binary])
-    rows = np.concatenate(totals) if totals else np.zeros(0)
-    return ColumnSummary(count, mean, variance, not failed[0], not failed[1], empty_rows, rows)
-
-
-def row_totals(block: np.ndarray) -> np.ndarray:
-    r"""Each row's total [b] of a block of rows [b, D], a row with gaps scaled up to all D
-    columns, :math:`l_n = \frac{D}{|O_n|} \sum_{d \in O_n} y_{nd}` (of counts: the library size)."""
-    observed = ~np.isnan(block)
-    counts = np.maximum(observed.sum(axis=1), 1)
-    return np.where(observed, block, 0.0).sum(axis=1) * block.shape[1] / counts
-
-
-def _merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Counts, means and sums of squared deviations [3, D] of two sets of rows together."""
-    count = a[0] + b[0]
-    share = np.divide(b[0], count, out=np.zeros_like(count), where=count > 0)
-    delta = b[1] - a[1]
-    return np.stack([count, a[1] + delta * share, a[2] + b[2] + np.square(delta) * a[0] * share])
+    """The :class:`~gpflow_svi_gplvm.rows.facts.RowFacts` of Y [N, D] (with ``workers``: this
+    worker's rows [n, D] of the data of all), from one pass in row blocks
+    (:func:`~gpflow_svi_gplvm.rows.facts.read_facts`); a ``ValueError`` when the moments
+    overflow float64."""
+    return read_facts(Y, workers)
 
 
 def column_moments(
@@ -147,155 +87,6 @@ def column_location_and_scale(
     (Y - mean) / scale is defined."""
     _, mean, variance = column_moments(Y, workers)
     return mean, np.where(variance > 0, np.sqrt(variance), 1.0)
-
-
-def pca_latents(
-    Y: np.ndarray,
-    latent_dim: int,
-    seed: int = 0,
-    rows: np.ndarray | None = None,
-    workers: Workers | None = None,
-) -> np.ndarray:
-    r"""Principal-component scores [N, Q] of Y [N, D] with NaNs imputed by their column means:
-
-    .. math::
-
-        X = (\tilde Y - \bar y) V_Q / s_1,
-
-    where :math:`\tilde Y` is the imputed Y, :math:`\bar y` [D] its column means, :math:`V_Q`
-    [D, Q] the leading Q right singular vectors and :math:`s_1` the standard deviation of the
-    first score, so the first dimension has unit variance like the N(0, I) prior and the others
-    keep their relative scale. Dimensions beyond the rank of Y
-    are filled with small noise (sd 0.01), so that no two latent dimensions start identical.
-
-    V_Q comes from a randomised subspace iteration (Halko et al., 2011): Q + 10 directions, 5
-    products with :math:`\tilde Y_c^\top \tilde Y_c` (:math:`\tilde Y_c` centred) in row blocks,
-    then the SVD of :math:`\tilde Y_c` projected on them from its QR (no squared singular values):
-    O(N D Q) time, O((N + D) Q) memory besides Y, exact up to rounding when min(N, D) <= Q + 10.
-    Signs are fixed: each singular vector's largest entry is positive. With more than
-    :data:`PCA_SAMPLE_ROWS` rows, :math:`\bar y` and V_Q are those of a sample of that many rows
-    (runs of :data:`PCA_SAMPLE_RUN` consecutive rows at seeded places, so that rows on disk are
-    read in runs), and every row is read once more for its scores: about 10 passes over a large
-    Y become one. With ``workers``, Y [n, D] is this worker's rows (``rows`` [n] among all N,
-    whose sample and noise are as on one machine) and every pass over the data a sum over
-    workers (the QR stacks the workers' R factors).
-    """
-    workers = workers or Workers()
-    Y = np.asarray(Y, dtype=float) if isinstance(Y, (list, tuple)) else Y
-    num_data = int(workers.sum(Y.shape[0])) if rows is not None else Y.shape[0]
-    sample = _sample_rows(Y, num_data, rows, seed)
-    column_means, vt = _principal_directions(sample, latent_dim, seed, workers)
-
-    def centred(block: np.ndarray) -> np.ndarray:
-        return np.where(np.isnan(block), column_means, block) - column_means
-
-    scores = np.zeros((Y.shape[0], len(vt)))
-    first = 0
-    for block in row_blocks(Y):
-        scores[first : first + len(block)] = centred(block) @ vt.T
-        first += len(block)
-    moments = [scores[:, 0].sum(), np.square(scores[:, 0]).sum()] if len(vt) else [0.0, 0.0]
-    total, squares = workers.sum(moments)
-    scale = np.sqrt(max(squares / num_data - (total / num_data) ** 2, 0.0))
-    scores /= scale if scale > 0 else 1.0  # in place: [N, Q] may be most of memory
-    missing = latent_dim - scores.shape[1]
-    if missing > 0:
-        noise = 0.01 * np.random.default_rng(seed).standard_normal((num_data, missing))
-        scores = np.concatenate([scores, noise if rows is None else noise[rows]], axis=1)
-    return scores
-
-
-PCA_SAMPLE_ROWS = 2**15
-r"""Rows beyond which :func:`pca_latents` finds the principal directions from a sample of this
-many rows (a starting point: their sampling error, of order :math:`1 / \sqrt{32768}`, is far
-below what training moves the latents)."""
-
-PCA_SAMPLE_RUN = 512
-"""Consecutive rows of one piece of :func:`pca_latents`' sample (64 pieces)."""
-
-
-def _sample_rows(Y, num_data: int, rows: np.ndarray | None, seed: int):
-    """The rows of Y [n, D] (of all N = ``num_data``; ``rows`` [n] their numbers among them)
-    in :func:`pca_latents`' sample: Y itself when N <= PCA_SAMPLE_ROWS, else a reader of the
-    sampled rows Y holds (runs at seeded places of the N rows), served a block at a time."""
-    if num_data <= PCA_SAMPLE_ROWS:
-        return Y
-    runs = -(-num_data // PCA_SAMPLE_RUN)
-    rng = np.random.default_rng([seed, PCA_SAMPLE_ROWS])
-    starts = np.sort(rng.choice(runs, size=PCA_SAMPLE_ROWS // PCA_SAMPLE_RUN, replace=False))
-    chosen = (starts[:, None] * PCA_SAMPLE_RUN + np.arange(PCA_SAMPLE_RUN)).reshape(-1)
-    chosen = chosen[chosen < num_data]
-    local = chosen if rows is None else np.flatnonzero(np.isin(rows, chosen))
-    return _RowSubset(Y, local)
-
-
-class _RowSubset:
-    """Rows ``index`` [k] of Y [N, D], read when sliced (``subset[a:b]`` [b - a, D])."""
-
-    def __init__(self, Y, index: np.ndarray):
-        self.Y, self.index = Y, index
-        self.shape = (len(index), Y.shape[1])
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        picked = self.index[rows]
-        if isinstance(self.Y, np.ndarray):
-            return self.Y[picked]
-        if hasattr(self.Y, "sparse_read"):  # a variable: read the rows alone, as row_blocks does
-            return self.Y.sparse_read(picked).numpy()
-        return self.Y.take(picked)  # SparseRows, DiskRows: a run of rows is one read
-
-
-def _principal_directions(
-    Y, latent_dim: int, seed: int, workers: Workers
-) -> tuple[np.ndarray, np.ndarray]:
-    """Column means [D] of Y [n, D] (NaN imputed, of all ``workers``' rows) and its leading
-    right singular vectors centred, as rows [min(Q, rank), D], signs fixed."""
-    _, column_means, _ = column_moments(Y, workers)
-    num_data, data_dim = int(workers.sum(Y.shape[0])), Y.shape[1]
-
-    def centred(block: np.ndarray) -> np.ndarray:
-        return np.where(np.isnan(block), column_means, block) - column_means
-
-    def gram_times(matrix: np.ndarray) -> np.ndarray:  # centred Y^T centred Y @ matrix [D, k]
-        product = np.zeros((data_dim, matrix.shape[1]))
-        for block in row_blocks(Y):
-            product += centred(block).T @ (centred(block) @ matrix)
-        return workers.sum(product)
-
-    basis = _subspace(gram_times, data_dim, min(latent_dim + 10, num_data, data_dim), seed)
-    projected = np.zeros((Y.shape[0], basis.shape[1]))
-    first = 0
-    for block in row_blocks(Y):
-        projected[first : first + len(block)] = centred(block) @ basis
-        first += len(block)
-    singular_values, vt = _projected_svd(projected, workers)
-    rank = int(np.sum(singular_values > singular_values[0] * 1e-10)) if singular_values[0] else 0
-    vt = vt[: min(latent_dim, rank)] @ basis.T
-    vt *= np.sign(vt[np.arange(len(vt)), np.argmax(np.abs(vt), axis=1)])[:, None]
-    return column_means, vt
-
-
-def _subspace(
-    gram_times: Callable[[np.ndarray], np.ndarray], data_dim: int, width: int, seed: int
-) -> np.ndarray:
-    """An orthonormal basis [D, width] of the leading right singular subspace: 5 products of a
-    random start with the Gram matrix (``gram_times``), each orthonormalised."""
-    basis = np.random.default_rng(seed).standard_normal((data_dim, width))
-    for _ in range(5):
-        basis = np.linalg.qr(gram_times(basis))[0]
-    return basis
-
-
-def _projected_svd(projected: np.ndarray, workers: Workers) -> tuple[np.ndarray, np.ndarray]:
-    """Singular values [k] and right singular vectors (rows of [k, k]) of all workers' rows of
-    ``projected`` [n, k] together, from the R factor of the QR of their stacked R factors."""
-    width = projected.shape[1]
-    factor = np.zeros((width, width))
-    local = np.linalg.qr(projected, mode="r")
-    factor[: len(local)] = local
-    stacked = workers.stack(factor).reshape(-1, width)
-    _, singular_values, vt = np.linalg.svd(np.linalg.qr(stacked, mode="r"))
-    return singular_values, vt
 
 
 def random_latents(num_data: int, latent_dim: int, seed: int = 0) -> np.ndarray:

@@ -22,7 +22,7 @@ of draws of q(x_n), a tighter bound (:mod:`gpflow_svi_gplvm.components.importanc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +37,6 @@ from ..components.importance import check_num_importance, importance_weighted_ro
 from ..components.initialisation import (
     SHARED_COVARIANCE_MIN_OUTPUTS,
     check_sizes,
-    column_summary,
     default_components,
     default_shared_covariance,
     inducing_inputs,
@@ -46,11 +45,10 @@ from ..components.initialisation import (
 from ..components.psi_statistics import (
     LATENT_EXPECTATIONS,
     closed_form_applies,
-    closed_form_data_term,
 )
-from ..components.shared_covariance import SharedCovarianceSVGP, covariance_layout
+from ..components.shared_covariance import covariance_layout
 from ..defaults import NUM_INDUCING
-from ..distributed.owned import owned_by_worker, worker_owned, worker_owned_variables
+from ..distributed.owned import owned_by_worker, worker_owned_variables
 from ..distributed.workers import Workers
 from ..latents import (
     LatentBatch,
@@ -62,6 +60,9 @@ from ..prediction import functions
 from ..rows.shard import RowShard
 from ..rows.sparse import RowReader
 from ..validation import check_observations, check_seed, takes_a_batch
+from .building import HeldRows, check_latent, check_owned, held_rows, outline, row_inputs
+from .data_term import DataTermSVGP
+from .parameters import with_model_parameters
 
 __all__ = [
     "DEFAULT_NUM_INDUCING",
@@ -76,66 +77,13 @@ LatentFactory = Callable[[np.ndarray], LatentVariables]
 DEFAULT_NUM_INDUCING = NUM_INDUCING
 """M unless given (:data:`gpflow_svi_gplvm.defaults.NUM_INDUCING`)."""
 
-_PARAMETERS = """
-    :param data: Y [N, D], NaN where an entry is missing; or a
-        :class:`~gpflow_svi_gplvm.rows.shard.RowShard`, this worker's rows under a
-        ``MultiWorkerMirroredStrategy`` (build the model inside ``strategy.scope()``); or
-        rows read a block at a time (a :class:`~gpflow_svi_gplvm.rows.sparse.RowReader`: a
-        sparse matrix in memory, or :class:`~gpflow_svi_gplvm.rows.h5ad.DiskRows` on disk;
-        train on it with a dataset of its rows, as :mod:`gpflow_svi_gplvm.singlecell` does).
-    :param latent_dim: Q, the latent dimensions.
-    :param num_inducing: M, the inducing inputs Z [M, Q], chosen among the initial latents.
-    :param kernel: a GPflow kernel on the latents; default a squared exponential with one
-        lengthscale per latent dimension (ARD) and, under a Gaussian likelihood, the variance of
-        the data (:func:`~gpflow_svi_gplvm.components.initialisation.default_components`).
-    :param likelihood: any GPflow scalar likelihood; default Gaussian with a noise variance of 10%
-        of the data's. Wrapped in :class:`~gpflow_svi_gplvm.likelihoods.MaskedLikelihood` when the
-        data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
-    :param num_samples: S, the draws of q(x_n) per row when the expectation over q(x) is taken by
-        Monte Carlo (``latent_expectation``).
-    :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA), ``"random"``
-        (draws from the prior N(0, I), as the paper does) or an array [N, Q] of starting values.
-    :param mean_function: default a per-output constant starting at the data's level.
-    :param whiten: whether q(u) is whitened (GPflow's ``whiten``).
-    :param seed: seeds the random initial latents, the choice of Z and the encoder's weights.
-    :param mask: [N, D] booleans, True where observed, instead of NaNs in ``data``.
-    :param shared_covariance: one q(u) covariance for all outputs (True), one per output
-        (False), or None: shared when D >= :data:`SHARED_COVARIANCE_MIN_OUTPUTS` (100).
-    :param latent_expectation: ``"auto"``, ``"closed-form"`` or ``"monte-carlo"``: how the data
-        term's expectation over q(x_n) is taken (see :class:`SVIGPLVM`).
-    :param covariates: C [N, P], observed covariates of each row (one-hot batch, technical
-        covariates) that join the latents in the GP input [x_n, c_n]; ``kernel`` is then a
-        :class:`~gpflow_svi_gplvm.components.covariates.CovariateKernel`, or a kernel on the latents
-        that is summed with a linear ARD kernel on C (see
-        :mod:`gpflow_svi_gplvm.components.covariates`).
-    :param size_factors: s [N], a positive size factor (library size) per row for a count
-        likelihood with a log link: the rate of y_nd is s_n exp(f_d).
-    :param num_importance: K, the draws of q(x_n) per row of the importance-weighted bound
-        (:mod:`~gpflow_svi_gplvm.components.importance`), each S times (``num_samples``); 1
-        (default) is the ELBO. K > 1 needs a q(x) with a density (B-SVI, AEB-SVI, a flow).
-    :param doubly_reparameterised: with K > 1, whether q(x)'s parameters take the doubly
-        reparameterised gradient (DReG, default) instead of the plain estimator's.
-"""
-
-
-def with_model_parameters(own: str = "") -> Callable[[type], type]:
-    """Append the parameters every model shares, after a class's ``own``, to its docstring (and
-    its ``__init__``'s, which ``help`` shows), in GPflow's ``:param name:`` style."""
-
-    def decorate(cls: type) -> type:
-        cls.__doc__ = f"{cls.__doc__}\n{_PARAMETERS}{own}"
-        cls.__init__.__doc__ = f"Build the model.\n{_PARAMETERS}{own}"  # type: ignore[misc]
-        return cls
-
-    return decorate
-
 
 @with_model_parameters(
     """    :param latent: a function from the initial latents [N, Q] to the latent module (e.g.
         :class:`~gpflow_svi_gplvm.latents.PointLatent`); the named models fix it.
 """
 )
-class SVIGPLVM(SharedCovarianceSVGP):
+class SVIGPLVM(DataTermSVGP):
     r"""An SVGP whose inputs are latent: Y [N, D] = f(X [N, Q]) + noise, X treated by ``latent``.
 
     D GPs share one kernel and M inducing inputs Z [M, Q]; q(u) is GPflow's uncollapsed,
@@ -191,61 +139,47 @@ class SVIGPLVM(SharedCovarianceSVGP):
         size_factors: ArrayLike | None = None,
         num_importance: int = 1,
         doubly_reparameterised: bool = True,
+        workers: Workers | None = None,
     ):
         seed = self.seed = check_seed(seed)
-        Y, rows, num_data, workers = _local_rows(data, mask)
-        owned = rows is not None and workers.count > 1  # each worker keeps its rows' tables
-        self.table_rows = rows if owned else None
-        # Read a block of rows at a time (row_blocks), whatever holds them, in one pass here.
-        blocks = cast(np.ndarray, Y)
-        summary = column_summary(blocks, workers)
-        inputs = _row_inputs(
-            covariates, size_factors, summary.totals, rows, num_data, workers, owned
-        )
-        shared = default_shared_covariance(shared_covariance, Y.shape[1])
+        held = held_rows(data, mask, workers)
+        inputs = row_inputs(covariates, size_factors, held)
+        D, workers = held.Y.shape[1], held.workers
+        shared = default_shared_covariance(shared_covariance, D)
         latent_dim, num_inducing, num_samples = check_sizes(
-            num_data, latent_dim, num_inducing, num_samples
+            held.num_data, latent_dim, num_inducing, num_samples
         )
         # Before any variable exists: a worker's variables are the chief's, copied by shape.
-        workers.agree("built other models", _outline(type(self), locals(), inputs))
-        initial = initial_latents(blocks, latent_dim, latent_init, seed, rows, workers, owned)
+        workers.agree("built other models", outline(type(self), locals(), inputs))
+        initial = initial_latents(
+            held.Y, latent_dim, latent_init, seed, held.rows, workers, held.owned
+        )
         defaults = default_components(
-            blocks, latent_dim, kernel, likelihood, mean_function, workers, summary
+            held.Y, latent_dim, kernel, likelihood, mean_function, workers, held.facts
         )
         components = with_row_inputs_components(defaults, latent_dim, inputs)
         # Z's columns of the observed inputs keep it as wide as the GP inputs (even unread ones).
-        Z = inducing_inputs(initial, num_inducing, seed, self.table_rows, workers, inputs.table)
-        super().__init__(
-            components.kernel,
-            components.likelihood,
-            Z,
-            mean_function=components.mean_function,
-            num_latent_gps=Y.shape[1],
-            whiten=whiten,
-            num_data=num_data,
-            # SVGP's checks admit no [1, M, M]: a shared layout replaces a diagonal [M, D].
-            q_diag=shared,
-        )
+        Z = inducing_inputs(initial, num_inducing, seed, held.table_rows, workers, inputs.table)
+        # SVGP's checks admit no [1, M, M]: a shared layout replaces a diagonal [M, D].
+        svgp: dict[str, Any] = dict(whiten=whiten, num_data=held.num_data, q_diag=shared)
+        svgp.update(mean_function=components.mean_function, num_latent_gps=D)
+        super().__init__(components.kernel, components.likelihood, Z, **svgp)
         self._share_q_sqrt(shared, num_inducing)
-        self.data_dim, self.latent_dim, self.num_samples = Y.shape[1], latent_dim, num_samples
-        self._build_row_tables(latent, initial, Y, workers, inputs, owned)
+        self.data_dim, self.latent_dim, self.num_samples = D, latent_dim, num_samples
+        self._build_row_tables(latent, initial, held, inputs)
         _set_bound(self, latent_expectation, num_importance, doubly_reparameterised)
 
     def _build_row_tables(
-        self,
-        latent: LatentFactory | None,
-        initial: np.ndarray,
-        Y,
-        workers: Workers,
-        inputs: RowInputs,
-        owned: bool,
+        self, latent: LatentFactory | None, initial: np.ndarray, held: HeldRows, inputs: RowInputs
     ) -> None:
         """The latent module and the rows' observed inputs, from the initial latents [n, Q]: of
-        all N rows, or, when ``owned``, of this worker's rows alone (its own variables)."""
-        with worker_owned_variables(owned):
-            module = self._build_latent(latent, initial, Y, workers)
-            self.latent = _check_latent(module, len(initial), self.latent_dim)
-            _check_owned(self.latent, owned)
+        all N rows, or, when each worker owns its ``held`` rows' tables, of this worker's rows
+        alone (its own variables, :attr:`table_rows`)."""
+        self.table_rows = held.table_rows
+        with worker_owned_variables(held.owned):
+            module = self._build_latent(latent, initial, held.Y, held.workers)
+            self.latent = check_latent(module, len(initial), self.latent_dim)
+            check_owned(self.latent, held.owned)
             self._set_row_inputs(inputs)
 
     def _set_row_inputs(self, inputs: RowInputs) -> None:
@@ -298,67 +232,6 @@ class SVIGPLVM(SharedCovarianceSVGP):
                 "or AmortisedBayesianGPLVM."
             )
         return latent(initial_latents)
-
-    @check_shapes(
-        "samples: [S, batch, Q]",
-        "return[0]: [S, batch, D]",
-        "return[1]: [S, batch, D]",
-    )
-    def predict_f_at_draws(self, samples: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        r"""Mean and marginal variance [S, B, D] of :math:`q(f(x_n^{(s)}))` at draws ``samples``
-        [S, B, Q] of the GP inputs: one :meth:`predict_f` on the draws flattened draw-major."""
-        f_mean, f_var = self.predict_f(tf.reshape(samples, [-1, tf.shape(samples)[-1]]))
-        shape = tf.concat([tf.shape(samples)[:2], tf.shape(f_mean)[-1:]], axis=0)
-        return tf.reshape(f_mean, shape), tf.reshape(f_var, shape)
-
-    @check_shapes(
-        "samples: [S, batch, Q]",
-        "Y: [batch, D]",
-        "return: [S, batch]",
-    )
-    def draw_data_terms(
-        self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
-    ) -> tf.Tensor:
-        r"""The data term of each row at each draw ``samples`` [S, B, Q]: [S, B],
-        :math:`\sum_{d \in O_n} E_{q(f_d(x_n^{(s)}))} \log p(y_{nd} \mid f_d)`; ``likelihood``
-        replaces the model's (e.g. a masked view)."""
-        likelihood = self.likelihood if likelihood is None else likelihood
-        f_mean, f_var = self.predict_f_at_draws(samples)
-        Y_draws = tf.broadcast_to(Y, tf.shape(f_mean))
-        return likelihood.variational_expectations(samples, f_mean, f_var, Y_draws)
-
-    @check_shapes(
-        "samples: [S, batch, Q]",
-        "Y: [batch, D]",
-        "return: [batch]",
-    )
-    def data_term(
-        self, samples: tf.Tensor, Y: tf.Tensor, likelihood: Likelihood | None = None
-    ) -> tf.Tensor:
-        r"""The data term per row [B], averaged over the draws ``samples`` [S, B, Q]:
-        :math:`\frac1S \sum_s` of :meth:`draw_data_terms`."""
-        return tf.reduce_mean(self.draw_data_terms(samples, Y, likelihood), axis=0)
-
-    @check_shapes(
-        "batch.samples: [S, batch, Q]",
-        "batch.mean: [batch, Q]",
-        "Y: [batch, D]",
-        "return: [batch]",
-    )
-    def expected_data_term(
-        self,
-        batch: LatentBatch,
-        Y: tf.Tensor,
-        likelihood: Likelihood | None = None,
-        closed_form: bool | None = None,
-    ) -> tf.Tensor:
-        """The data term per row [B] for a latent ``batch``: in closed form over q(x_n) when
-        ``closed_form`` (default :attr:`closed_form`, see ``latent_expectation``), else from the
-        batch's samples."""
-        likelihood = self.likelihood if likelihood is None else likelihood
-        if not (self.closed_form if closed_form is None else closed_form):
-            return self.data_term(batch.samples, Y, likelihood)
-        return closed_form_data_term(self, likelihood, batch.mean, batch.covariance, Y)
 
     @check_shapes(
         "idx: [batch]",
@@ -485,113 +358,6 @@ class SVIGPLVM(SharedCovarianceSVGP):
         ``rows`` = training-row indices of Y's rows (else latents are inferred). Options as in
         :func:`gpflow_svi_gplvm.prediction.functions.reconstruct`."""
         return functions.reconstruct(self, Y, rows, **options)
-
-
-def _local_rows(
-    data: ArrayLike | RowShard | RowReader, mask: ArrayLike | None
-) -> tuple[np.ndarray | tf.Tensor | RowReader, np.ndarray | None, int, Workers]:
-    """The rows a model is built from: Y (all of them, checked, or this worker's rows of a
-    :class:`RowShard`, or a :class:`RowReader` read a block at a time), their row numbers (None
-    for all rows in order), N and the workers holding them; a shard is checked against the other
-    workers' (under the strategy in scope)."""
-    if isinstance(data, RowReader):
-        if mask is not None:
-            raise ValueError("Sparse rows hold every entry: a mask cannot be given with them.")
-        return data, None, data.shape[0], Workers()
-    if not isinstance(data, RowShard):
-        Y = check_observations(data, "data", mask=mask)
-        return Y, None, Y.shape[0], Workers()
-    if mask is not None:
-        raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
-    workers = Workers.of()
-    data.check(workers)
-    return data.Y, data.rows, data.num_data, workers
-
-
-# The constructor's options (its local names) every worker must build alike, as named to users.
-_AGREED_OPTIONS = {
-    "latent_dim": "latent_dim",
-    "num_inducing": "num_inducing",
-    "num_samples": "num_samples",
-    "shared_covariance": "shared",
-    "whiten": "whiten",
-    "latent_expectation": "latent_expectation",
-    "num_importance": "num_importance",
-    "doubly_reparameterised": "doubly_reparameterised",
-    "latent_init": "latent_init",
-    "kernel": "kernel",
-    "likelihood": "likelihood",
-    "mean_function": "mean_function",
-}
-
-
-def _outline(model: type, options: dict[str, object], inputs: RowInputs) -> dict[str, object]:
-    """What every worker must build its model with alike (from the constructor's ``options``,
-    its locals): numbers, switches and names as they are, components and arrays by kind."""
-    outline: dict[str, object] = {"model": model.__name__}
-    for name, local in _AGREED_OPTIONS.items():
-        value = options[local]
-        plain = value is None or isinstance(value, (bool, int, float, str))
-        outline[name] = value if plain else type(value).__name__
-    outline["covariates"] = inputs.num_covariates
-    outline["size_factors"] = inputs.size_factors is not None
-    return outline
-
-
-def _row_inputs(
-    covariates: ArrayLike | None,
-    size_factors: ArrayLike | None,
-    library: np.ndarray,
-    rows: np.ndarray | None,
-    num_data: int,
-    workers: Workers,
-    owned: bool,
-) -> RowInputs:
-    """The checked covariates and size factors of the model's table rows (all N, or this
-    worker's own), with the size factors' reference set from the ``library`` sizes [n] of this
-    worker's rows and those of every other."""
-    inputs = RowInputs(
-        _shard_rows(covariates, rows, num_data, owned),
-        _shard_rows(size_factors, rows, num_data, owned),
-        num_data if rows is None or not owned else len(rows),
-    )
-    inputs.set_reference(library, None if owned else rows, workers)
-    return inputs
-
-
-def _shard_rows(
-    values: ArrayLike | None, rows: np.ndarray | None, num_data: int, owned: bool
-) -> np.ndarray | None:
-    """Per-row inputs (covariates [., P], size factors [.]) for the model's table rows: as given,
-    or, when a worker owns its rows and was given all N, those of its rows."""
-    if values is None or not owned or rows is None:
-        return None if values is None else np.asarray(values)
-    values = np.asarray(values)
-    return values[rows] if len(values) == num_data != len(rows) else values
-
-
-def _check_owned(latent: LatentVariables, owned: bool) -> None:
-    """A ``ValueError`` when a latent family keeps per-row tables that could not be made this
-    worker's own (a family building its tables without :func:`~.latents.row_table`)."""
-    tables = getattr(latent, "row_parameters", ())
-    if owned and not all(worker_owned(p.unconstrained_variable) for p in tables):
-        raise ValueError(
-            f"{type(latent).__name__} keeps per-row tables that are not split over the workers "
-            "(e.g. flow_parameters='per-row'): on several workers use a family whose tables "
-            "are built with gpflow_svi_gplvm.latents.row_table (e.g. flow_parameters='shared')."
-        )
-
-
-def _check_latent(latent: LatentVariables, num_data: int, latent_dim: int) -> LatentVariables:
-    """``latent`` when it holds ``num_data`` rows (if it has rows) of ``latent_dim`` dims."""
-    rows = getattr(latent, "num_data", num_data)  # amortised modules hold no rows
-    if rows != num_data:
-        raise ValueError(f"The latent module holds {rows} rows but data has {num_data}.")
-    if latent.latent_dim != latent_dim:
-        raise ValueError(
-            f"The latent module has {latent.latent_dim} dims but latent_dim={latent_dim}."
-        )
-    return latent
 
 
 def _set_bound(

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 
 from ..validation import check_integer, check_path, check_seed
+from .shuffle_plan import ShufflePlan, block_rows_of
 from .sparse import ROWS_PER_BLOCK, SparseRows, as_float32
 
 if TYPE_CHECKING:
@@ -169,6 +170,9 @@ class DiskRows:
         self._source = source
         self.columns = columns
         self.transform = transform
+        self.facts: object = None
+        """What one pass over these rows learnt, when one was made (a
+        :class:`~gpflow_svi_gplvm.rows.facts.RowFacts`)."""
 
     @classmethod
     def open(
@@ -316,7 +320,7 @@ class DiskRows:
         the ``ValueError``'s message.
         """
         N, D = self.shape
-        plan = _ShufflePlan(
+        plan = ShufflePlan(
             N,
             min(check_integer(batch_size, "batch_size"), N),
             check_integer(block_rows, "block_rows", hint=f"typically {BLOCK_ROWS}"),
@@ -340,7 +344,7 @@ class DiskRows:
         buffers = tf.data.Dataset.counter(first_epoch).flat_map(units).map(read).prefetch(1)
         return buffers.flat_map(self._cut(plan.batch_size)).prefetch(PREFETCH_BATCHES)
 
-    def _read_unit(self, plan: _ShufflePlan, unit: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _read_unit(self, plan: ShufflePlan, unit: np.ndarray) -> tuple[np.ndarray, ...]:
         """The rows of the batches [first, first + count) of an epoch that begin in buffer j,
         ``unit`` = (epoch, j, first, count), in serving order: row numbers [n] and CSR arrays
         (values, columns, row pointers [n + 1])."""
@@ -348,7 +352,7 @@ class DiskRows:
         begin, end = plan.layout(epoch)[1][number : number + 2]
         bounds, order = plan.buffer(epoch, number)
         served = order[first * plan.batch_size - begin : (first + count) * plan.batch_size - begin]
-        rows = _rows(bounds)[served]
+        rows = block_rows_of(bounds)[served]
         matrix = sp.vstack([self._read(a, b) for a, b in bounds], format="csr")[served]
         last = (first + count) * plan.batch_size
         if last > end:  # the last batch runs into the next buffers
@@ -388,78 +392,6 @@ class DiskRows:
             return numbers.map(lambda number: batch(idx, data, indices, indptr, number))
 
         return cut
-
-
-def _rows(bounds: list[tuple[int, int]]) -> np.ndarray:
-    """The row numbers of blocks given by their bounds [a, b), in turn."""
-    return np.concatenate([np.arange(a, b) for a, b in bounds])
-
-
-class _ShufflePlan:
-    """Block shuffling's arithmetic, reading nothing: the buffers of an epoch, the order of a
-    buffer's rows, the rows at positions of an epoch, and which buffers serve which batches."""
-
-    def __init__(
-        self, num_rows: int, batch_size: int, block_rows: int, buffer_blocks: int, seed: int
-    ):
-        self.num_rows, self.batch_size, self.seed = num_rows, batch_size, seed
-        self.block_rows, self.buffer_blocks = block_rows, buffer_blocks
-        self.batches_per_epoch = num_rows // batch_size
-        self._layouts: dict[int, tuple[list[np.ndarray], np.ndarray]] = {}
-
-    def block_bounds(self, block: int) -> tuple[int, int]:
-        """Rows [a, b) of block ``block``."""
-        first = int(block) * self.block_rows
-        return first, min(first + self.block_rows, self.num_rows)
-
-    def layout(self, epoch: int) -> tuple[list[np.ndarray], np.ndarray]:
-        """The blocks of each buffer of ``epoch`` (ascending: the reading order) and the
-        positions where each buffer's rows begin in the epoch's serving order [buffers + 1]."""
-        if epoch in self._layouts:
-            return self._layouts[epoch]
-        num_blocks = -(-self.num_rows // self.block_rows)
-        # The third word keeps the blocks' stream apart from the buffers' (``buffer``).
-        shuffled = np.random.default_rng([self.seed, epoch, 0]).permutation(num_blocks)
-        K, R = self.buffer_blocks, self.block_rows
-        blocks = [np.sort(shuffled[i : i + K]) for i in range(0, num_blocks, K)]
-        sizes = [np.minimum(R, self.num_rows - group * R).sum() for group in blocks]
-        layout = blocks, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        if len(self._layouts) > 2:  # the epochs being read and the next one suffice
-            self._layouts.pop(min(self._layouts), None)
-        self._layouts[epoch] = layout
-        return layout
-
-    def buffer(self, epoch: int, number: int) -> tuple[list[tuple[int, int]], np.ndarray]:
-        """Buffer ``number`` of ``epoch``: its blocks' rows [a, b) (the reading order) and the
-        order [n] in which it serves its n rows (positions in the reading order)."""
-        bounds = [self.block_bounds(block) for block in self.layout(epoch)[0][number]]
-        size = sum(b - a for a, b in bounds)
-        return bounds, np.random.default_rng([self.seed, epoch, 1, number]).permutation(size)
-
-    def rows_at(self, epoch: int, first: int, last: int) -> np.ndarray:
-        """The row numbers at positions [first, last) of ``epoch``'s serving order."""
-        begins = self.layout(epoch)[1]
-        number, pieces = int(np.searchsorted(begins, first, side="right")) - 1, []
-        while first < last:
-            bounds, order = self.buffer(epoch, number)
-            stop = min(last, int(begins[number + 1]))
-            pieces.append(_rows(bounds)[order[first - begins[number] : stop - begins[number]]])
-            first, number = stop, number + 1
-        return np.concatenate(pieces)
-
-    def units(self, epoch: int, start: int) -> np.ndarray:
-        """The reads of ``epoch`` [U, 4]: (epoch, buffer j, first batch, count) for the batches
-        (numbered in the epoch) that begin among buffer j's rows, from global batch ``start``."""
-        per_epoch, begins = self.batches_per_epoch, self.layout(epoch)[1]
-        lowest = max(start - epoch * per_epoch, 0)
-        # Batch k begins at position k B: in buffer j when begins[j] <= k B < begins[j + 1].
-        firsts = np.clip(-(-begins // self.batch_size), lowest, per_epoch)
-        counts = np.diff(firsts)
-        numbers = np.flatnonzero(counts)
-        epochs = np.full(numbers.size, epoch)
-        return np.stack([epochs, numbers, firsts[numbers], counts[numbers]], axis=1).astype(
-            np.int64
-        )
 
 
 def _checked_columns(columns: np.ndarray | None, num_columns: int) -> np.ndarray | None:

@@ -11,7 +11,7 @@ from numpy.typing import ArrayLike
 from ..distributed.owned import outside_strategy
 from ..distributed.workers import Workers
 from ..validation import check_integer, check_observations
-from .sparse import SparseRows, row_blocks
+from .sparse import SparseRows
 
 # Bytes copied at a time into a shard's variable: the allocator keeps small freed buffers
 # resident, so small blocks keep that overhead small.
@@ -142,11 +142,6 @@ class RowShard:
                     f"but the model was built for N={num_data}, D={data_dim}: train on the rows "
                     "the model was built from."
                 )
-
-    def has_gaps(self, workers: Workers) -> bool:
-        """Whether any worker's shard has a missing entry (read a block of rows at a time)."""
-        gaps = sum(int(np.isnan(block).sum()) for block in row_blocks(self.Y))
-        return bool(workers.sum(gaps) > 0)
 
 
 def _rows_on_cpu(Y: np.ndarray) -> tf.Variable:

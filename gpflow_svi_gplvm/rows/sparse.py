@@ -110,6 +110,9 @@ class SparseRows:
     ):
         self.matrix = matrix
         self.transform = transform
+        self.facts: object = None
+        """What one pass over these rows learnt, when one was made (a
+        :class:`~gpflow_svi_gplvm.rows.facts.RowFacts`)."""
 
     @classmethod
     def from_matrix(

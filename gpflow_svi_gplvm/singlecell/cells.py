@@ -8,19 +8,24 @@ import contextlib
 import hashlib
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from ..distributed.workers import Workers
-from ..rows.sparse import RowReader, SparseRows, row_blocks
+from ..rows.facts import RowScan, scan_rows
+from ..rows.sparse import RowReader, SparseRows
 from ..validation import check_path, check_writable_folder
 from .encoding import obs_column
 
+if TYPE_CHECKING:
+    from ..rows.h5ad import DiskRows
+
 __all__ = [
     "read_cells",
+    "scan_cells",
     "size_factors_of",
     "opened",
     "CellsFile",
@@ -42,6 +47,37 @@ def read_cells(
     given) of the ``cells`` (a range; default every cell), read in row blocks and checked
     (non-negative integers for ``counts``), and each cell's sum of them [n] (its library
     size), from that pass."""
+    rows, check = _opened_cells(adata, layer, gene_names, counts, columns, cells)
+    if check is None:  # in memory, checked as read
+        return rows, rows.row_sums()
+    return rows, scan_rows(rows, check).totals
+
+
+def scan_cells(
+    adata,
+    layer: str | None,
+    gene_names: list[str],
+    counts: bool,
+    cells: slice = slice(None),
+    digest: bool = False,
+) -> tuple[SparseRows | DiskRows, RowScan]:
+    """:func:`read_cells`' rows, checked in the one pass that learns their facts
+    (:func:`~gpflow_svi_gplvm.rows.facts.scan_rows`: the library sizes are its totals; with
+    ``digest``, the hash a checkpoint records)."""
+    rows, check = _opened_cells(adata, layer, gene_names, counts, None, cells)
+    return rows, scan_rows(rows, check, digest)
+
+
+def _opened_cells(
+    adata,
+    layer: str | None,
+    gene_names: list[str],
+    counts: bool,
+    columns: np.ndarray | None,
+    cells: slice,
+) -> tuple[SparseRows | DiskRows, Callable[[np.ndarray, int], None] | None]:
+    """The rows of :func:`read_cells` and the check of their blocks still to be made (None: the
+    rows of an AnnData, checked as they were read into memory)."""
     if columns is None:
         position = {g: i for i, g in enumerate(map(str, genes_of(adata, layer).var_names))}
         columns = np.array([position[g] for g in gene_names])
@@ -55,23 +91,16 @@ def read_cells(
         whole = cells.indices(adata.n_obs)[:2] == (0, adata.n_obs)
         # All cells of a CSR matrix: read in place (SparseRows never writes), not copied.
         source = matrix if whole else _RowRange(matrix, cells)
-        rows = SparseRows.from_matrix(source, columns, check)
-        return rows, rows.row_sums()
+        return SparseRows.from_matrix(source, columns, check), None
     from ..rows.h5ad import DiskRows
 
     disk = DiskRows.open(adata.path, layer, columns)
     start, stop, _ = cells.indices(adata.n_obs)
     # All cells on one worker stay on disk (out of core); a worker's share is loaded as CSR.
-    held: RowReader = disk
-    if (start, stop) != (0, adata.n_obs):
-        with disk:  # closed once read
-            held = disk.load(start, stop)
-    library, first = np.empty(held.shape[0]), 0
-    for block in row_blocks(cast(np.ndarray, held)):
-        check(block, first)
-        library[first : first + len(block)] = block.sum(axis=1)
-        first += len(block)
-    return held, library
+    if (start, stop) == (0, adata.n_obs):
+        return disk, check
+    with disk:  # closed once read
+        return disk.load(start, stop), check
 
 
 def size_factors_of(

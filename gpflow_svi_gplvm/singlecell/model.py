@@ -19,17 +19,18 @@ from ..defaults import (
     CELL_TABLE_LEARNING_RATE,
 )
 from ..distributed.workers import Workers
-from ..models import SVIGPLVM, lookup_model
+from ..models import SVIGPLVM
 from ..rows.h5ad import DiskRows
-from ..rows.shard import RowShard, worker_rows
-from ..rows.sparse import RowReader, RowStream
-from ..training.trainer import History, fit
+from ..rows.shard import worker_rows
+from ..rows.sparse import RowReader
+from ..training.trainer import History
 from ..validation import check_integer, check_seed
-from .cells import CellsFile, assembled, check_anndata, check_output, content_hash, opened
-from .distilled import DISTIL_CELLS, ENCODER_TRAINING, fit_distilled
+from .building import build_model, check_same_inputs
+from .cells import CellsFile, assembled, check_anndata, check_output, opened
+from .distilled import DISTIL_CELLS, ENCODER_TRAINING
 from .encoding import CovariateEncoding
 from .genes import GenesMixin
-from .likelihoods import LIKELIHOODS, model_likelihood
+from .likelihoods import LIKELIHOODS
 from .mapping import (
     BLOCK,
     FIT_CELLS,
@@ -42,7 +43,7 @@ from .registration import CellRegistration
 from .saving import load_model, save_model
 from .serving import export_cells
 from .spread import EmbeddingSpread
-from .start import initial_latents
+from .training import distils, final_elbo, step_size, summary_of, train
 
 __all__ = [
     "SingleCellGPLVM",
@@ -132,10 +133,7 @@ class SingleCellGPLVM(GenesMixin):
         distil_cells: int = DISTIL_CELLS,
         **model_options: Any,
     ):
-        if likelihood not in LIKELIHOODS:
-            raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
-        if size_factors is not None and likelihood == "gaussian":
-            raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
+        _check_options(likelihood, size_factors, refine_latents, encoder_training)
         self.latent_dim, self.model_name = latent_dim, model
         self.num_inducing, self.key_added = num_inducing, _check_key(key_added)
         self.likelihood = likelihood
@@ -143,14 +141,7 @@ class SingleCellGPLVM(GenesMixin):
             layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
         )
         self.seed = check_seed(seed)
-        if not isinstance(refine_latents, (bool, np.bool_)):
-            raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
-        self.refine_latents = bool(refine_latents)
-        if encoder_training not in ENCODER_TRAINING:
-            raise ValueError(
-                f"encoder_training must be one of {ENCODER_TRAINING}, got {encoder_training!r}."
-            )
-        self.encoder_training = encoder_training
+        self.refine_latents, self.encoder_training = bool(refine_latents), encoder_training
         self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
         if model_options.get("shared_covariance") is None:  # what mapping and serving need
             model_options["shared_covariance"] = True
@@ -194,38 +185,37 @@ class SingleCellGPLVM(GenesMixin):
         collapsed (:mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning, and
         ``uns[key_added]["collapsed"]`` is True."""
         workers = Workers.of(strategy) if strategy is not None else Workers()
+        adata = self._opened(adata, output, workers, bool(overwrite or resume))
+        cells = worker_rows(adata.n_obs, workers.index, workers.count)
+        distilled = distils(self, strategy)
+        built = build_model(self, adata, cells, workers, strategy, checkpoint_dir is not None)
+        self.model = built.model
+        batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
+        learning_rate = step_size(self.model, learning_rate, distilled)
+        progress = progress and workers.count == 1  # the bars of one process
+        training: dict[str, Any] = dict(batch_size=batch_size, learning_rate=learning_rate)
+        training |= dict(seed=self.seed, progress=progress, callback=callback, resume=resume)
+        training |= dict(callback_every=callback_every, checkpoint_every=checkpoint_every)
+        rows = built.rows
+        with closing(rows) if isinstance(rows, DiskRows) else nullcontext():  # the user's file
+            run = training, checkpoint_dir, overwrite
+            self.history = train(self, built, iterations, strategy, workers, *run)
+            summary = summary_of(self, iterations, batch_size, learning_rate)
+            self.training_record = summary["settings"] | {"elbo_final": final_elbo(summary["elbo"])}
+            self._write_embedding(adata, rows, cells, workers, output, summary, progress)
+        workers.finish()
+        return self
+
+    def _opened(self, adata, output: str | Path | None, workers: Workers, replace: bool):
+        """``adata`` opened (:func:`~.cells.opened`) with its genes registered, ``output``
+        checked now, not after training, and every worker's call checked to be the same."""
         path = isinstance(adata, (str, Path))
         with workers.agreeing():  # a worker's mistake stops every worker, with its message
             adata = opened(adata)
             self.registration.register_genes(adata)
-        replace, needed = bool(overwrite or resume), workers.count > 1 or path
-        check_output(output, self.key_added, workers, replace, needed)  # now, not after training
-        _check_same_inputs(self, adata, workers)
-        cells = worker_rows(adata.n_obs, workers.index, workers.count)
-        distils = _distils(self, strategy)
-        self.model, rows, data, inputs = self._build(adata, cells, workers, strategy)
-        batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
-        learning_rate = _step_size(self.model, learning_rate, distils)
-        training: dict[str, Any] = dict(
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            seed=self.seed,
-            progress=progress and workers.count == 1,  # the bars of one process
-            callback=callback,
-            callback_every=callback_every,
-            checkpoint_every=checkpoint_every,
-            resume=resume,
-        )
-        with closing(rows) if isinstance(rows, DiskRows) else nullcontext():  # the user's file
-            built, run = (rows, data, inputs), (checkpoint_dir, overwrite)
-            self.history = _train(self, built, iterations, strategy, training, *run)
-            summary = _summary(self, iterations, batch_size, learning_rate)
-            self.training_record = {**summary["settings"], "elbo_final": _final(summary["elbo"])}
-            self._write_embedding(
-                adata, rows, cells, workers, output, summary, training["progress"]
-            )
-        workers.finish()
-        return self
+        check_output(output, self.key_added, workers, replace, workers.count > 1 or path)
+        check_same_inputs(self, adata, workers)
+        return adata
 
     def _write_embedding(
         self,
@@ -251,49 +241,6 @@ class SingleCellGPLVM(GenesMixin):
         if moments is not None and not isinstance(adata, CellsFile):
             adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
             adata.uns[self.key_added] = summary
-
-    def _build(
-        self,
-        adata,
-        cells: np.ndarray,
-        workers: Workers,
-        strategy: tf.distribute.Strategy | None,
-    ) -> tuple[SVIGPLVM, RowReader, RowShard | RowStream, dict]:
-        """The model of this worker's ``cells`` [n] (a block), from sums over every worker's
-        cells; their rows; what to train on (rows on disk stream in shuffled blocks, rows in
-        memory are a shard of CSR rows, each minibatch densified on its own); and the model
-        class's keyword inputs, one row a cell (start, covariates, size factors) or shared."""
-        block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-        registration = self.registration
-        with workers.agreeing():  # e.g. a count that is not one, on one worker's cells
-            rows, library = registration.read(adata, cells=block)
-        obs = adata.obs.iloc[block]
-        covariates = registration.fit_covariates(obs, workers)
-        sizes = registration.training_size_factors(obs, library, workers)
-        initial = initial_latents(
-            rows,
-            self.latent_dim,
-            counts=registration.counts,
-            sizes=sizes,
-            covariates=covariates,
-            seed=self.seed,
-            workers=workers,
-            cells=cells,
-        )
-        data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
-        with strategy.scope() if strategy is not None else nullcontext():  # the likelihood too
-            inputs = dict(
-                latent_dim=self.latent_dim,
-                num_inducing=min(self.num_inducing, adata.n_obs),
-                likelihood=model_likelihood(self.likelihood, rows.shape[1]),
-                latent_init=initial,
-                seed=self.seed,
-                covariates=covariates,
-                size_factors=sizes,
-                **self.model_options,
-            )
-            model = lookup_model(self.model_name)(data, **inputs)
-        return model, rows, data, inputs
 
     def transform(
         self, adata, iterations: int = INFERENCE_STEPS, progress: bool = False
@@ -417,92 +364,6 @@ class SingleCellGPLVM(GenesMixin):
         return mapper
 
 
-def _check_same_inputs(face: SingleCellGPLVM, adata, workers: Workers) -> None:
-    """A ``ValueError`` on every worker, naming what differs and each worker's value, when the
-    workers read other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns;
-    a file of other values, told by a hash of its size and bytes sampled across it) or were
-    built with other settings: every worker must make the same call."""
-    inputs = {
-        "cells (N)": adata.n_obs,
-        "what the data holds (a hash)": content_hash(adata, face.registration.layer),
-        "genes": face.gene_names,
-        "layer": face.registration.layer,
-        "obs columns": face.registration.columns,
-        "size_factors": face.registration.size_factors,
-        "model": face.model_name,
-        "likelihood": face.likelihood,
-        "latent_dim": face.latent_dim,
-        "num_inducing": face.num_inducing,
-        "encoder": [face.encoder_training, face.distil_cells],
-        "model options": sorted((k, repr(v)) for k, v in face.model_options.items()),
-    }
-    workers.agree("were given other inputs than the chief", inputs)
-
-
-def _train(
-    face: SingleCellGPLVM,
-    built: tuple[RowReader, RowShard | RowStream, dict],
-    iterations: int,
-    strategy: tf.distribute.Strategy | None,
-    training: dict[str, Any],
-    checkpoint_dir: str | Path | None,
-    overwrite: bool,
-) -> History:
-    """Train ``face``'s model for ``iterations`` steps on what ``_build`` made (its rows, what
-    to train on and the model's inputs), by :func:`~gpflow_svi_gplvm.fit` with ``training``'s
-    options or, for an encoder distilled from B-SVI, by :func:`~.distilled.fit_distilled`.
-    Checkpoints record the genes and covariates, so that a resume on others is refused naming
-    them."""
-    rows, data, inputs = built
-    if checkpoint_dir is not None:
-        names = {"genes": face.gene_names, "covariates": face.encoding.names}
-        training = dict(training, checkpoint_dir=checkpoint_dir, data_names=names)
-        training["overwrite"] = overwrite  # an earlier run's checkpoints replaced alike
-    face.batch_offsets = BatchOffsets()
-    model = cast(SVIGPLVM, face.model)
-    if _distils(face, strategy):
-        return fit_distilled(model, rows, inputs, face.distil_cells, iterations, **training)
-    return fit(model, data, iterations, strategy=strategy, **training)
-
-
-def _summary(face: SingleCellGPLVM, iterations: int, batch_size: int, learning_rate: float) -> dict:
-    """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
-    model = face.model
-    assert model is not None and face.history is not None
-    kernel = getattr(model.kernel, "covariate_kernel", None)
-    variance = getattr(kernel, "variance", None)
-    settings = {
-        "model": face.model_name,
-        "likelihood": face.likelihood,
-        "latent_dim": face.latent_dim,
-        "num_inducing": int(model.inducing_variable.num_inducing),
-        "layer": face.registration.layer or "X",
-        "size_factors": face.registration.size_factors or "none",
-        "iterations": iterations,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "seed": face.seed,
-        "refine_latents": face.refine_latents,
-    }
-    if face.model_name == "aeb":
-        settings.update(encoder_training=face.encoder_training, distil_cells=face.distil_cells)
-    return {
-        "settings": settings,
-        "genes": np.array(face.gene_names, dtype=object),
-        "elbo": np.asarray(face.history.elbo),
-        "ard_lengthscales": 1.0 / model.ard_relevance(),
-        "covariates": np.array(face.encoding.names, dtype=object),
-        "covariate_variances": (
-            np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
-        ),
-    }
-
-
-def _final(elbo: np.ndarray) -> float | None:
-    """The ELBO a run ends at: the mean of its last 100 steps (None for no step)."""
-    return float(np.mean(elbo[-100:])) if len(elbo) else None
-
-
 def _check_key(key: str) -> str:
     """``key_added``, which names ``obsm`` keys and the files ``X_<key>.npy``: a ``ValueError``
     for one that is not a plain name."""
@@ -514,23 +375,17 @@ def _check_key(key: str) -> str:
     return key
 
 
-def _distils(face: SingleCellGPLVM, strategy: tf.distribute.Strategy | None) -> bool:
-    """Whether ``face`` distils an encoder from B-SVI; a ``ValueError`` where it would with a
-    ``strategy`` (it fits B-SVI to the cells of one process)."""
-    distils = face.model_name == "aeb" and face.encoder_training == "distilled"
-    if distils and strategy is not None:
+def _check_options(
+    likelihood: str, size_factors: str | None, refine_latents: object, encoder_training: str
+) -> None:
+    """A ``ValueError`` for a face's option that is not one of its choices."""
+    if likelihood not in LIKELIHOODS:
+        raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
+    if size_factors is not None and likelihood == "gaussian":
+        raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
+    if not isinstance(refine_latents, (bool, np.bool_)):
+        raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
+    if encoder_training not in ENCODER_TRAINING:
         raise ValueError(
-            "encoder_training='distilled' fits B-SVI to cells of one process, without a "
-            "strategy: with a strategy pass encoder_training='joint', or fit model='bsvi' (on "
-            "the command line: --model bsvi)."
+            f"encoder_training must be one of {ENCODER_TRAINING}, got {encoder_training!r}."
         )
-    return distils
-
-
-def _step_size(model: SVIGPLVM, given: float | None, distils: bool) -> float:
-    """``given``, or Adam's default step for the latents trained: a table's (``model``'s, or the
-    B-SVI fit that an encoder is distilled from) or an encoder's."""
-    if given is not None:
-        return given
-    encoder = model.latent.amortised and not distils
-    return ENCODER_LEARNING_RATE if encoder else TABLE_LEARNING_RATE

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..distributed.workers import Workers
-from ..rows.sparse import RowReader
+from ..rows.facts import RowScan
+from ..rows.sparse import RowReader, SparseRows
 from .cells import gene_names as chosen_genes
-from .cells import genes_of, read_cells, size_factors_of, unique_genes
+from .cells import genes_of, read_cells, scan_cells, size_factors_of, unique_genes
 from .encoding import CovariateEncoding
+
+if TYPE_CHECKING:
+    from ..rows.h5ad import DiskRows
 
 __all__ = ["CellRegistration"]
 
@@ -71,6 +76,13 @@ class CellRegistration:
         """The fitted genes' values of the ``cells`` (a range) of the registered AnnData (or
         ``.h5ad`` cells), checked, and their library sizes [n]."""
         return read_cells(adata, self.layer, self.gene_names, self.counts, cells=cells)
+
+    def scan(
+        self, adata, cells: slice = slice(None), digest: bool = False
+    ) -> tuple[SparseRows | DiskRows, RowScan]:
+        """:meth:`read`'s rows, checked in the one pass that learns their facts (their library
+        sizes are its totals; with ``digest``, the hash a checkpoint records)."""
+        return scan_cells(adata, self.layer, self.gene_names, self.counts, cells, digest)
 
     def read_new(self, adata) -> tuple[RowReader, np.ndarray]:
         """The fitted genes of new cells, found by name (in any order, among other genes), and

@@ -13,8 +13,9 @@ from numpy.typing import ArrayLike
 
 from ..distributed.replicas import replica_batch_size
 from ..distributed.workers import Workers
-from ..likelihoods import MaskedLikelihood, check_likelihood_support
+from ..likelihoods import MaskedLikelihood, check_likelihood_support, check_support
 from ..models import SVIGPLVM
+from ..rows.facts import facts_of
 from ..rows.shard import RowShard
 from ..rows.sparse import RowStream, SparseRows
 from ..validation import check_integer, check_observations
@@ -238,16 +239,15 @@ class TrainingRows:
         table = self.model.row_inputs
         inputs = None if table is None else table.numpy()
         if self.on_disk is not None:
-            return TrainingData.of(
-                cast(np.ndarray, self.on_disk), batch_size, inputs=inputs, names=names
-            )
+            Y, facts = cast(np.ndarray, self.on_disk), getattr(self.on_disk, "facts", None)
+            return TrainingData.of(Y, batch_size, inputs=inputs, names=names, facts=facts)
         if self.shard is None:
             return TrainingData({})
-        rows = self.shard.rows
+        rows, held = self.shard.rows, self.shard.Y
         whole = self.workers.count == 1 and np.array_equal(rows, np.arange(len(rows)))
-        return TrainingData.of(
-            self.shard.Y, batch_size, None if whole else rows, self.workers, inputs, names
-        )
+        facts = getattr(held, "facts", None)  # rows that know their hash are not read again
+        shard_rows = None if whole else rows
+        return TrainingData.of(held, batch_size, shard_rows, self.workers, inputs, names, facts)
 
 
 def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.ndarray:
@@ -289,9 +289,10 @@ def _training_shard(
     if mask is not None:
         raise ValueError("Give the mask to the RowShard (RowShard(Y, rows, num_data, mask=...)).")
     data.check_against(cast(int, model.num_data), model.data_dim, workers)
-    _check_gaps(model, data.has_gaps(workers))
+    facts = facts_of(data.Y, workers)  # those the rows keep, or one pass's
+    _check_gaps(model, facts.gaps)
     with workers.agreeing():
-        check_likelihood_support(model.likelihood, cast(np.ndarray, data.Y))
+        check_support(model.likelihood, facts.counts, facts.binary)
     return data
 
 

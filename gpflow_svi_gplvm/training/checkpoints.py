@@ -11,8 +11,6 @@ noticed, and a damaged or missing index is rebuilt from the checkpoint files.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import tempfile
 import warnings
@@ -24,120 +22,11 @@ from gpflow.utilities import parameter_dict
 
 from ..distributed.workers import Workers
 from ..models import SVIGPLVM, covariance_layout
-from ..rows.sparse import row_blocks
 from ..validation import check_integer
+from .data_record import TrainingData
 from .run_folder import HISTORY_FILE, RunFolder, checkpoint_steps
 
 __all__ = ["Checkpoints", "TrainingData", "HISTORY_FILE", "read_history", "write_history"]
-
-
-class TrainingData(tf.train.experimental.PythonState):
-    """What a run trains on, kept in its checkpoints: N, D, the batch size and a hash of the
-    values and the gaps of Y, so that resuming on other data is noticed, not trained on.
-    Empty for a user's dataset or a run without checkpoints (nothing to compare)."""
-
-    def __init__(self, current: dict) -> None:
-        self.current = current
-
-    @classmethod
-    def of(
-        cls,
-        Y: np.ndarray | tf.Tensor,
-        batch_size: int,
-        rows: np.ndarray | None = None,
-        workers: Workers | None = None,
-        inputs: np.ndarray | None = None,
-        names: dict[str, list[str]] | None = None,
-    ) -> TrainingData:
-        """The record of training on Y [N, D] with a (checked) ``batch_size``; or, with
-        ``workers``, on their shards: Y [n, D] is this worker's, ``rows`` [n] its row numbers,
-        and the record (the same on every worker) holds a hash per worker. ``inputs`` [N, R]:
-        the rows' observed inputs (covariates, size factors), hashed into the record apart;
-        ``names``: what the data's parts are called (e.g. genes, covariate columns), each list
-        recorded by its length, first names and a hash."""
-        workers = workers or Workers()
-        digest = hashlib.blake2b(digest_size=16)
-        if rows is not None:
-            digest.update(np.asarray(rows, np.int64).tobytes())
-        for block in row_blocks(Y):
-            missing = np.isnan(block)
-            digest.update(np.packbits(missing).tobytes())
-            digest.update(np.where(missing, 0.0, block).tobytes())
-        record = {
-            "rows": int(workers.sum(Y.shape[0])),
-            "columns": int(Y.shape[1]),
-            "batch_size": int(batch_size),
-            "values and gaps": digest.hexdigest(),
-        }
-        if workers.count > 1:
-            record["values and gaps"], record["shards"] = _agreed(digest, workers)
-        if inputs is not None:
-            inputs_digest = hashlib.blake2b(np.asarray(inputs).tobytes(), digest_size=16)
-            record["covariates and size factors"] = _agreed(inputs_digest, workers)[0]
-        for name, values in (names or {}).items():
-            record[name] = _listed(values)
-        return cls(record)
-
-    def serialize(self) -> str:
-        return json.dumps(self.current)
-
-    def deserialize(self, string: str) -> None:
-        """Nothing to keep: ``restore`` reads the stored record first (:meth:`stored_in`) and
-        this run goes on recording its own data."""
-
-    @staticmethod
-    def stored_in(reader: tf.train.CheckpointReader) -> dict:
-        """The record a checkpoint holds; empty for one written before they held records."""
-        key = "data/.ATTRIBUTES/py_state"
-        return json.loads(reader.get_tensor(key)) if reader.has_tensor(key) else {}
-
-    def check_against(self, stored: dict, path: str) -> None:
-        """A ``ValueError`` naming what differs when the checkpoint (its record ``stored``) was
-        written on other data."""
-        if "batch_size" in stored and "batch_size" in self.current:
-            if stored["batch_size"] != self.current["batch_size"]:
-                raise ValueError(
-                    f"The checkpoint {path} was written with batch_size={stored['batch_size']}, "
-                    f"this run has batch_size={self.current['batch_size']}: resume with "
-                    f"batch_size={stored['batch_size']}, or use another checkpoint_dir."
-                )
-        differ = [
-            f"{name} {stored[name]} there, {value} here"
-            for name, value in self.current.items()
-            if name not in ("batch_size", "shards", "run")
-            and name in stored
-            and stored[name] != value
-        ]
-        shards = stored.get("shards", [None]), self.current.get("shards", [None])
-        if differ and len(shards[0]) == len(shards[1]) > 1:
-            odd = [f"worker {i}" for i, (a, b) in enumerate(zip(*shards)) if a != b]
-            differ.append(f"the rows of {', '.join(odd)} differ")
-        elif differ and len(shards[0]) != len(shards[1]):
-            differ.append(f"{len(shards[0])} worker(s) there, {len(shards[1])} here")
-        if differ:
-            raise ValueError(
-                f"The checkpoint {path} was written while training on other data "
-                f"({'; '.join(differ)}). Resume with the data it was trained on (the same rows "
-                "in the same order), pass allow_new_data=True to continue from it on this data "
-                "on purpose, or use another checkpoint_dir."
-            )
-
-
-def _agreed(digest, workers: Workers) -> tuple[str, list[str]]:
-    """One worker's hash ``digest`` (16 bytes) as the hash of every worker's together, and each
-    worker's (the same on every worker)."""
-    if workers.count == 1:
-        return digest.hexdigest(), [digest.hexdigest()]
-    hashes = workers.stack(np.frombuffer(digest.digest(), np.uint8).astype(np.int64))
-    shards = [bytes(row.astype(np.uint8)).hex() for row in hashes]
-    return hashlib.blake2b("".join(shards).encode()).hexdigest()[:32], shards
-
-
-def _listed(names: list[str]) -> str:
-    """A list of names in a record: its length, first names and a hash of all."""
-    digest = hashlib.blake2b("\n".join(map(str, names)).encode(), digest_size=4).hexdigest()
-    shown = ", ".join(map(str, names[:3])) + (", ..." if len(names) > 3 else "")
-    return f"{len(names)} ({shown}; {digest})"
 
 
 def write_history(directory: Path, elbo: np.ndarray) -> None:

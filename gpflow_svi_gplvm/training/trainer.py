@@ -105,6 +105,9 @@ class Trainer:
     tf_keras' Adam does), "auto" (default) dense for tables of at most
     :data:`~gpflow_svi_gplvm.training.step.DENSE_ENTRIES` entries.
 
+    ``workers``: the :class:`~gpflow_svi_gplvm.distributed.workers.Workers` of ``strategy``, when
+    the caller has made them (else made here).
+
     ``device`` runs the compiled steps on that device ("/CPU:0", "/GPU:1"; a device this process
     lacks is a ``ValueError``); None (default) lets TensorFlow place them, on the first GPU when
     it sees one. The model's variables stay where they were built.
@@ -140,6 +143,7 @@ class Trainer:
         row_updates: str = "auto",
         device: str | None = None,
         data_names: dict[str, list[str]] | None = None,
+        workers: Workers | None = None,
     ) -> None:
         _check_kinds(model, optimizer, strategy)
         seed, self.device = check_seed(seed), check_device(device)
@@ -147,7 +151,7 @@ class Trainer:
         natgrad_gamma = StepSize.of(natgrad_gamma, gamma=True)
         dense_entries = check_row_updates(row_updates, optimizer)
         self.strategy = strategy or tf.distribute.get_strategy()
-        self.workers = Workers.of(strategy) if strategy is not None else Workers()
+        self.workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
         if strategy is not None:
             check_strategy(model.variables, strategy, jit_compile, device, self.workers)
         settings = {name: v for name, v in locals().items() if name in _AGREED_SETTINGS}
