@@ -161,7 +161,7 @@ class DiskRows:
     Open one with :meth:`open`. Slices (``rows[a:b]`` [b - a, D]) and :meth:`take` give dense
     float64 rows, through ``transform(dense block, row numbers)`` if one is set (:meth:`view`),
     like :class:`~gpflow_svi_gplvm.rows.sparse.SparseRows`, so every whole-data pass of the
-    package (:func:`~.sparse_rows.row_blocks`) reads it unchanged. Values pass through float32.
+    package (:func:`~.sparse.row_blocks`) reads it unchanged. Values pass through float32.
     """
 
     def __init__(
