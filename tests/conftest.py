@@ -1,4 +1,5 @@
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,38 @@ def _no_autograph_fallback(caplog):
         yield
     messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "AutoGraph could not transform" in m]
+
+
+# The Python processes the running test started (its fixtures' included), seen through the
+# interpreter's audit events; other programs (a library's call of ldconfig) are not counted.
+_started: list[str] = []
+
+
+def _record_python_processes(event: str, args: tuple) -> None:
+    if event != "subprocess.Popen":
+        return
+    executable, command = args[0], args[1]
+    program = str(executable or (command if isinstance(command, (str, bytes)) else command[0]))
+    here = Path(sys.executable).parent
+    if program == sys.executable or Path(program).parent == here or "python" in Path(program).name:
+        _started.append(program)
+
+
+sys.addaudithook(_record_python_processes)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _started.clear()
+
+
+@pytest.fixture(autouse=True)
+def _processes_marked(request):
+    """A test that starts processes (itself or through its fixtures) is marked ``processes``:
+    CI runs those in a stage of their own (.ci/run), so none may hide among the others."""
+    yield
+    if _started and request.node.get_closest_marker("processes") is None:
+        pytest.fail(f"{request.node.nodeid} started {_started[0]}: mark it @pytest.mark.processes")
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ DOCS_SITE = os.environ.get("GPFLOW_SVI_GPLVM_DOCS_SITE")
 SCRIPT_FIGURES = {"01_quickstart.py": 5, "09_single_cell.py": 7}
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCRIPT_FIGURES))
 def test_a_notebook_run_as_a_script_keeps_each_of_its_figures(tmp_path, name):
