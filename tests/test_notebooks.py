@@ -151,6 +151,8 @@ def _figures_of_a_run(name: str, monkeypatch) -> list[dict]:
     return [output for output in outputs if "image/png" in output.get("data", {})]
 
 
+# Without the built site, each notebook runs in a kernel of its own (a process).
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_and_shows_a_figure(name, monkeypatch):
