@@ -77,23 +77,27 @@ def exchanges(monkeypatch) -> list[str]:
     return made
 
 
-# The files that take longest (minutes, mostly tracing), longest first. pytest-xdist hands out
-# whole files (--dist loadfile) in collection order (--no-loadscope-reorder, pyproject.toml):
-# starting the long ones first keeps one worker from finishing minutes after the other.
+# The files that take longest (minutes, mostly tracing; numba compiling scanpy's and
+# scib-metrics' neighbour searches), longest first. pytest-xdist hands out whole files
+# (--dist loadfile) in collection order (--no-loadscope-reorder, pyproject.toml): starting the
+# long ones first keeps one worker from finishing minutes after the other. A file's tests
+# marked `processes` do not count here: .ci/run runs them in a stage of their own.
 LONGEST_FILES = (
     "test_sklearn.py",
     "test_training.py",
-    "test_benchmarks.py",
-    "test_export.py",
-    "test_reproduce.py",
+    "test_scanpy.py",
+    "test_metrics.py",
     "test_checkpoints.py",
+    "test_export.py",
+    "test_cli.py",
     "test_distributed.py",
     "test_inference.py",
+    "test_likelihoods.py",
+    "test_benchmarks.py",
+    "test_reproduce.py",
     "test_readme.py",
-    "test_cli.py",
     # Short when CI's documentation build has run the notebooks (tests/test_notebooks.py).
     "test_notebooks.py",
-    "test_likelihoods.py",
 )
 
 
