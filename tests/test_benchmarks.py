@@ -21,12 +21,14 @@ def _run(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_speed_benchmark_quick():
     out = _run(str(BENCHMARKS / "speed.py"), "--quick")
     assert "SVGP" in out and "B-SVI" in out and "infer_latents" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_mapping_speed_benchmark_quick():
     pytest.importorskip("anndata")
@@ -36,6 +38,7 @@ def test_mapping_speed_benchmark_quick():
     assert "transform: ARI" in out and "infer_latents: ARI" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_gpu_check_runs_on_a_cpu_in_its_smoke_setting():
     result = subprocess.run(
@@ -50,6 +53,7 @@ def test_gpu_check_runs_on_a_cpu_in_its_smoke_setting():
     assert "hidden-entry RMSE" in result.stdout
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_multiworker_benchmark_quick():
     out = _run(str(BENCHMARKS / "multiworker.py"), "--quick", "--repeats", "1")
@@ -57,6 +61,7 @@ def test_multiworker_benchmark_quick():
     assert "worker 1 of 2: holding its rows" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_atlas_scale_benchmark_quick():
     # Its several-worker part launches workers as its one-process parts do (the fits on two
@@ -67,6 +72,7 @@ def test_atlas_scale_benchmark_quick():
     assert "10^8 cells on 64 workers" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_build_passes_benchmark_quick(tmp_path):
     out = _run(str(BENCHMARKS / "build_passes.py"), "--quick", "--folder", str(tmp_path))
@@ -86,6 +92,7 @@ def test_high_dimensional_speed_benchmark_quick():
     assert "failed" not in out and "| B-SVI shared |" not in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("GPFLOW_SVI_GPLVM_DATA")
@@ -99,6 +106,7 @@ def test_missing_data_benchmark_quick():
     assert "values + mask, 20% hidden" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_flows_benchmark_demo_quick():
     # The demo alone (the Gaussian and the joint flow, both targets of NUTS, the figure): its
@@ -110,6 +118,7 @@ def test_flows_benchmark_demo_quick():
     assert "--families gaussian joint --quick`" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_single_cell_benchmark_quick():
     pytest.importorskip("anndata")
@@ -129,6 +138,7 @@ def test_single_cell_benchmark_quick():
         assert 0.0 <= float(pca.strip(" |").split(" | ")[index]) <= 1.0
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_expression_benchmark_quick():
     pytest.importorskip("anndata")
@@ -141,6 +151,7 @@ def test_expression_benchmark_quick():
     assert "| 6,000 | obsm of the file |" in out and "| 100 | inferred |" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_held_out_cells_benchmark_quick():
     pytest.importorskip("anndata")
@@ -156,6 +167,7 @@ def _needs_data(*folders: str):
     return pytest.mark.skipif(not present, reason="needs the data folder in GPFLOW_SVI_GPLVM_DATA")
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @_needs_data("oilflow")
 def test_importance_benchmark_quick():
@@ -164,6 +176,7 @@ def test_importance_benchmark_quick():
     assert "| 20, equal seconds |" in out and "held-out log p(y*) per row" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @_needs_data("movielens100k")
 def test_movielens_benchmark_quick():
@@ -246,6 +259,7 @@ def test_paper_runtime_data_has_the_configuration_tables_shapes(name, shape, mon
         assert abs(missing - expected) < 0.01, note
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_row_update_and_count_likelihood_step_benchmarks_quick():
     out = _run(str(BENCHMARKS / "row_updates.py"), "--quick")
@@ -262,6 +276,7 @@ def test_row_update_and_count_likelihood_step_benchmarks_quick():
     assert "| this checkout |" in out and "first new row" in out
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_default_settings_benchmark_quick():
     out = _run(str(BENCHMARKS / "amortised_defaults.py"), "--quick", "--models", "AEB-SVI")

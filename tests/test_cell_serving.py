@@ -42,6 +42,7 @@ def exported(tmp_path_factory):
     return face, query, base, folder
 
 
+@pytest.mark.processes
 def test_served_cells_embed_as_transform_does_with_tensorflow_alone(exported, tmp_path):
     face, query, base, folder = exported
     assert folder == base / "1"
@@ -78,6 +79,7 @@ def test_served_cells_embed_as_transform_does_with_tensorflow_alone(exported, tm
     np.testing.assert_allclose(np.load(tmp_path / "variance.npy"), variance, rtol=1e-4)
 
 
+@pytest.mark.processes
 def test_the_export_is_laid_out_for_tensorflow_serving_and_described(exported):
     face, _, base, folder = exported
     cli = shutil.which("saved_model_cli") or shutil.which(

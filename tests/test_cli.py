@@ -289,6 +289,7 @@ SERVE_THE_CSV = textwrap.dedent("""
     """)
 
 
+@pytest.mark.processes
 def test_a_fresh_command_keeps_what_it_trains_in_the_data_s_units_and_prints_no_noise(tmp_path):
     """As a user runs it: a new process, a text column as labels, columns on scales 10^5 apart,
     checkpoints and an export. The CSV's own rows, sent to the export in a process with
@@ -367,6 +368,7 @@ def test_help_shows_the_defaults_and_explains_the_models(capsys):
     assert "AEB-SVI: q(x_n) from an encoder network" in text and "poisson" in text
 
 
+@pytest.mark.processes
 def test_a_library_user_keeps_tensorflow_s_log():
     """Only the command line quiets TensorFlow: importing the package leaves the setting as
     importing TensorFlow leaves it (unset; "1" where jax is installed, which TensorFlow imports
@@ -381,6 +383,7 @@ def test_a_library_user_keeps_tensorflow_s_log():
     assert after == alone in ("None", "1"), result.stderr
 
 
+@pytest.mark.processes
 def test_help_imports_no_tensorflow_and_shows_every_default():
     """``--help`` is read before TensorFlow is imported, so it prints at once: ``-X importtime``
     lists every module the command imports."""

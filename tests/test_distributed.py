@@ -83,6 +83,7 @@ def runs():
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["PointGPLVM", "PointGPLVM shared"])
 def test_point_estimates_train_identically_on_two_replicas(runs, name):
@@ -92,6 +93,7 @@ def test_point_estimates_train_identically_on_two_replicas(runs, name):
     assert run["traces"] == 1 and run["replicated"]
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_float32_models_train_alike_on_two_replicas(runs):
     run = runs["float32"]
@@ -102,6 +104,7 @@ def test_float32_models_train_alike_on_two_replicas(runs):
     np.testing.assert_allclose(run["mirrored"], run["single"], rtol=2e-2, atol=1.0)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_a_model_built_outside_the_strategy_is_a_clear_error(runs):
     assert "strategy.scope()" in runs["outside_scope"]

@@ -72,6 +72,7 @@ def _queries(data):
     return X, Y
 
 
+@pytest.mark.processes
 def test_export_serves_with_tensorflow_alone_and_matches_the_model(trained, data, tmp_path):
     path = export_saved_model(trained, tmp_path / "model", **SETTINGS)
     X, Y = _queries(data)
@@ -119,6 +120,7 @@ def test_an_export_carries_the_marker_that_lets_overwrite_replace_it(point_expor
     check_destination(point_export[1], overwrite=True)  # its own export: may be replaced
 
 
+@pytest.mark.processes
 def test_saved_model_cli_lists_the_four_signatures(point_export):
     cli = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show", "--all"]
     result = subprocess.run(

@@ -86,6 +86,7 @@ def test_overwrite_never_deletes_what_is_not_an_export_of_this_package(
     )
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(sys.platform != "linux", reason="the atomic exchange is Linux' renameat2")
 def test_a_replacement_killed_at_any_moment_leaves_the_old_or_the_new_export(tmp_path):
     rng = np.random.default_rng(0)

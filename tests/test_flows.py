@@ -260,6 +260,7 @@ SERVE = textwrap.dedent("""
     """)
 
 
+@pytest.mark.processes
 def test_new_rows_and_an_export_served_by_tensorflow_alone(resumed, data, tmp_path):
     model = resumed[0]
     Y = data[:3].copy()

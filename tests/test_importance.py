@@ -279,6 +279,7 @@ def test_bad_importance_options_say_what_to_use(data, model_class, options, mess
         model_class(data, Q, M, **options)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_an_importance_weighted_fit_on_two_replicas_traces_once():
     script = textwrap.dedent("""
@@ -305,6 +306,7 @@ def test_an_importance_weighted_fit_on_two_replicas_traces_once():
     assert result.stdout.strip().splitlines()[-1] == "[1, true]"
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_the_tutorials_block_runs_as_written(tmp_path):
     tutorial = (Path(__file__).resolve().parents[1] / "tutorials" / "01_the_bound.md").read_text()

@@ -383,6 +383,7 @@ model.reconstruct(Y[:10], iterations=3)
 """
 
 
+@pytest.mark.processes
 def test_an_amortised_fit_prints_no_line_per_trace_at_tensorflow_s_default_log_level():
     """TensorFlow's oneDNN graph rewrite logs "Not handling type DT_DOUBLE" at every trace of a
     float64 matmul it would fuse with a bias and activation (or additions): the encoder and the

@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.processes
+
 JOB = str(Path(__file__).with_name("cluster_job.py"))
 MODELS = ["point", "map", "bsvi", "bsvi_mc", "aeb"]
 ITERATIONS = 120  # of each model's run in `agreed`, and of the run a killed worker resumes

@@ -48,6 +48,7 @@ DOCS_SITE = os.environ.get("GPFLOW_SVI_GPLVM_DOCS_SITE")
 SCRIPT_FIGURES = {"01_quickstart.py": 5, "09_single_cell.py": 7}
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCRIPT_FIGURES))
 def test_a_notebook_run_as_a_script_keeps_each_of_its_figures(tmp_path, name):
@@ -150,6 +151,8 @@ def _figures_of_a_run(name: str, monkeypatch) -> list[dict]:
     return [output for output in outputs if "image/png" in output.get("data", {})]
 
 
+# Without the built site, each notebook runs in a kernel of its own (a process).
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_and_shows_a_figure(name, monkeypatch):

@@ -358,6 +358,7 @@ plt.subplots()
 """
 
 
+@pytest.mark.processes
 def test_a_script_keeps_its_figures_in_the_folder_it_prints(tmp_path):
     """As a notebook runs as a script: headless, every figure ends up on disk, named in order."""
     environment = {**os.environ, "MPLBACKEND": "Agg"}

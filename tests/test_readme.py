@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)
@@ -54,6 +56,7 @@ def test_readme_has_python_blocks():
     assert len(BLOCKS) >= 5
 
 
+@pytest.mark.processes
 def test_readme_blocks_run_pasted_in_order_into_a_fresh_interpreter(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", RUNNER, json.dumps(BLOCKS)],

@@ -64,6 +64,7 @@ fit(model, data, iterations={ITERATIONS}, checkpoint_dir=sys.argv[2], resume=Tru
 """
 
 
+@pytest.mark.processes
 def test_training_killed_at_random_moments_resumes_to_the_uninterrupted_run(tmp_path):
     rng = np.random.default_rng(0)
     data = np.tanh(rng.standard_normal((N, Q)) @ rng.standard_normal((Q, D)))
@@ -159,6 +160,7 @@ def test_a_new_run_into_a_folder_of_another_run_is_refused_until_resumed_or_over
         point_run(other, folder, resume=True, overwrite=True)
 
 
+@pytest.mark.processes
 def test_a_second_writer_is_refused_naming_the_first(small, tmp_path):
     folder = tmp_path / "run"
     holder = Trainer(
@@ -252,6 +254,7 @@ def test_a_closed_trainer_neither_trains_nor_saves(small, tmp_path):
         without_folder.train(1, progress=False)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_processes_racing_for_one_folder_leave_one_run_of_readable_checkpoints(tmp_path):
     # Two rounds here; `python benchmarks/checkpoint_race.py` runs twenty.
@@ -289,6 +292,7 @@ def test_overwriting_an_export_that_holds_a_users_file_is_refused(exported_model
     assert loaded.signatures["decode"].structured_input_signature[1]["X"].dtype == tf.float32
 
 
+@pytest.mark.processes
 def test_the_staging_folders_of_killed_exports_are_removed_by_the_next_export(
     exported_model, tmp_path
 ):

@@ -23,6 +23,7 @@ def _data_available() -> bool:
     return all((Path(home) / name).exists() for name in NEEDED)
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.skipif(
     not _data_available(),

@@ -34,6 +34,7 @@ def saved(tmp_path_factory):
     return face, cells, folder
 
 
+@pytest.mark.processes
 def test_a_model_loaded_in_a_fresh_process_embeds_new_cells_to_the_same_numbers(saved, tmp_path):
     face, _, folder = saved
     new = count_cells(seed=7)[:9].copy()
