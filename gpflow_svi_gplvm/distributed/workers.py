@@ -59,7 +59,9 @@ class Workers:
 
     @classmethod
     def of(cls, strategy: tf.distribute.Strategy | None = None) -> Workers:
-        """The workers of ``strategy`` (default: the strategy in scope)."""
+        """The workers of ``strategy`` (default: the strategy in scope; none: one worker)."""
+        if strategy is None and not tf.distribute.has_strategy():
+            return cls()
         strategy = strategy or tf.distribute.get_strategy()
         resolver = getattr(strategy, "cluster_resolver", None)
         spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
