@@ -311,21 +311,22 @@ class Trainer:
         except LOST_WORKER_ERRORS as error:
             if self.workers.count == 1:
                 raise
-            saved = self.checkpoints
-            last = None
+            saved, last = self.checkpoints, None
             if saved is not None and saved.saved_at is not None:
                 last = f"the last checkpoint is step {saved.saved_at} in {saved.directory}"
             message = lost_worker_message(self.workers, error, self.num_steps, last)
             raise WorkerLostError(message) from error
         except tf.errors.InvalidArgumentError as error:
-            raise _step_error(error, self.rows.on_disk is not None) from error
+            plain = _plain_step_error(error, self.rows.on_disk is not None)
+            if plain is None:
+                raise
+            raise plain from error
         self.elbo.append(values)
         self.step_count.assign_add(len(values))
         if not np.all(np.isfinite(values)):
             raise NonFiniteLossError(
-                f"The training loss or its gradient stopped being finite at step "
-                f"{self.num_steps}. This is usually a failed Cholesky factorisation: raise "
-                "the jitter "
+                f"The training loss or its gradient stopped being finite at step {self.num_steps}. "
+                "This is usually a failed Cholesky factorisation: raise the jitter "
                 "(gpflow.config.set_default_jitter(1e-4)), train in float64, or lower the "
                 "learning rate. The model keeps its parameters from the last finite step.",
                 self._history(start),
@@ -389,10 +390,10 @@ def _open_checkpoints(
     )
 
 
-def _step_error(error: tf.errors.InvalidArgumentError, on_disk: bool) -> Exception:
-    """What to raise for a step's failed check: a ``ValueError`` that says what to give for a
-    bad batch of a user's dataset, or for rows on disk that could not be read (e.g. their file
-    changed) the reader's own message, not the graph's trace around it; else the error itself."""
+def _plain_step_error(error: tf.errors.InvalidArgumentError, on_disk: bool) -> ValueError | None:
+    """A ``ValueError`` for a step's failed check that says what to give for a bad batch of a
+    user's dataset, or for rows on disk that could not be read (e.g. their file changed) the
+    reader's own message, not the graph's trace around it; None for any other failure."""
     if BAD_BATCH in error.message:
         # The check's own message, without what TensorFlow adds after it.
         found = re.split(r"[\]\n]", error.message[error.message.index(BAD_BATCH) :])[0]
@@ -401,7 +402,7 @@ def _step_error(error: tf.errors.InvalidArgumentError, on_disk: bool) -> Excepti
             "from and Y finite (NaN where missing), as make_dataset(model, Y, batch_size) does."
         )
     if not on_disk:
-        return error
+        return None
     return ValueError(f"Reading the rows on disk failed: {_raised_in_python(error.message)}")
 
 
