@@ -81,6 +81,7 @@ def test_build_passes_benchmark_quick(tmp_path):
     assert int(rows_read.replace(",", "")) == round(float(passes) * 3000) > 0
 
 
+@pytest.mark.processes
 @pytest.mark.slow
 def test_high_dimensional_speed_benchmark_quick():
     # One process per contender: four of the seven keep the smoke run short.
