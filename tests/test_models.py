@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import gpflow_svi_gplvm.models as models
-import gpflow_svi_gplvm.models.base as model_base
+import gpflow_svi_gplvm.models.building as model_building
 from gpflow_svi_gplvm import SVIGPLVM, AmortisedBayesianGPLVM, BayesianSVIGPLVM
 from gpflow_svi_gplvm.latents import PointLatent
 
@@ -84,13 +84,13 @@ def test_the_latent_hook_receives_the_checked_data(Y):
 
 
 def test_the_amortised_model_checks_its_data_once_and_passes_seed_and_mask_on(Y, monkeypatch):
-    calls, check = [], model_base.check_observations
+    calls, check = [], model_building.check_observations
 
     def counting(*args, **kwargs):
         calls.append(args)
         return check(*args, **kwargs)
 
-    monkeypatch.setattr(model_base, "check_observations", counting)
+    monkeypatch.setattr(model_building, "check_observations", counting)
     reference = AmortisedBayesianGPLVM(Y, Q, M)
     monkeypatch.undo()
     assert len(calls) == 1
