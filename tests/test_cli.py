@@ -18,6 +18,7 @@ from gpflow_svi_gplvm import AmortisedBayesianGPLVM, defaults
 from gpflow_svi_gplvm.cli import arguments
 from gpflow_svi_gplvm.cli.main import main
 from gpflow_svi_gplvm.datasets import load_array_file
+from gpflow_svi_gplvm.distributed.workers import Workers
 from gpflow_svi_gplvm.export.folder import MARKER
 from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
@@ -176,7 +177,7 @@ def test_an_h5ad_genes_column_with_missing_values_is_refused_before_training(tmp
     assert not (tmp_path / "out").exists()
 
 
-def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, capsys):
+def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, capsys, monkeypatch):
     pytest.importorskip("anndata")
     from builders import count_cells
 
@@ -187,7 +188,16 @@ def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, caps
     args = ["--data", str(tmp_path / "cells.h5ad"), "--layer", "counts", "--batch-key", "batch"]
     args += ["--latent-dim", "2", "--num-inducing", "8", "--iterations", "10", "--no-progress"]
     out = tmp_path / "out"
+    made, make = [], Workers.__init__
+
+    def counted(self, *given, **options):
+        made.append(self)
+        make(self, *given, **options)
+
+    monkeypatch.setattr(Workers, "__init__", counted)
     assert main([*args, "--save", "--export", "--output", str(out)]) == 0
+    monkeypatch.undo()
+    assert len(made) == 1  # made at the command's entry and handed down to every stage
     assert "model/" in capsys.readouterr().out
     face = SingleCellGPLVM.load(out / "model")
     assert face.gene_names == list(cells.var_names) and face.registration.layer == "counts"

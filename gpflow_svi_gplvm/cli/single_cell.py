@@ -72,6 +72,7 @@ def run_single_cell(
         learning_rate=args.learning_rate,  # None: SingleCellGPLVM.fit's for the model
         progress=not args.no_progress and workers.chief,
         strategy=strategy,
+        workers=workers,
         output=args.output,
         checkpoint_dir=args.output / "checkpoints" if args.save or args.resume else None,
         resume=args.resume,

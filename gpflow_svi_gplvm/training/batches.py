@@ -240,7 +240,7 @@ class TrainingRows:
         inputs = None if table is None else table.numpy()
         if self.on_disk is not None:
             Y, facts = cast(np.ndarray, self.on_disk), getattr(self.on_disk, "facts", None)
-            return TrainingData.of(Y, batch_size, inputs=inputs, names=names, facts=facts)
+            return TrainingData.of(Y, batch_size, None, self.workers, inputs, names, facts)
         if self.shard is None:
             return TrainingData({})
         rows, held = self.shard.rows, self.shard.Y
