@@ -1,4 +1,6 @@
+import json
 import logging
+import statistics
 import sys
 from pathlib import Path
 
@@ -77,30 +79,52 @@ def exchanges(monkeypatch) -> list[str]:
     return made
 
 
-# The files that take longest (minutes, mostly tracing; numba compiling scanpy's and
-# scib-metrics' neighbour searches), longest first. pytest-xdist hands out whole files
-# (--dist loadfile) in collection order (--no-loadscope-reorder, pyproject.toml): starting the
-# long ones first keeps one worker from finishing minutes after the other. A file's tests
-# marked `processes` do not count here: .ci/run runs them in a stage of their own.
-LONGEST_FILES = (
-    "test_sklearn.py",
-    "test_training.py",
-    "test_scanpy.py",
-    "test_metrics.py",
-    "test_checkpoints.py",
-    "test_export.py",
-    "test_cli.py",
-    "test_distributed.py",
-    "test_inference.py",
-    "test_likelihoods.py",
-    "test_benchmarks.py",
-    "test_reproduce.py",
-    "test_readme.py",
-    # Short when CI's documentation build has run the notebooks (tests/test_notebooks.py).
-    "test_notebooks.py",
-)
+# The order tests start in: whole files, longest first by the durations a run measured
+# (tests/durations.json), so pytest-xdist (--dist loadfile or worksteal, handing out work in
+# collection order) does not leave one worker finishing minutes after the other. A file's
+# length counts only the tests this run selected (`-m processes` or not). Rewrite the record
+# after adding or changing slow tests: python -m pytest --record-durations
+# (then once more with -m processes, which keeps the other stage's entries).
+DURATIONS = Path(__file__).with_name("durations.json")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test's measured seconds to {DURATIONS.name} (tests' start order)",
+    )
+
+
+def _recorded_seconds() -> dict[str, float]:
+    return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected the other stage's tests
 def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
+    seconds = _recorded_seconds()
+    unmeasured = statistics.median(seconds.values()) if seconds else 0.0
+    length: dict[str, float] = {}
+    for item in items:
+        length[item.location[0]] = length.get(item.location[0], 0.0) + seconds.get(
+            item.nodeid, unmeasured
+        )
+    items.sort(key=lambda item: -length[item.location[0]])  # stable: a file keeps its order
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sums a test's setup, call and teardown (xdist hands the workers' reports to the main
+    process, which writes the record)."""
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if not session.config.getoption("--record-durations") or hasattr(session.config, "workerinput"):
+        return
+    root = Path(str(session.config.rootpath))
+    kept = {k: v for k, v in _recorded_seconds().items() if (root / k.split("::")[0]).is_file()}
+    recorded = {**kept, **{k: round(v, 2) for k, v in _measured.items()}}
+    DURATIONS.write_text(json.dumps(dict(sorted(recorded.items())), indent=0) + "\n")
