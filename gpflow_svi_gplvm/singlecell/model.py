@@ -184,9 +184,7 @@ class SingleCellGPLVM(GenesMixin):
         refused unless ``overwrite`` (or ``resume``), and means and variances are replaced as a
         pair (a stop between leaves one missing, never two runs' halves). An embedding that
         collapsed (:mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning, and
-        ``uns[key_added]["collapsed"]`` is True. ``workers``: the
-        :class:`~gpflow_svi_gplvm.distributed.workers.Workers` of ``strategy``, when the caller
-        has made them (else made here)."""
+        ``uns[key_added]["collapsed"]`` is True. ``workers``: ``strategy``'s, if made already."""
         workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
         adata = self._opened(adata, output, workers, bool(overwrite or resume))
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
