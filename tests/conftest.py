@@ -2,6 +2,7 @@ import json
 import logging
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,8 @@ def exchanges(monkeypatch) -> list[str]:
 # (tests/durations.json), so pytest-xdist (--dist loadfile or worksteal, handing out work in
 # collection order) does not leave one worker finishing minutes after the other. A file's
 # length counts only the tests this run selected (`-m processes` or not). Rewrite the record
-# after adding or changing slow tests: python -m pytest --record-durations
-# (then once more with -m processes, which keeps the other stage's entries).
+# after adding or changing slow tests: python -m pytest --record-durations (a run of one stage
+# rewrites its tests' entries and keeps the other's).
 DURATIONS = Path(__file__).with_name("durations.json")
 
 
@@ -104,11 +105,9 @@ def _recorded_seconds() -> dict[str, float]:
 def pytest_collection_modifyitems(items):
     seconds = _recorded_seconds()
     unmeasured = statistics.median(seconds.values()) if seconds else 0.0
-    length: dict[str, float] = {}
+    length: defaultdict[str, float] = defaultdict(float)
     for item in items:
-        length[item.location[0]] = length.get(item.location[0], 0.0) + seconds.get(
-            item.nodeid, unmeasured
-        )
+        length[item.location[0]] += seconds.get(item.nodeid, unmeasured)
     items.sort(key=lambda item: -length[item.location[0]])  # stable: a file keeps its order
 
 
