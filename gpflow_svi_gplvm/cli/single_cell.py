@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import plotting
+from ..defaults import COUNT_LIKELIHOOD_NAMES
 from ..distributed.workers import Workers
 from ..export.folder import check_destination, is_export
 from ..models import SVIGPLVM
@@ -51,9 +52,8 @@ def run_single_cell(
     reading its own cells on several), the embedding of every cell, ``metrics.json`` and the
     ELBO's figure in ``--output``, written by the chief."""
     from ..singlecell import SingleCellGPLVM
-    from ..singlecell.likelihoods import COUNT_LIKELIHOODS
 
-    if args.labels or args.likelihood not in COUNT_LIKELIHOODS:
+    if args.labels or args.likelihood not in COUNT_LIKELIHOOD_NAMES:
         raise ValueError(
             "An .h5ad is fitted as single cells' counts: --likelihood negative_binomial or "
             "poisson, and no --labels (the cells' obs hold their labels)."

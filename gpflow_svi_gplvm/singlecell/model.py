@@ -15,6 +15,7 @@ from ..defaults import (
     CELL_BATCH_SIZE,
     CELL_ENCODER_LEARNING_RATE,
     CELL_LATENT_DIM,
+    CELL_LIKELIHOOD_NAMES,
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
 )
@@ -30,7 +31,6 @@ from .cells import CellsFile, assembled, check_anndata, check_output, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING
 from .encoding import CovariateEncoding
 from .genes import GenesMixin
-from .likelihoods import LIKELIHOODS
 from .mapping import (
     BLOCK,
     FIT_CELLS,
@@ -47,7 +47,6 @@ from .training import distils, final_elbo, step_size, summary_of, train
 
 __all__ = [
     "SingleCellGPLVM",
-    "LIKELIHOODS",
     "TABLE_LEARNING_RATE",
     "ENCODER_LEARNING_RATE",
     "NUM_INDUCING",
@@ -380,8 +379,8 @@ def _check_options(
     likelihood: str, size_factors: str | None, refine_latents: object, encoder_training: str
 ) -> None:
     """A ``ValueError`` for a face's option that is not one of its choices."""
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
+    if likelihood not in CELL_LIKELIHOOD_NAMES:
+        raise ValueError(f"likelihood must be one of {CELL_LIKELIHOOD_NAMES}, got {likelihood!r}.")
     if size_factors is not None and likelihood == "gaussian":
         raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
     if not isinstance(refine_latents, (bool, np.bool_)):

@@ -42,11 +42,11 @@ from ..export.folder import (
     replace_folder,
     write_marker,
 )
+from ..likelihoods import likelihood_by_name
 from ..models import SVIGPLVM, lookup_model
 from ..prediction.new_row_model import MAX_CANDIDATES, candidate_rows
 from ..rows.sparse import SparseRows
 from ..validation import check_path, check_writable_folder
-from .likelihoods import model_likelihood
 from .mapping import BatchOffsets
 from .registration import CellRegistration, plain_category
 
@@ -310,7 +310,7 @@ def _skeleton(face: Any, shapes: dict[str, Any], tables: dict) -> SVIGPLVM:
         SparseRows(sp.csr_matrix((cells, genes))),
         latent_dim=shapes["latent_dim"],
         num_inducing=shapes["num_inducing"],
-        likelihood=model_likelihood(face.likelihood, genes),
+        likelihood=likelihood_by_name(face.likelihood, genes),
         latent_init=initial,
         seed=face.seed,
         covariates=covariates,
