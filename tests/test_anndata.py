@@ -229,7 +229,7 @@ def test_the_means_and_variances_are_replaced_as_a_pair(tmp_path, monkeypatch):
     from pathlib import Path
 
     from gpflow_svi_gplvm.distributed.workers import Workers
-    from gpflow_svi_gplvm.singlecell.cells import assembled
+    from gpflow_svi_gplvm.singlecell.assembly import assembled
 
     def moments(value: float):
         return [(np.full((4, Q), value), np.full((4, Q), value))]

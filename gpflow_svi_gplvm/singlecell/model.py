@@ -26,8 +26,9 @@ from ..rows.shard import worker_rows
 from ..rows.sparse import RowReader
 from ..training.trainer import History
 from ..validation import check_integer, check_seed
+from .assembly import assembled, check_output
 from .building import build_model, check_same_inputs
-from .cells import CellsFile, assembled, check_anndata, check_output, opened
+from .cells import CellsFile, check_anndata, opened
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING
 from .encoding import CovariateEncoding
 from .genes import GenesMixin
