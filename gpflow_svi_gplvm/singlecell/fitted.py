@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..models import SVIGPLVM
-from .mapping import BatchOffsets, CellMapper
+from .cell_mapper import CellMapper
+from .offsets import BatchOffsets
 from .registration import CellRegistration
 
 __all__ = ["FittedCells", "fitted_cells"]
