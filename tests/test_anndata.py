@@ -502,7 +502,7 @@ def test_an_output_that_cannot_be_a_folder_is_refused_before_training(tmp_path):
 
 
 def test_new_cells_numeric_covariates_that_are_not_finite_numbers_are_named():
-    from gpflow_svi_gplvm.singlecell.encoding import CovariateEncoding
+    from gpflow_svi_gplvm.singlecell.cells.encoding import CovariateEncoding
 
     obs = pd.DataFrame({"depth": [1.0, 2.0, 3.0]}, index=["a", "b", "c"])
     encoding = CovariateEncoding(["depth"]).fit(obs)

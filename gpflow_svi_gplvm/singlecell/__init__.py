@@ -18,7 +18,7 @@ covariate columns) are embedded by :meth:`SingleCellGPLVM.transform`.
 """
 
 from ..defaults import CELL_LIKELIHOOD_NAMES as LIKELIHOODS
-from .encoding import CovariateEncoding
+from .cells.encoding import CovariateEncoding
 from .model import SingleCellGPLVM
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]

@@ -16,7 +16,7 @@ from ..likelihoods import likelihood_by_name
 from ..models import SVIGPLVM, lookup_model
 from ..rows.shard import RowShard
 from ..rows.sparse import RowReader, RowStream
-from .cells import content_hash
+from .cells.reading import content_hash
 from .start import initial_latents
 
 __all__ = ["BuiltModel", "build_model", "check_same_inputs"]

@@ -28,7 +28,7 @@ from ..models import SVIGPLVM
 from ..prediction.laplace import LaplaceLatents, laplace_applies
 from ..prediction.latent_inference import TOLERANCE, LatentInference
 from ..rows.sparse import RowReader
-from .encoding import CovariateEncoding, obs_column
+from .cells.encoding import CovariateEncoding, obs_column
 from .offsets import BatchOffsets, OffsetUpdates, new_batch_prior_variance
 
 __all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "read_query"]

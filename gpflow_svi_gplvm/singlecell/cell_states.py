@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..components.covariates import new_row_inputs
 from .cell_mapper import INFERENCE_STEPS
-from .cells import CellsFile, opened
+from .cells.reading import CellsFile, opened
 from .fitted import FittedCells
 
 __all__ = ["CellStates", "cell_states", "cell_size_factors", "latent_moments"]

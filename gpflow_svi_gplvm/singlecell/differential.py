@@ -34,8 +34,8 @@ import tensorflow as tf
 from ..prediction.rates import inverse_link, paired_covariance
 from ..validation import check_integer, check_seed
 from .cell_states import latent_moments
-from .cells import opened
-from .encoding import obs_column
+from .cells.encoding import obs_column
+from .cells.reading import opened
 from .expression import check_genes, reference_inputs
 from .fitted import FittedCells
 

@@ -39,8 +39,8 @@ from ..prediction.functions import NewRowOptions
 from ..prediction.marginal_likelihood import MarginalLikelihoodEstimator
 from ..validation import check_integer, check_seed
 from .cell_states import cell_size_factors
-from .cells import opened
-from .encoding import obs_column
+from .cells.encoding import obs_column
+from .cells.reading import opened
 from .fitted import FittedCells
 
 if TYPE_CHECKING:

@@ -29,12 +29,12 @@ from ..validation import check_integer, check_seed
 from .assembly import assembled, check_output
 from .building import build_model, check_same_inputs
 from .cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
-from .cells import CellsFile, check_anndata, opened
+from .cells.encoding import CovariateEncoding
+from .cells.reading import CellsFile, check_anndata, opened
+from .cells.registration import CellRegistration
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING
-from .encoding import CovariateEncoding
 from .genes import GenesMixin
 from .offsets import BatchOffsets
-from .registration import CellRegistration
 from .saving import load_model, save_model
 from .serving import export_cells
 from .spread import EmbeddingSpread
@@ -202,7 +202,7 @@ class SingleCellGPLVM(GenesMixin):
         return self
 
     def _opened(self, adata, output: str | Path | None, workers: Workers, replace: bool):
-        """``adata`` opened (:func:`~.cells.opened`) with its genes registered, ``output``
+        """``adata`` opened (:func:`~.reading.opened`) with its genes registered, ``output``
         checked now, not after training, and every worker's call checked to be the same."""
         path = isinstance(adata, (str, Path))
         with workers.agreeing():  # a worker's mistake stops every worker, with its message

@@ -47,8 +47,8 @@ from ..models import SVIGPLVM, lookup_model
 from ..prediction.new_row_model import MAX_CANDIDATES, candidate_rows
 from ..rows.sparse import SparseRows
 from ..validation import check_path, check_writable_folder
+from .cells.registration import CellRegistration, plain_category
 from .offsets import BatchOffsets
-from .registration import CellRegistration, plain_category
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "REFERENCE_CELLS", "save_model", "load_model"]
 

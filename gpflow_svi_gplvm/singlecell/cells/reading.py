@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..distributed.workers import Workers
-from ..rows.facts import RowScan, scan_rows
-from ..rows.sparse import RowReader, SparseRows
+from ...distributed.workers import Workers
+from ...rows.facts import RowScan, scan_rows
+from ...rows.sparse import RowReader, SparseRows
 from .encoding import obs_column
 
 if TYPE_CHECKING:
-    from ..rows.h5ad import DiskRows
+    from ...rows.h5ad import DiskRows
 
 __all__ = [
     "read_cells",
@@ -86,7 +86,7 @@ def _opened_cells(
         # All cells of a CSR matrix: read in place (SparseRows never writes), not copied.
         source = matrix if whole else _RowRange(matrix, cells)
         return SparseRows.from_matrix(source, columns, check), None
-    from ..rows.h5ad import DiskRows
+    from ...rows.h5ad import DiskRows
 
     disk = DiskRows.open(adata.path, layer, columns)
     start, stop, _ = cells.indices(adata.n_obs)
@@ -156,7 +156,7 @@ class CellsFile:
     def __init__(self, path: Path):
         import h5py
 
-        from ..rows.h5ad import read_frames
+        from ...rows.h5ad import read_frames
 
         self.path = path
         self.obs, self.var, raw_var = read_frames(path, raw=True)
