@@ -24,7 +24,7 @@ from gpflow_svi_gplvm.prediction.rates import paired_covariance  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.differential import posterior_fdr_selection  # noqa: E402
 from gpflow_svi_gplvm.singlecell.labels import LabelTransfer, transfer_labels  # noqa: E402
-from gpflow_svi_gplvm.singlecell.offsets import BatchOffsets  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.offsets import BatchOffsets  # noqa: E402
 
 N, D, Q = 60, 8, 2
 

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from ..components.covariates import new_row_inputs
-from .cell_mapper import INFERENCE_STEPS
 from .cells.reading import CellsFile, opened
 from .fitted import FittedCells
+from .mapping.cell_mapper import INFERENCE_STEPS
 
 __all__ = ["CellStates", "cell_states", "cell_size_factors", "latent_moments"]
 

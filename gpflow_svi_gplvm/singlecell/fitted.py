@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..models import SVIGPLVM
-from .cell_mapper import CellMapper
 from .cells.registration import CellRegistration
-from .offsets import BatchOffsets
+from .mapping.cell_mapper import CellMapper
+from .mapping.offsets import BatchOffsets
 
 __all__ = ["FittedCells", "fitted_cells"]
 

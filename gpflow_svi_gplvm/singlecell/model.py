@@ -28,13 +28,13 @@ from ..training.trainer import History
 from ..validation import check_integer, check_seed
 from .assembly import assembled, check_output
 from .building import build_model, check_same_inputs
-from .cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
 from .cells.encoding import CovariateEncoding
 from .cells.reading import CellsFile, check_anndata, opened
 from .cells.registration import CellRegistration
 from .distilled import DISTIL_CELLS, ENCODER_TRAINING
 from .genes import GenesMixin
-from .offsets import BatchOffsets
+from .mapping.cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
+from .mapping.offsets import BatchOffsets
 from .saving import load_model, save_model
 from .serving import export_cells
 from .spread import EmbeddingSpread
@@ -78,7 +78,7 @@ class SingleCellGPLVM(GenesMixin):
     unless ``shared_covariance=False``: the Laplace embedding of new cells and serving need it).
     ``refine_latents`` (``model="aeb"``): the q(x) that :meth:`fit` writes and :meth:`transform`
     returns is the encoder's, refined cell by cell by Newton steps to the Laplace approximation
-    at the cell's mode (:mod:`~gpflow_svi_gplvm.singlecell.cell_mapper`; semi-amortised inference:
+    at the cell's mode (:mod:`~gpflow_svi_gplvm.singlecell.mapping`; semi-amortised inference:
     the encoder's q(x) is where a cell starts, not its optimum; the refined q(x) keeps the batch
     out of the embedding as B-SVI's does, benchmarks/results/single_cell.md); False: the
     encoder's alone, one pass of its networks. ``encoder_training`` (``model="aeb"``):
@@ -243,7 +243,7 @@ class SingleCellGPLVM(GenesMixin):
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name in any
         order, and the fitted ``obs`` columns) with the model frozen, each cell's the Laplace
         approximation at its mode, ``iterations`` Newton steps at most
-        (:mod:`~gpflow_svi_gplvm.singlecell.offsets`), written to ``obsm`` as in :meth:`fit`;
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`;
         returns the means [N*, Q]. Cells of batches the model was not fitted with are refused
         unless :meth:`map_query` has learnt them."""
         return self._embed(adata, iterations, progress)
@@ -260,7 +260,7 @@ class SingleCellGPLVM(GenesMixin):
         the model frozen from up to ``fit_cells`` cells of each new batch, kept for later
         :meth:`transform`, :meth:`save` and :meth:`export_saved_model`; then every cell is
         embedded as :meth:`transform` does (the reference cells' embedding is unchanged:
-        :mod:`~gpflow_svi_gplvm.singlecell.cell_mapper`). Returns the means [N*, Q]."""
+        :mod:`~gpflow_svi_gplvm.singlecell.mapping`). Returns the means [N*, Q]."""
         fit_cells = check_integer(fit_cells, "fit_cells", hint="e.g. 2000 cells of each batch")
         return self._embed(adata, iterations, progress, fit_cells)
 

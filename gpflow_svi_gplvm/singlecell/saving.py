@@ -48,7 +48,7 @@ from ..prediction.new_row_model import MAX_CANDIDATES, candidate_rows
 from ..rows.sparse import SparseRows
 from ..validation import check_path, check_writable_folder
 from .cells.registration import CellRegistration, plain_category
-from .offsets import BatchOffsets
+from .mapping.offsets import BatchOffsets
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "REFERENCE_CELLS", "save_model", "load_model"]
 

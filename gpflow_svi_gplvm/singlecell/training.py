@@ -15,7 +15,7 @@ from ..distributed.workers import Workers
 from ..models import SVIGPLVM
 from ..training.trainer import History, fit
 from .distilled import fit_distilled
-from .offsets import BatchOffsets
+from .mapping.offsets import BatchOffsets
 
 if TYPE_CHECKING:
     from .building import BuiltModel

@@ -21,10 +21,10 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
-from ..compiled import GraphFunction
-from ..likelihoods import expectation_derivatives
-from ..models import SVIGPLVM
-from ..prediction.laplace import LOW
+from ...compiled import GraphFunction
+from ...likelihoods import expectation_derivatives
+from ...models import SVIGPLVM
+from ...prediction.laplace import LOW
 
 __all__ = ["BatchOffsets", "OffsetUpdates", "new_batch_prior_variance"]
 

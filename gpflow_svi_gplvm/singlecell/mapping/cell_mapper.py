@@ -7,7 +7,7 @@ once), from its encoder's q(x) (the amortised model) or from the best of the ref
 latents; where that does not apply (a q(u) covariance per gene), by
 :class:`~gpflow_svi_gplvm.LatentInference`.
 
-New batches' offsets (:mod:`~gpflow_svi_gplvm.singlecell.offsets`) are fitted by
+New batches' offsets (:mod:`~gpflow_svi_gplvm.singlecell.mapping.offsets`) are fitted by
 :meth:`CellMapper.learn_offsets`, alternating with the q(x*) of the batch's cells; then every
 cell of the query is embedded with its batch's offsets, and the model, and so the reference
 cells' embedding, do not change.
@@ -22,13 +22,13 @@ from typing import cast
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..components.covariates import new_row_inputs
-from ..components.initialisation import initial_offset
-from ..models import SVIGPLVM
-from ..prediction.laplace import LaplaceLatents, laplace_applies
-from ..prediction.latent_inference import TOLERANCE, LatentInference
-from ..rows.sparse import RowReader
-from .cells.encoding import CovariateEncoding, obs_column
+from ...components.covariates import new_row_inputs
+from ...components.initialisation import initial_offset
+from ...models import SVIGPLVM
+from ...prediction.laplace import LaplaceLatents, laplace_applies
+from ...prediction.latent_inference import TOLERANCE, LatentInference
+from ...rows.sparse import RowReader
+from ..cells.encoding import CovariateEncoding, obs_column
 from .offsets import BatchOffsets, OffsetUpdates, new_batch_prior_variance
 
 __all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "read_query"]
@@ -117,8 +117,8 @@ class CellMapper:
         self, query: Query, encoding: CovariateEncoding, fit_cells: int = FIT_CELLS, seed: int = 0
     ) -> np.ndarray:
         """The MAP offsets [K, D] of the ``query``'s new batch categories
-        (:mod:`~gpflow_svi_gplvm.singlecell.offsets`) from up to ``fit_cells`` cells of each;
-        ``encoding``: the fitted one."""
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping.offsets`) from up to ``fit_cells`` cells of
+        each; ``encoding``: the fitted one."""
         assert query.key is not None and query.batches is not None
         rows, inputs, batches, categories = query.rows, query.inputs, query.batches, query.new
         prior_variance = new_batch_prior_variance(self.model, len(encoding.categories[query.key]))
