@@ -26,19 +26,19 @@ from ..rows.shard import worker_rows
 from ..rows.sparse import RowReader
 from ..training.trainer import History
 from ..validation import check_integer, check_seed
-from .assembly import assembled, check_output
-from .building import build_model, check_same_inputs
 from .cells.encoding import CovariateEncoding
 from .cells.reading import CellsFile, check_anndata, opened
 from .cells.registration import CellRegistration
-from .distilled import DISTIL_CELLS, ENCODER_TRAINING
+from .fitting.assembly import assembled, check_output
+from .fitting.built_model import build_model, check_same_inputs
+from .fitting.distilled import DISTIL_CELLS, ENCODER_TRAINING
+from .fitting.spread import EmbeddingSpread
+from .fitting.trained import distils, final_elbo, step_size, summary_of, train
 from .genes import GenesMixin
 from .mapping.cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
 from .mapping.offsets import BatchOffsets
 from .saving import load_model, save_model
 from .serving import export_cells
-from .spread import EmbeddingSpread
-from .training import distils, final_elbo, step_size, summary_of, train
 
 __all__ = [
     "SingleCellGPLVM",
@@ -177,8 +177,9 @@ class SingleCellGPLVM(GenesMixin):
         :func:`~gpflow_svi_gplvm.fit`; an ``output`` holding an earlier run's embedding is
         refused unless ``overwrite`` (or ``resume``), and means and variances are replaced as a
         pair (a stop between leaves one missing, never two runs' halves). An embedding that
-        collapsed (:mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning, and
-        ``uns[key_added]["collapsed"]`` is True. ``workers``: ``strategy``'s, if made already."""
+        collapsed (:mod:`~gpflow_svi_gplvm.singlecell.fitting.spread`) is written with a warning,
+        and ``uns[key_added]["collapsed"]`` is True. ``workers``: ``strategy``'s, if made
+        already."""
         workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
         adata = self._opened(adata, output, workers, bool(overwrite or resume))
         cells = worker_rows(adata.n_obs, workers.index, workers.count)

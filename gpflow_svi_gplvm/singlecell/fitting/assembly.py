@@ -12,8 +12,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..distributed.workers import Workers
-from ..validation import check_path, check_writable_folder
+from ...distributed.workers import Workers
+from ...validation import check_path, check_writable_folder
 
 __all__ = ["check_output", "assembled"]
 

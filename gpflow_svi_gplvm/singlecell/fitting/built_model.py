@@ -11,12 +11,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from ..distributed.workers import Workers
-from ..likelihoods import likelihood_by_name
-from ..models import SVIGPLVM, lookup_model
-from ..rows.shard import RowShard
-from ..rows.sparse import RowReader, RowStream
-from .cells.reading import content_hash
+from ...distributed.workers import Workers
+from ...likelihoods import likelihood_by_name
+from ...models import SVIGPLVM, lookup_model
+from ...rows.shard import RowShard
+from ...rows.sparse import RowReader, RowStream
+from ..cells.reading import content_hash
 from .start import initial_latents
 
 __all__ = ["BuiltModel", "build_model", "check_same_inputs"]
