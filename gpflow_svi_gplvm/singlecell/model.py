@@ -34,7 +34,7 @@ from .fitting.built_model import build_model, check_same_inputs
 from .fitting.distilled import DISTIL_CELLS, ENCODER_TRAINING
 from .fitting.spread import EmbeddingSpread
 from .fitting.trained import distils, final_elbo, step_size, summary_of, train
-from .genes import GenesMixin
+from .genes.mixin import GenesMixin
 from .mapping.cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
 from .mapping.offsets import BatchOffsets
 from .saving import load_model, save_model

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..models import SVIGPLVM
-from .cells.registration import CellRegistration
-from .mapping.cell_mapper import CellMapper
-from .mapping.offsets import BatchOffsets
+from ...models import SVIGPLVM
+from ..cells.registration import CellRegistration
+from ..mapping.cell_mapper import CellMapper
+from ..mapping.offsets import BatchOffsets
 
 __all__ = ["FittedCells", "fitted_cells"]
 
