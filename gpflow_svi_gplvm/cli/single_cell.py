@@ -127,7 +127,7 @@ CELL_OPTIONS = (
 def check_saved_model(args: argparse.Namespace, saved: Path) -> None:
     """A ``ValueError`` when the folder ``saved`` of an ``.h5ad`` run's model cannot be written
     or holds an earlier run's model (unless ``--resume`` or ``--overwrite``)."""
-    from ..singlecell.saving import SAVED_MODEL
+    from ..singlecell.storage.saving import SAVED_MODEL
 
     if is_export(saved, SAVED_MODEL) and not (args.resume or args.overwrite):
         raise ValueError(

@@ -37,8 +37,8 @@ from .fitting.trained import distils, final_elbo, step_size, summary_of, train
 from .genes.mixin import GenesMixin
 from .mapping.cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
 from .mapping.offsets import BatchOffsets
-from .saving import load_model, save_model
-from .serving import export_cells
+from .storage.saving import load_model, save_model
+from .storage.serving import export_cells
 
 __all__ = [
     "SingleCellGPLVM",
@@ -290,8 +290,9 @@ class SingleCellGPLVM(GenesMixin):
     def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
         """Write the fitted model to ``folder`` (created; an earlier saved model there is
         replaced only with ``overwrite``), all :meth:`load` needs to embed new cells without the
-        training data (:mod:`~gpflow_svi_gplvm.singlecell.saving`); ``adata``: the cells it was
-        fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no counts)."""
+        training data (:mod:`~gpflow_svi_gplvm.singlecell.storage.saving`); ``adata``: the cells
+        it was fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no
+        counts)."""
         return save_model(self, folder, adata, overwrite)
 
     @classmethod
@@ -311,7 +312,7 @@ class SingleCellGPLVM(GenesMixin):
         """Export the fitted model to ``path/<version>/`` as a TensorFlow SavedModel whose
         signature ``embed`` takes raw counts of the fitted genes and the ``obs`` columns and
         returns each cell's q(x*) as :meth:`transform` does, with TensorFlow alone
-        (:mod:`~gpflow_svi_gplvm.singlecell.serving`); returns that folder. ``overwrite``
+        (:mod:`~gpflow_svi_gplvm.singlecell.storage.serving`); returns that folder. ``overwrite``
         replaces an earlier export of this package at that version."""
         return export_cells(self, path, version, overwrite, iterations, dtype)
 
