@@ -18,12 +18,12 @@ from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
 from gpflow_svi_gplvm.prediction.laplace import LaplaceLatents  # noqa: E402
 from gpflow_svi_gplvm.rows.sparse import SparseRows  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.fitting.spread import EmbeddingSpread  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS  # noqa: E402
-from gpflow_svi_gplvm.singlecell.model import (  # noqa: E402
+from gpflow_svi_gplvm.singlecell.face import (  # noqa: E402
     ENCODER_LEARNING_RATE,
     TABLE_LEARNING_RATE,
 )
+from gpflow_svi_gplvm.singlecell.fitting.spread import EmbeddingSpread  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS  # noqa: E402
 
 N, D, Q = 48, 10, 2
 

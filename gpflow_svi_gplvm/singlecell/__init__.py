@@ -19,6 +19,6 @@ covariate columns) are embedded by :meth:`SingleCellGPLVM.transform`.
 
 from ..defaults import CELL_LIKELIHOOD_NAMES as LIKELIHOODS
 from .cells.encoding import CovariateEncoding
-from .model import SingleCellGPLVM
+from .face import SingleCellGPLVM
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]
