@@ -173,10 +173,262 @@ def atlas(cache: Path, cells: int, genes: int):
         return anndata.read_h5ad(path)
 
     face, adata = fitted(
-        cache, f"atlas_{cells}_{genes}", make, layer="counts", batch_key="batch",
+        cache,
+        f"atlas_{cells}_{genes}",
+        make,
+        layer="counts",
+        batch_key="batch",
         iterations=3000,
-    )  # fmt: skip
+    )
     return face, adata, simulate_atlas(cells, genes, **options)
+
+
+CONTENDERS = {
+    "groups + counts (default)": {},
+    "groups, GP only": {"counts": False},
+    "groups + counts, importance weights": {"weights": "importance"},
+    "pairs (scVI's change mode)": {"estimator": "pairs"},
+}
+"""The package's estimators compared (``differential_expression``'s options)."""
+ALPHAS = (0.05, 0.1, 0.2)
+
+
+def run_de(face, adata, groupby: str, first, second, options: dict):
+    """The package's DE table of ``first`` against ``second`` (var order) and its CPU seconds;
+    the warnings it gave are printed."""
+    import warnings
+
+    start = time.process_time()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = face.differential_expression(adata, groupby, first, second, **options)
+    for warning in caught:
+        print(f"  warning: {warning.message}")
+    return table.loc[list(adata.var_names)], time.process_time() - start
+
+
+def declared_at(table, alpha: float) -> np.ndarray:
+    """The genes the table's probabilities declare at FDR target ``alpha`` (low expression
+    never), as ``differential_expression`` declares them at that target."""
+    from gpflow_svi_gplvm.singlecell.genes.decision import posterior_fdr_selection
+
+    testable = ~table["low_expression"].to_numpy()
+    proba = np.where(testable, table["proba_de"].to_numpy(), 0.0)
+    return posterior_fdr_selection(proba, alpha) & testable
+
+
+def wilcoxon(adata, groupby: str, first, second, tie_correct: bool = True) -> tuple:
+    """scanpy's Wilcoxon test of ``first`` against ``second`` on the log-normalised counts:
+    Benjamini-Hochberg adjusted p-values, scores and log2 fold changes per gene (var order)."""
+    import scanpy as sc
+
+    logged = adata.copy()
+    sc.pp.normalize_total(logged)
+    sc.pp.log1p(logged)
+    sc.tl.rank_genes_groups(
+        logged,
+        groupby,
+        groups=[first],
+        reference=second,
+        method="wilcoxon",
+        tie_correct=tie_correct,
+    )
+    found = sc.get.rank_genes_groups_df(logged, group=first).set_index("names")
+    found = found.loc[list(adata.var_names)]
+    return tuple(found[c].to_numpy() for c in ("pvals_adj", "scores", "logfoldchanges"))
+
+
+def rates(declared: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """Realised FDR and recall of the genes declared."""
+    fdr = float(np.mean(~truth[declared])) if declared.any() else 0.0
+    return fdr, float(np.mean(declared[truth])) if truth.any() else 0.0
+
+
+def _cells(values) -> str:
+    """A mean and each value in brackets."""
+    return f"{np.mean(values):.3f} ({', '.join(f'{v:.3f}' for v in values)})"
+
+
+def score_atlas(cache: Path, contenders: dict) -> None:
+    """The hard atlas: realised FDR, recall and genes declared at each alpha, PR AUC."""
+    from expression import PAIRS, truth
+    from sklearn.metrics import average_precision_score
+
+    face, adata, simulated = atlas(cache, 4000, 1000)
+    pairs = [(f"type{a}", f"type{b}") for a, b in PAIRS]
+    genes, _ = truth(simulated, adata.obs, pairs)
+    true = genes["changed"]
+    print(
+        f"\nHard atlas (4,000 cells, 1,000 genes), pairs {pairs}, true DE genes "
+        f"{[int(t.sum()) for t in true]}; delta 0.25; mean over the pairs (each):\n"
+    )
+    print("| method | alpha | realised FDR | recall | declared | PR AUC | CPU s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, options in contenders.items():
+        tables, seconds = zip(*(run_de(face, adata, "cell_type", a, b, options) for a, b in pairs))
+        auc = [
+            average_precision_score(t, table["proba_de"] + 1e-9 * table["lfc_mean"].abs())
+            for t, table in zip(true, tables)
+        ]
+        for alpha in ALPHAS:
+            found = [rates(declared_at(table, alpha), t) for table, t in zip(tables, true)]
+            declared = [int(declared_at(table, alpha).sum()) for table in tables]
+            print(
+                f"| {name} | {alpha} | {_cells([f for f, _ in found])} | "
+                f"{_cells([r for _, r in found])} | {', '.join(map(str, declared))} | "
+                f"{_cells(auc)} | {np.mean(seconds):.0f} |",
+                flush=True,
+            )
+    for alpha in ALPHAS:
+        found, declared = [], []
+        for (a, b), t in zip(pairs, true):
+            adjusted, scores, _ = wilcoxon(adata, "cell_type", a, b)
+            found.append(rates(adjusted < alpha, t))
+            declared.append(int((adjusted < alpha).sum()))
+        fdrs, recalls = _cells([f for f, _ in found]), _cells([r for _, r in found])
+        counted = ", ".join(map(str, declared))
+        print(f"| Wilcoxon (tie-corrected, BH) | {alpha} | {fdrs} | {recalls} | {counted} | | |")
+
+
+def score_null(cache: Path, contenders: dict) -> None:
+    """Random halves of the CD14 monocytes: genes declared at alpha 0.05 (truth: none)."""
+    import pandas as pd
+
+    face, adata = kang_control(cache)
+    print(
+        "\nKang control, CD14 monocytes split at random in halves: genes declared at "
+        "fdr_target 0.05 (target: at most 5 in each split)\n"
+    )
+    print("| method | " + " | ".join(f"split {s}" for s in SPLITS) + " | CPU s |")
+    print("|---|" + "---:|" * (len(SPLITS) + 1))
+    halves = {s: pd.Categorical(monocyte_halves(adata.obs, s)) for s in SPLITS}
+    for name, options in contenders.items():
+        counts, seconds = [], []
+        for seed in SPLITS:
+            adata.obs["half"] = halves[seed]
+            table, cpu = run_de(face, adata, "half", "first", "second", options)
+            counts.append(int(declared_at(table, 0.05).sum()))
+            seconds.append(cpu)
+        print(f"| {name} | " + " | ".join(map(str, counts)) + f" | {np.mean(seconds):.0f} |")
+    counts = []
+    for seed in SPLITS:
+        adata.obs["half"] = halves[seed]
+        counts.append(int((wilcoxon(adata, "half", "first", "second")[0] < 0.05).sum()))
+    print("| Wilcoxon (tie-corrected, BH) | " + " | ".join(map(str, counts)) + " | |")
+
+
+def score_thinned(cache: Path, contenders: dict) -> None:
+    """Known changes by thinning: realised FDR and recall at alpha 0.05 and 0.1 beside a
+    Wilcoxon test's, per split; recall of each change size."""
+    print(
+        f"\nKang control, CD14 monocytes split at random, {THINNED} genes thinned in one half "
+        "(half to p = 0.5, |LFC| 1; half to p = 0.7, |LFC| 0.51); the model fitted to the "
+        "thinned counts. Realised FDR / recall (recall of |LFC| 1, of 0.51), declared, "
+        "per split:\n"
+    )
+    print("| method | alpha | " + " | ".join(f"split {s}" for s in SPLITS) + " |")
+    print("|---|---:|" + "---|" * len(SPLITS))
+    rows: dict = {}
+    for seed in SPLITS:
+        face, adata = kang_thinned(cache, seed)
+        kept = adata.var["kept"].to_numpy()
+        results = {
+            name: run_de(face, adata, "half", "first", "second", options)[0]
+            for name, options in contenders.items()
+        }
+        adjusted = wilcoxon(adata, "half", "first", "second")[0]
+        for alpha in (0.05, 0.1):
+            for name, table in results.items():
+                rows.setdefault((name, alpha), []).append(declared_at(table, alpha))
+            rows.setdefault(("Wilcoxon (tie-corrected, BH)", alpha), []).append(adjusted < alpha)
+        rows.setdefault("truth", []).append(kept)
+    for (name, alpha), found in ((k, v) for k, v in rows.items() if k != "truth"):
+        cells = []
+        for declared, kept in zip(found, rows["truth"]):
+            fdr, recall = rates(declared, kept < 1)
+            big, small = (float(np.mean(declared[kept == p])) for p in (0.5, 0.7))
+            cells.append(f"{fdr:.3f} / {recall:.3f} ({big:.2f}, {small:.2f}), {declared.sum()}")
+        print(f"| {name} | {alpha} | " + " | ".join(cells) + " |", flush=True)
+
+
+def score_types(cache: Path, contenders: dict) -> None:
+    """CD14 monocytes against T cells: F1 against a Wilcoxon test and declared genes of low
+    detection."""
+    face, adata = kang_control(cache)
+    tied = wilcoxon(adata, "cell_type", MONOCYTE, T_CELL)[0] < 0.05
+    untied = wilcoxon(adata, "cell_type", MONOCYTE, T_CELL, tie_correct=False)[0] < 0.05
+    print(
+        f"\nKang control, {MONOCYTE} vs {T_CELL} at fdr_target 0.05: Wilcoxon (BH < 0.05) "
+        f"declares {tied.sum()} with tie correction, {untied.sum()} without (scanpy's "
+        "default)\n"
+    )
+    print(
+        "| method | declared | F1 against Wilcoxon (tie-corrected) | F1 (scanpy's default) "
+        "| declared of detection < 1% in both | CPU s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, options in contenders.items():
+        table, cpu = run_de(face, adata, "cell_type", MONOCYTE, T_CELL, options)
+        declared = table["is_de_fdr_0.05"].to_numpy(bool)
+        detection = table[["non_zeros_proportion1", "non_zeros_proportion2"]].max(axis=1)
+        low = int((declared & (detection.to_numpy() < 0.01)).sum())
+        f1 = [2 * (declared & w).sum() / (declared.sum() + w.sum()) for w in (tied, untied)]
+        print(f"| {name} | {declared.sum()} | {f1[0]:.3f} | {f1[1]:.3f} | {low} | {cpu:.0f} |")
+
+
+def kang_mapped(cache: Path):
+    """The control model with :data:`KANG_CELLS` stimulated cells mapped onto it as a new
+    batch (``map_query``), and the control and stimulated CD14 monocytes with their q(x)."""
+    import anndata
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    folder = cache / "kang_mapped"
+    if not (folder / "monocytes.h5ad").exists():
+        face, control = kang_control(cache)
+        stimulated = kang_cells("stimulated", list(control.var_names))
+        start = time.process_time()
+        face.map_query(stimulated, progress=False)
+        print(f"kang_mapped: map_query in {time.process_time() - start:.0f} CPU s")
+        both = anndata.concat([control, stimulated], merge="same")
+        both = both[both.obs["cell_type"].to_numpy() == MONOCYTE].copy()
+        face.save(folder / "model", overwrite=True)
+        both.write_h5ad(folder / "monocytes.h5ad")
+    return SingleCellGPLVM.load(folder / "model"), anndata.read_h5ad(folder / "monocytes.h5ad")
+
+
+def score_condition(cache: Path, options: dict) -> None:
+    """Stimulated against control CD14 monocytes, the stimulated cells mapped as a new batch:
+    the interferon genes declared with each choice of batch correction."""
+    face, monocytes = kang_mapped(cache)
+    interferon = [g for g in INTERFERON if g in monocytes.var_names]
+    tied = wilcoxon(monocytes, "condition", "stimulated", "control")[0] < 0.05
+    print(
+        f"\nKang, stimulated ({(monocytes.obs['condition'] == 'stimulated').sum()}) vs control "
+        f"({(monocytes.obs['condition'] == 'control').sum()}) CD14 monocytes, stimulated cells "
+        f"mapped by map_query; interferon genes among the fitted: {interferon}; Wilcoxon "
+        f"declares {tied.sum()}\n"
+    )
+    print("| batch_correction | declared | interferon genes declared | F1 against Wilcoxon |")
+    print("|---|---:|---|---:|")
+    for choice in (None, True, False):
+        table, _ = run_de(
+            face,
+            monocytes,
+            "condition",
+            "stimulated",
+            "control",
+            {**options, "batch_correction": choice},
+        )
+        declared = table["is_de_fdr_0.05"].to_numpy(bool)
+        found = [g for g in interferon if table.loc[g, "is_de_fdr_0.05"]]
+        f1 = 2 * (declared & tied).sum() / (declared.sum() + tied.sum())
+        chosen = bool(table["batch_correction"].iloc[0])
+        print(
+            f"| {choice} (corrected: {chosen}) | {declared.sum()} | {len(found)} of "
+            f"{len(interferon)}: {', '.join(found)} | {f1:.3f} |",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -185,18 +437,33 @@ def main() -> None:
         "command", choices=["atlas", "null", "thinned", "types", "condition", "all", "fit"]
     )
     parser.add_argument("--cache", required=True, help="the folder of fitted models")
-    parser.add_argument("--options", default="{}", help="differential_expression's, as JSON")
+    parser.add_argument("--options", default=None, help="differential_expression's, as JSON")
+    parser.add_argument(
+        "--contenders", nargs="*", default=list(CONTENDERS), help="of CONTENDERS, by name"
+    )
     args = parser.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    options = json.loads(args.options)
+    contenders = {name: CONTENDERS[name] for name in args.contenders}
+    if args.options is not None:  # one set of options alone
+        contenders = {f"options {args.options}": json.loads(args.options)}
     if args.command == "fit":
         kang_control(cache)
         for seed in SPLITS:
             kang_thinned(cache, seed)
         atlas(cache, 4000, 1000)
-    del options
+        kang_mapped(cache)
+    for command, score in (
+        ("atlas", score_atlas),
+        ("null", score_null),
+        ("thinned", score_thinned),
+        ("types", score_types),
+    ):
+        if args.command in (command, "all"):
+            score(cache, contenders)
+    if args.command in ("condition", "all"):
+        score_condition(cache, json.loads(args.options or "{}"))
 
 
 if __name__ == "__main__":
