@@ -145,8 +145,8 @@ def test_the_counts_term_draws_its_gamma_posterior():
     np.testing.assert_allclose(pooled_dispersion(*groups)[:3], phi)
     pooled = Y.sum(0)[:3] / (expected.sum(0)[:3] / level)
     for group, draws in zip(groups, theta):
-        shape = (prior_counts + group.counts[:3]) / phi
-        rate = (prior_counts * level / pooled + group.expected[:3]) / phi
+        shape = prior_counts + group.counts[:3] / phi
+        rate = prior_counts * level / pooled + group.expected[:3] / phi
         np.testing.assert_allclose(draws[:, :3].mean(0), level * shape / rate, rtol=0.02)
         np.testing.assert_allclose(draws[:, :3].var(0), level**2 * shape / rate**2, rtol=0.06)
     np.testing.assert_array_equal(np.log2(theta[0][:, 3]) - np.log2(theta[1][:, 3]), 0.0)

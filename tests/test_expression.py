@@ -519,6 +519,24 @@ def test_a_group_of_a_mapped_batch_is_compared_at_its_own_batch_with_a_warning(f
     assert not own["batch_correction"].any() and corrected["batch_correction"].all()
 
 
+def test_de_reads_an_h5ad_path_as_the_anndata_and_weighs_pairs_by_importance(fitted, tmp_path):
+    face, cells = fitted
+    path = tmp_path / "cells.h5ad"
+    cells.write_h5ad(path)
+    from_file = face.differential_expression(str(path), "kind", "up", "down")
+    in_memory = face.differential_expression(cells, "kind", "up", "down")
+    pd.testing.assert_frame_equal(from_file, in_memory)
+    weighed = face.differential_expression(
+        cells, "kind", "up", "down", estimator="pairs", weights="importance"
+    )
+    uniform = face.differential_expression(cells, "kind", "up", "down", estimator="pairs")
+    genes = ["gene0", "gene1", "gene2"]
+    np.testing.assert_allclose(
+        weighed.loc[genes, "lfc_mean"], uniform.loc[genes, "lfc_mean"], atol=0.3
+    )
+    assert weighed.loc[genes, "lfc_mean"].min() > 0.5
+
+
 def test_the_table_reports_detection_low_expression_and_its_expected_fdr(fitted):
     from gpflow_svi_gplvm.singlecell.genes.differential import de_summary
 

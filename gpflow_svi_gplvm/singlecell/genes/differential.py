@@ -22,10 +22,11 @@ from one of two estimators:
 of :math:`P(\mathrm{LFC} \ge \delta)` and :math:`P(\mathrm{LFC} < -\delta)`, under a prior of the
 LFC shared by the genes and fitted to them (``prior="adaptive"``, the default of the groups
 estimator; "flat": each gene's samples alone, the pairs estimator's default, as scVI);
-``delta=None`` chooses :math:`\delta` from the data. Genes detected (a non-zero count) in fewer
-than ``min_detection`` of both groups' cells are never declared (Seurat's ``min.pct``; their
-``low_expression`` is True). The others, sorted by ``proba_de``, are declared while their
-posterior expected FDR stays at or below ``fdr_target``.
+``delta=None`` chooses :math:`\delta` from the data (scvi-tools' rule, on the LFCs' posterior
+means under the shared prior, or on the samples' means under a flat one). Genes detected (a
+non-zero count) in fewer than ``min_detection`` of both groups' cells are never declared
+(Seurat's ``min.pct``; their ``low_expression`` is True). The others, sorted by ``proba_de``,
+are declared while their posterior expected FDR stays at or below ``fdr_target``.
 
 Why the defaults (each measured, benchmarks/results/differential_expression.md and
 tests/test_differential.py): q(u) has one covariance shared by the genes, so the GP's own
@@ -282,11 +283,13 @@ def _table(
     """The statistics of LFC samples [S, G] per gene, the decision's probabilities, and the
     groups' raw statistics."""
     means, sds = lfc.mean(axis=0), lfc.std(axis=0)
-    delta = estimate_delta(means) if options.delta is None else options.delta
-    if options.prior == "adaptive":
-        up, down, shrunk = AdaptivePrior(means, sds).posterior(means, sds, delta)
+    prior = AdaptivePrior(means, sds) if options.prior == "adaptive" else None
+    shrunk = means if prior is None else prior.posterior(means, sds, 1.0)[2]
+    delta = estimate_delta(shrunk) if options.delta is None else options.delta
+    if prior is None:
+        up, down = change_probabilities(lfc, delta)
     else:
-        (up, down), shrunk = change_probabilities(lfc, delta), means
+        up, down, _ = prior.posterior(means, sds, delta)
     proba_de = np.maximum(up, down)
     sign = np.sign(up - down)
     eps = 1e-8  # as scVI: a probability of 0 or 1 has a finite Bayes factor

@@ -74,7 +74,7 @@ class GroupSums:
     @classmethod
     def empty(cls, samples: int, genes: int) -> GroupSums:
         vectors = {f.name: np.zeros(genes) for f in fields(cls)[1:7]}
-        resampled = np.zeros((samples, genes))
+        resampled = np.zeros((samples, genes), np.float32)  # S x G a category: kept small
         return cls(0, **vectors, resampled=resampled, resampled_weight=np.zeros(samples))
 
     def __add__(self, other: GroupSums) -> GroupSums:

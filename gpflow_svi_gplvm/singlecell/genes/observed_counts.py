@@ -23,17 +23,18 @@ to a few cells with many counts:
     \phi = \max\Big(1,\ \frac{\sum_{g} \sum_{n \in g} (y_n - \hat\kappa_g \lambda_n)^2}
     {\sum_g Y_g}\Big), \qquad \hat\kappa_g = Y_g / \Lambda_g,
 
-the sandwich variance of the groups' totals over the Poisson variance. The prior of
-:math:`\theta_g` is worth ``prior_counts`` :math:`a` counts (in the data's units of dispersion)
-at the two groups' pooled expression :math:`\theta_0 = (Y_1 + Y_2) / (\Lambda_1 / \bar H_1 +
-\Lambda_2 / \bar H_2)`, the value under no change: this is the low-expression rule, a gene of a
-few counts is pulled towards no change (edgeR's prior count, and scVI's pseudocounts, do the
-same). The posterior, conjugate, is
+the sandwich variance of the groups' totals over the Poisson variance (a count is worth
+:math:`1/\phi` of a Poisson count). The prior of :math:`\theta_g` is worth ``prior_counts``
+:math:`a` Poisson counts at the two groups' pooled expression
+:math:`\theta_0 = (Y_1 + Y_2) / (\Lambda_1 / \bar H_1 + \Lambda_2 / \bar H_2)`, the value
+under no change: this is the low-expression rule, a gene of a few counts is pulled towards no
+change (edgeR's prior count, and scVI's pseudocounts, do the same). The posterior, conjugate,
+is
 
 .. math::
 
-    \kappa_g \mid y \sim \mathrm{Gamma}\Big(\frac{a + Y_g}{\phi},\
-    \frac{a H_g / \theta_0 + \Lambda_g}{\phi}\Big), \qquad \theta_g = H_g \kappa_g,
+    \kappa_g \mid y \sim \mathrm{Gamma}\Big(a + \frac{Y_g}{\phi},\
+    \frac{a H_g}{\theta_0} + \frac{\Lambda_g}{\phi}\Big), \qquad \theta_g = H_g \kappa_g,
 
 drawn once for each bootstrap draw of :math:`H_g`. With many counts
 :math:`\theta_g \approx H_g Y_g / \Lambda_g`: the GP's batch-corrected expression times the
@@ -87,8 +88,8 @@ def expression_draws(
     safe = np.where(counted, pooled, 1.0)
     out = []
     for group, H in zip(groups, draws):
-        shape = (prior_counts + group.counts) / dispersion
-        rate = (prior_counts * H / safe + group.expected) / dispersion
+        shape = prior_counts + group.counts / dispersion
+        rate = prior_counts * H / safe + group.expected / dispersion
         theta = H * rng.gamma(np.broadcast_to(shape, H.shape)) / rate
         out.append(np.where(counted, theta, 1.0))  # no count in either group: no change
     return out[0], out[1]
