@@ -526,6 +526,8 @@ def test_de_reads_an_h5ad_path_as_the_anndata_and_weighs_pairs_by_importance(fit
     from_file = face.differential_expression(str(path), "kind", "up", "down")
     in_memory = face.differential_expression(cells, "kind", "up", "down")
     pd.testing.assert_frame_equal(from_file, in_memory)
+    some = face.differential_expression(cells, "kind", "up", "down", genes=["gene4", "gene0"])
+    pd.testing.assert_series_equal(some["proba_de"], in_memory.loc[some.index, "proba_de"])
     weighed = face.differential_expression(
         cells, "kind", "up", "down", estimator="pairs", weights="importance"
     )

@@ -26,7 +26,9 @@ estimator; "flat": each gene's samples alone, the pairs estimator's default, as 
 means under the shared prior, or on the samples' means under a flat one). Genes detected (a
 non-zero count) in fewer than ``min_detection`` of both groups' cells are never declared
 (Seurat's ``min.pct``; their ``low_expression`` is True). The others, sorted by ``proba_de``,
-are declared while their posterior expected FDR stays at or below ``fdr_target``.
+are declared while their posterior expected FDR stays at or below ``fdr_target``. ``genes``
+chooses the genes reported and declared among; every fitted gene is read all the same, so a
+gene's probabilities do not depend on which others are asked for.
 
 Why the defaults (each measured, benchmarks/results/differential_expression.md and
 tests/test_differential.py): q(u) has one covariance shared by the genes, so the GP's own
@@ -226,7 +228,9 @@ class _LfcDraws:
     computed once for each set of reference batches."""
 
     def __init__(self, fitted, adata, labels, names, options: _Options, n_samples: int, rng):
-        columns = np.array([fitted.registration.gene_names.index(g) for g in names])
+        # every fitted gene is read: the prior the genes share is learnt from all of them, so a
+        # gene's answer does not depend on which others genes= names
+        columns = np.arange(fitted.model.data_dim)
         self.fitted, self.adata, self.columns, self.names = fitted, adata, columns, names
         self.raw = _GroupCounts.of(fitted, adata, labels, columns)
         self.options, self.n_samples, self.rng = options, n_samples, rng
@@ -241,10 +245,10 @@ class _LfcDraws:
         """The comparison's table (see :func:`differential_expression`)."""
         lfc, scale1, scale2 = self.of(comparison, references)
         raw = self.raw.statistics(comparison.cells1, comparison.cells2)
-        table = _table(lfc, self.names, self.options, raw)
+        table = _table(lfc, self.fitted.registration.gene_names, self.options, raw)
         table["scale1"], table["scale2"] = scale1, scale2
         table["batch_correction"] = references != [None]
-        return _decided(table, self.options, comparison)
+        return _decided(table.loc[self.names], self.options, comparison)
 
     def of(
         self, comparison: Comparison, references: list
