@@ -1,22 +1,10 @@
-"""The command line: train a GPLVM on the embedded digits or on a data file of your own.
+"""A run of the command line, once :func:`~gpflow_svi_gplvm.cli.main.main` has read its options:
+the data read (the digits, a table of your own, or an ``.h5ad`` handed to
+:mod:`~gpflow_svi_gplvm.cli.single_cell`), the model built and trained, on one process or
+several workers, and the outputs written (:mod:`~gpflow_svi_gplvm.cli.report`).
 
-    python -m gpflow_svi_gplvm                       # B-SVI on scikit-learn's digits
-    python -m gpflow_svi_gplvm --model aeb --data my.csv --latent-dim 3 --output runs/mine
-
-It prints a short summary and writes ``latent_space.png``, ``ard.png``, ``elbo.png`` and
-``metrics.json`` (every setting, the results and the package's version) to the output folder;
-``--save`` keeps the trained model as a checkpoint there (``--resume`` continues it) and
-``--export`` writes a SavedModel that serves with TensorFlow alone.
-
-Units: for a Gaussian likelihood the data file's columns are standardised, the model trained on
-:math:`(y_{nd} - m_d) / s_d`. ``metrics.json`` records each column's location :math:`m_d` and
-scale :math:`s_d` (``standardisation``); the export takes and returns the data's own units (the
-map is applied inside its graph); a checkpoint holds the model in the standardised units.
-The options are read before TensorFlow is imported, so ``--help`` prints at once.
-
-On several workers, start the same command on each with its ``TF_CONFIG`` (``--distributed``
-says so explicitly): each trains on its block of the rows under a
-``MultiWorkerMirroredStrategy``, and only the chief (worker 0) writes the outputs.
+A mistake in the data or the options is one line on stderr (``error: ...``) and exit status 2,
+with the traceback only under ``--debug``; warnings are one plain line each (``warning: ...``).
 """
 
 from __future__ import annotations
@@ -46,23 +34,14 @@ from ..rows.shard import RowShard, worker_rows
 from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder
-from .arguments import build_parser
 from .report import described, print_summary, run_metrics, save_figures, standardised
 from .single_cell import check_cell_options, run_single_cell
 
-__all__ = ["LIKELIHOODS", "build_parser", "main"]
+__all__ = ["run", "OUTPUTS"]
 
 
-LIKELIHOODS = defaults.LIKELIHOOD_NAMES
-"""The likelihoods ``--likelihood`` names (:func:`~gpflow_svi_gplvm.likelihoods.likelihood_by_name`
-builds them)."""
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; a mistake in the data or the options is one line on stderr
-    (``error: ...``) and exit status 2, with the traceback only under ``--debug``. Warnings are
-    one plain line each (``warning: ...``)."""
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """The run ``args`` (the parsed options) ask for; its exit status."""
     original = warnings.formatwarning
     warnings.formatwarning = _plain_warning
     try:
@@ -301,7 +280,3 @@ def _global_variables(model: SVIGPLVM) -> list[tf.Variable]:
 def _learning_rate(args: argparse.Namespace) -> dict[str, Any]:
     """--learning-rate as fit's option where given; else fit's own default."""
     return {} if args.learning_rate is None else {"learning_rate": args.learning_rate}
-
-
-if __name__ == "__main__":
-    sys.exit(main())
