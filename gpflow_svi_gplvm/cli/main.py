@@ -32,8 +32,8 @@ __all__ = ["LIKELIHOODS", "build_parser", "main"]
 
 
 LIKELIHOODS = defaults.LIKELIHOOD_NAMES
-"""The likelihoods ``--likelihood`` names (:func:`~gpflow_svi_gplvm.likelihoods.likelihood_by_name`
-builds them)."""
+"""The likelihoods ``--likelihood`` names
+(:func:`~gpflow_svi_gplvm.likelihoods.registry.likelihood_by_name` builds them)."""
 
 
 def main(argv: list[str] | None = None) -> int:

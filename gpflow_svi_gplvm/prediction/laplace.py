@@ -47,7 +47,7 @@ from gpflow.mean_functions import MeanFunction
 from ..compiled import GraphFunction
 from ..latents import GaussianLatent, MAPLatent, PointLatent
 from ..latents.new_rows import Derivatives, newton_minimum
-from ..likelihoods import MaskedLikelihood, expectation_derivatives
+from ..likelihoods import expectation_derivatives, masked
 from ..validation import check_integer, check_seed
 from .latent_inference import TOLERANCE
 from .new_row_model import NewRowModel, candidate_rows, check_new_row_model
@@ -130,11 +130,7 @@ class LaplaceLatents(tf.Module):
         latent = model.latent
         self.point = isinstance(latent, PointLatent)
         self.mean_field = isinstance(latent, GaussianLatent)
-        self.likelihood = (
-            model.likelihood
-            if isinstance(model.likelihood, MaskedLikelihood)
-            else MaskedLikelihood(model.likelihood)
-        )
+        self.likelihood = masked(model.likelihood)
         Q, D = model.latent_dim, model.data_dim
         width = 0 if model.row_inputs is None else int(model.row_inputs.shape[1])
         self.width = width
