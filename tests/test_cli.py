@@ -22,7 +22,7 @@ from gpflow_svi_gplvm.distributed.workers import Workers
 from gpflow_svi_gplvm.export.folder import MARKER
 from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
-from gpflow_svi_gplvm.singlecell import model as singlecell_model
+from gpflow_svi_gplvm.singlecell import face as singlecell_face
 from gpflow_svi_gplvm.training.trainer import Trainer
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
@@ -219,8 +219,8 @@ def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
     table = ["--data", str(small_csv(tmp_path / "ok.csv"))]
     for name, data, expected, latent_dim, batch_size in (
         ("table", table, DEFAULT_NUM_INDUCING, 5, 100),
-        ("cells", ["--data", str(tmp_path / "cells.h5ad")], 100, 10, singlecell_model.BATCH_SIZE),
-        ("few", ["--data", str(tmp_path / "few.h5ad")], 40, 10, singlecell_model.BATCH_SIZE),
+        ("cells", ["--data", str(tmp_path / "cells.h5ad")], 100, 10, singlecell_face.BATCH_SIZE),
+        ("few", ["--data", str(tmp_path / "few.h5ad")], 40, 10, singlecell_face.BATCH_SIZE),
     ):
         out = tmp_path / name
         assert main([*data, "--iterations", "0", "--no-progress", "--output", str(out)]) == 0
@@ -458,10 +458,10 @@ def test_the_options_name_what_the_package_has():
     assert tuple(choices["model"]) == defaults.MODEL_NAMES
     assert tuple(choices["likelihood"]) == defaults.LIKELIHOOD_NAMES
     assert DEFAULT_NUM_INDUCING == defaults.NUM_INDUCING
-    assert singlecell_model.NUM_INDUCING == defaults.CELL_NUM_INDUCING
-    face_defaults = inspect.signature(singlecell_model.SingleCellGPLVM).parameters
+    assert singlecell_face.NUM_INDUCING == defaults.CELL_NUM_INDUCING
+    face_defaults = inspect.signature(singlecell_face.SingleCellGPLVM).parameters
     assert face_defaults["latent_dim"].default == defaults.CELL_LATENT_DIM
-    fit_defaults = inspect.signature(singlecell_model.SingleCellGPLVM.fit).parameters
+    fit_defaults = inspect.signature(singlecell_face.SingleCellGPLVM.fit).parameters
     assert fit_defaults["batch_size"].default == defaults.CELL_BATCH_SIZE
     trainer_defaults = inspect.signature(Trainer.__init__).parameters
     assert trainer_defaults["batch_size"].default == defaults.BATCH_SIZE

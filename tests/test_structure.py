@@ -333,6 +333,77 @@ def test_sizes_are_reported_and_only_outliers_fail():
     assert not outliers, "split these by concept:\n" + "\n".join(outliers)
 
 
+# --------------------------------------------------------------------------------------------
+# The single-cell wing: rooms (its sub-packages) on at most five floors, names of its own
+
+WING = "gpflow_svi_gplvm.singlecell"
+MAX_WING_FLOORS = 5
+
+
+def _room(module: str) -> str:
+    """The part of the wing ``module`` belongs to: its room, or the wing's top (``__init__``
+    and the face) for the wing's own modules."""
+    rooms = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    room = ".".join(module.split(".")[:3])
+    return room if room in rooms and room != WING else WING
+
+
+def _room_graph() -> dict[str, set[str]]:
+    """Each part of the wing and the parts its modules import (itself left out)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _import_graph().items():
+        if module == WING or module.startswith(WING + "."):
+            inside = {_room(target) for target in imported if target.startswith(WING + ".")}
+            graph.setdefault(_room(module), set()).update(inside - {_room(module)})
+    return graph
+
+
+def _floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each node's floor in an acyclic ``graph``: 1 if it imports nothing, else one above the
+    highest it imports."""
+    floors: dict[str, int] = {}
+
+    def floor(node: str) -> int:
+        if node not in floors:
+            floors[node] = 1 + max((floor(below) for below in graph.get(node, ())), default=0)
+        return floors[node]
+
+    for node in graph:
+        floor(node)
+    return floors
+
+
+def test_the_single_cell_wing_has_rooms_on_few_floors():
+    """No circle between rooms, at most five floors, and no room imports the wing's top: the
+    face stands on the rooms, never the other way round."""
+    graph = _room_graph()
+    assert {f"{WING}.cells", f"{WING}.fitting", f"{WING}.genes"} <= set(graph)
+    for room in graph:
+        cycle = _cycle_from(room, graph)
+        assert cycle is None, "rooms import in a circle: " + " -> ".join(cycle or [])
+    floors = _floors(graph)
+    assert max(floors.values()) <= MAX_WING_FLOORS, f"the wing's floors: {floors}"
+    up = sorted(room for room, imported in graph.items() if room != WING and WING in imported)
+    assert not up, f"rooms that import the wing's top (__init__ or face): {up}"
+
+
+def test_the_floor_finder_counts_floors():
+    assert _floors({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == {"a": 3, "b": 2, "c": 1}
+
+
+def test_the_single_cell_wing_names_are_its_own():
+    """No module or room of the wing is named as a module or package elsewhere in the package
+    (``singlecell/model.py`` beside ``plotting/model.py`` read as one)."""
+
+    def names(modules) -> set[str]:
+        return {module.rsplit(".", 1)[-1] for module in modules}
+
+    wing = [module for module in MODULES if module.startswith(WING + ".")]
+    others = [module for module in MODULES if module != WING and module not in wing]
+    shared = names(wing) & names(others)
+    assert not shared, f"singlecell modules named as others elsewhere: {sorted(shared)}"
+
+
 def test_the_readme_layout_names_every_module():
     """README's Layout section names each module (those of a sub-package under its folder)."""
     readme = (PACKAGE.parent / "README.md").read_text()
