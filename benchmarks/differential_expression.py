@@ -30,14 +30,16 @@ loaded), so a second run only reads genes. Kang data: ``$GPFLOW_SVI_GPLVM_DATA/k
 - null: the CD14 monocytes split at random into halves (three seeds), DE of one half against the
   other on the model above: genes declared at fdr_target 0.05 (the truth: none).
 - thinned: the CD14 monocytes split at random into halves (three seeds); of the genes detected
-  in at least a fifth of them, :data:`THINNED` drawn at random and binomially thinned in one half
+  in at least a tenth of them, :data:`THINNED` drawn at random and binomially thinned in one half
   or the other (half of them to p = 0.5, true |LFC| = 1; half to p = 0.7, |LFC| = 0.51); the
   model fitted again to all cells with the thinned counts. Realised FDR and recall at fdr_target
   0.05 and 0.1, beside a Wilcoxon test's (scanpy, log-normalised counts, Benjamini-Hochberg).
 - types: CD14 monocyte against T on the model above: F1 of the declared genes against a
-  Wilcoxon test's (Benjamini-Hochberg adjusted p < 0.05 and |log2 fold change of the means of
-  the normalised counts| > delta), and the declared genes detected in under 1% of both groups'
-  cells (the target: none).
+  Wilcoxon test's (scanpy's on the log-normalised counts, Benjamini-Hochberg adjusted
+  p < 0.05, with and without tie correction), the declared genes detected in under 1% of both
+  groups' cells (the target: none) and in under 5% (the issue's 1,338 of 1,449); each
+  estimator again with ``min_detection=0`` (:data:`WITHOUT_DETECTION_RULE`), so that the rule
+  is not what keeps sparse genes out.
 - condition: :data:`KANG_CELLS` stimulated cells mapped as a new batch (``map_query``) onto the
   control model; DE of stimulated against control CD14 monocytes with the documented choice of
   batch correction: the interferon genes of :data:`INTERFERON` among those declared.
@@ -191,6 +193,13 @@ CONTENDERS = {
 }
 """The package's estimators compared (``differential_expression``'s options)."""
 ALPHAS = (0.05, 0.1, 0.2)
+WITHOUT_DETECTION_RULE = {
+    "pairs (scVI's change mode), no detection rule": {"estimator": "pairs", "min_detection": 0.0},
+    "groups, GP only, no detection rule": {"counts": False, "min_detection": 0.0},
+    "groups + counts, no detection rule": {"min_detection": 0.0},
+}
+"""Monocytes against T cells without the low-expression rule (``min_detection=0``): what each
+estimator declares of genes almost never detected, the rule aside."""
 
 
 def run_de(face, adata, groupby: str, first, second, options: dict):
@@ -481,19 +490,30 @@ def score_types(cache: Path, contenders: dict) -> None:
         f"declares {tied.sum()} with tie correction, {untied.sum()} without (scanpy's "
         "default)\n"
     )
+    detection = np.maximum(*(_detected(adata, g) for g in (MONOCYTE, T_CELL)))
+    rare, sparse = detection < 0.01, detection < 0.05
     print(
-        "| method | declared | F1 against Wilcoxon (tie-corrected) | F1 (scanpy's default) "
-        "| declared of detection < 1% in both | CPU s |"
+        f"| method | declared | F1 against Wilcoxon (tie-corrected) | F1 (scanpy's default) "
+        f"| declared of the {rare.sum()} detected in < 1% of both | of the {sparse.sum()} "
+        f"in < 5% (Wilcoxon: {(tied & sparse).sum()}) | CPU s |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, options in contenders.items():
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, options in {**contenders, **WITHOUT_DETECTION_RULE}.items():
         table, cpu = run_de(face, adata, "cell_type", MONOCYTE, T_CELL, options)
         declared = table["is_de_fdr_0.05"].to_numpy(bool)
-        detection = table[["non_zeros_proportion1", "non_zeros_proportion2"]].max(axis=1)
-        low = int((declared & (detection.to_numpy() < 0.01)).sum())
         f1 = [2 * (declared & w).sum() / (declared.sum() + w.sum()) for w in (tied, untied)]
-        print(f"| {name} | {declared.sum()} | {f1[0]:.3f} | {f1[1]:.3f} | {low} | {cpu:.0f} |")
+        print(
+            f"| {name} | {declared.sum()} | {f1[0]:.3f} | {f1[1]:.3f} | "
+            f"{(declared & rare).sum()} | {(declared & sparse).sum()} | {cpu:.0f} |",
+            flush=True,
+        )
     replication(face, adata)
+
+
+def _detected(adata, group) -> np.ndarray:
+    """The share of ``group``'s cells with a count of each gene [G]."""
+    cells = adata.obs["cell_type"].to_numpy() == group
+    return np.asarray((adata.X[cells] > 0).mean(axis=0)).ravel()
 
 
 def replication(face, adata) -> None:
