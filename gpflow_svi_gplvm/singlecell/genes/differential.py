@@ -107,19 +107,43 @@ def differential_expression(
     genes: Sequence[str] | None = None,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """DE of ``adata``'s cells (an AnnData, or an ``.h5ad`` path) grouped by ``obs[groupby]``:
-    ``group1`` (a category, a list of them compared in turn, or None: each) against ``group2``
-    (a category, or None: the other labelled cells); the options as the module says (``prior``
-    None: "adaptive" for groups, "flat" for pairs; ``n_samples`` None: 500 bootstrap draws, or
-    5,000 pairs). A row a gene and comparison, sorted by ``proba_de``: ``proba_de``,
-    ``proba_not_de``, ``bayes_factor``; ``lfc_mean``, ``_median``, ``_std``, ``_min``, ``_max``
-    (of the samples, log2) and ``lfc_shrunk`` (its posterior mean under the prior); ``scale1``,
-    ``scale2`` (the groups' mean normalised expression, as ``normalized_expression`` with
-    ``library_size=1``); ``raw_mean1``/``2``, ``non_zeros_proportion1``/``2`` (detection) and
-    ``raw_normalized_mean1``/``2`` (counts normalised to 10^4 a cell); ``low_expression``;
-    ``expected_fdr`` (were this gene and all above it declared); ``is_de_fdr_<fdr_target>``;
-    ``delta``, ``estimator``, ``batch_correction`` (as chosen), ``comparison``, ``group1``,
-    ``group2``. :func:`de_summary`: each comparison's count declared and expected FDR."""
+    r"""DE of ``adata``'s cells (an AnnData, or an ``.h5ad`` path) grouped by ``obs[groupby]``.
+
+    Each gene's S samples of :math:`\mathrm{LFC} = \log_2 \theta_A - \log_2 \theta_B` (a
+    group's mean normalised expression) give ``proba_de`` :math:`= \max(P(\mathrm{LFC} \ge
+    \delta), P(\mathrm{LFC} < -\delta))`; the genes sorted by it are declared while the mean of
+    ``1 - proba_de`` over those declared (their posterior expected FDR) is at most
+    ``fdr_target``.
+
+    ``group1``: a category, a list of them compared in turn, or None (each); ``group2``: a
+    category, or None (the other labelled cells). ``estimator``: "groups" (group-level
+    posterior expression: many cells' f averaged in each draw, a Bayesian bootstrap over each
+    group's cells) or "pairs" (scVI's change mode: pairs of single cells). ``counts`` (groups):
+    the observed counts enter the posterior of :math:`\theta` (a Gamma with the GP as its
+    baseline), so that a change the embedding does not carry is seen. ``weights``: "uniform" or
+    "importance" (each cell's draws of q(x) weighed by the likelihood of its counts).
+    ``delta``: the smallest abs(LFC) that counts, or None (chosen from the data, scvi-tools'
+    rule). ``fdr_target`` in (0, 1). ``batch_correction``: True (both groups read at every
+    fitted batch), False (each cell at its own batch), or None (True, unless the two groups
+    share almost no batch, e.g. a condition ``map_query`` mapped as its own batch: then False,
+    with a warning that says why). ``prior``: "adaptive" (a prior of the LFC shared by
+    the genes, fitted to them; the groups' default) or "flat" (each gene's samples alone; the
+    pairs' default, as scVI). ``prior_counts``: the counts the prior of :math:`\theta` is worth
+    at the groups' pooled expression. ``min_detection``: genes detected in fewer than this
+    share of both groups' cells are never declared (0: no such rule). ``n_samples``: S (None:
+    500 bootstrap draws, or 5,000 pairs). ``genes``: those reported (None: all; every fitted
+    gene is read all the same). ``seed``: of the draws.
+
+    Returns a DataFrame of G rows per comparison, each comparison's sorted by ``proba_de``:
+    ``proba_de``, ``proba_not_de``, ``bayes_factor``; ``lfc_mean``, ``_median``, ``_std``,
+    ``_min``, ``_max`` (of the samples, log2) and ``lfc_shrunk`` (its posterior mean under the
+    prior); ``scale1``, ``scale2`` (the groups' mean normalised expression, as
+    ``normalized_expression`` with ``library_size=1``); ``raw_mean1``/``2``,
+    ``non_zeros_proportion1``/``2`` (detection) and ``raw_normalized_mean1``/``2`` (counts
+    normalised to 10^4 a cell); ``low_expression``; ``expected_fdr`` (were this gene and all
+    above it declared); ``is_de_fdr_<fdr_target>``; ``delta``, ``estimator``,
+    ``batch_correction`` (as chosen), ``comparison``, ``group1``, ``group2``.
+    :func:`de_summary`: each comparison's count declared and expected FDR."""
     options = _Options.checked(
         estimator, counts, weights, delta, fdr_target, prior, prior_counts, min_detection
     )
