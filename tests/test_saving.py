@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -118,8 +119,7 @@ def test_a_folder_edited_or_damaged_after_the_save_is_refused(saved, tmp_path, d
     else:
         data = (copy / "cells.h5ad").read_bytes()
         (copy / "cells.h5ad").write_bytes(data[: len(data) // 2])
-    match = "cannot be read" if damage == "cells truncated" else "was changed after it was saved"
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match="was changed after it was saved"):
         SingleCellGPLVM.load(copy)
 
 
@@ -155,7 +155,7 @@ def test_what_cannot_be_saved_is_refused_before_anything_is_written(saved, tmp_p
     with pytest.raises(ValueError, match="Fit the model first"):
         SingleCellGPLVM(Q).save(tmp_path / "unfitted")
     kernel = SingleCellGPLVM(Q, kernel=gpflow.kernels.Matern32())
-    kernel.model = face.model
+    kernel.fitted = replace(face.fitted, options=kernel.options)  # as if fitted so
     with pytest.raises(ValueError, match="model option kernel=.* cannot be saved"):
         kernel.save(tmp_path / "kernel")
     with pytest.raises(ValueError, match="adata has no obsm"):

@@ -36,7 +36,6 @@ units than those cannot be detected: the export would serve them without complai
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,7 @@ from ..prediction.latent_inference import LatentInference
 from ..prediction.new_row_model import NewRowModel
 from ..prediction.predictive import chunk_rows, in_row_chunks
 from ..validation import check_finite_array, check_path, check_writable_folder
-from .folder import check_destination, make_staging, replace_folder, write_marker
+from .folder import check_destination, write_staged
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
@@ -263,15 +262,12 @@ def export_saved_model(
     settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)
     module = ServingModule(model, *settings, location, scale)
     signatures = _signatures(module)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = make_staging(path)
-    try:
+
+    def fill(staging: Path) -> dict[str, object]:
         tf.saved_model.save(module, str(staging), signatures=signatures)
-        write_marker(staging, _record(module))
-        replace_folder(staging, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+        return _record(module)
+
+    return write_staged(path, fill)
 
 
 def _record(module: ServingModule) -> dict[str, object]:

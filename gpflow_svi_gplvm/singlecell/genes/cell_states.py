@@ -20,8 +20,8 @@ import pandas as pd
 
 from ...components.covariates import new_row_inputs
 from ..cells.reading import CellsFile, opened
+from ..fitting.fitted import FittedCells
 from ..mapping.cell_mapper import INFERENCE_STEPS
-from .fitted import FittedCells
 
 __all__ = ["CellStates", "cell_states", "cell_size_factors", "latent_moments"]
 

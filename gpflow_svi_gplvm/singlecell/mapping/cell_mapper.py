@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -30,6 +30,9 @@ from ...prediction.latent_inference import TOLERANCE, LatentInference
 from ...rows.sparse import RowReader
 from ..cells.encoding import CovariateEncoding, obs_column
 from .offsets import BatchOffsets, OffsetUpdates, new_batch_prior_variance
+
+if TYPE_CHECKING:
+    from ..cells.registration import CellRegistration
 
 __all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "read_query"]
 
@@ -216,12 +219,12 @@ class Query:
         return _RowOffsets(table, codes)
 
 
-def read_query(face, adata, learn: bool) -> Query:
-    """The cells of ``adata`` as ``face`` (a fitted
-    :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM`) reads new cells; with ``learn``,
-    the batch categories unseen in training (and not learnt before) are to be learnt, else they
-    are a ``ValueError``."""
-    registration, learnt = face.registration, face.batch_offsets
+def read_query(
+    model: SVIGPLVM, registration: CellRegistration, learnt: BatchOffsets, adata, learn: bool
+) -> Query:
+    """The cells of ``adata`` as a fitted ``model`` reads new cells (by its ``registration``,
+    the batches a query mapping ``learnt`` known); with ``learn``, the batch categories unseen in
+    training (and not learnt before) are to be learnt, else they are a ``ValueError``."""
     rows, library = registration.read_new(adata)
     key, batches, new = registration.batch_key, None, []
     if key is not None:
@@ -232,5 +235,5 @@ def read_query(face, adata, learn: bool) -> Query:
         batches = values.to_numpy(dtype=object)
     covariates = registration.encoding.transform(adata.obs, mapped=learnt.categories + new)
     sizes = registration.new_size_factors(adata.obs, library)
-    inputs = query_inputs(face.model, rows, covariates, sizes)
+    inputs = query_inputs(model, rows, covariates, sizes)
     return Query(rows, inputs, batches, key, new)
