@@ -46,7 +46,7 @@ from ..compiled import GraphFunction
 from ..prediction.latent_inference import LatentInference
 from ..prediction.new_row_model import NewRowModel
 from ..prediction.predictive import chunk_rows, in_row_chunks
-from ..validation import check_finite_array, check_path, check_writable_folder
+from ..validation import check_bool, check_finite_array, check_path, check_writable_folder
 from .folder import check_destination, write_staged
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
@@ -257,6 +257,7 @@ def export_saved_model(
     if own_export is not None:  # a single-cell face, whose cells bring counts and obs columns
         return own_export(path, overwrite=overwrite, dtype=dtype)
     path = check_path(path, "path (where the export goes)")
+    overwrite = check_bool(overwrite, "overwrite", "replace an earlier export at path")
     check_destination(path, overwrite)
     check_writable_folder(path.parent, "The export's parent folder")
     settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)

@@ -33,7 +33,7 @@ from .fitting.distilled import DISTIL_CELLS
 from .fitting.fitted import CellModelOptions, FittedCells, fitted_state
 from .fitting.trained import distils, step_size, train
 from .genes.mixin import GenesMixin
-from .mapping.cell_mapper import FIT_CELLS, INFERENCE_STEPS, read_query
+from .mapping.cell_mapper import FIT_CELLS, INFERENCE_STEPS
 from .mapping.offsets import BatchOffsets
 from .storage.saving import load_model, save_model
 from .storage.serving import export_cells
@@ -217,6 +217,7 @@ class SingleCellGPLVM(GenesMixin):
         with workers.agreeing():  # a worker's mistake stops every worker, with its message
             adata = opened(adata)
             registration.register_genes(adata)
+            registration.register_cells(adata)
         check_output(output, self.options.key_added, workers, overwrite, workers.count > 1 or path)
         check_same_inputs(self.options, registration, adata, workers)
         return adata, registration
@@ -257,8 +258,7 @@ class SingleCellGPLVM(GenesMixin):
         check_anndata(adata)
         if adata.n_obs == 0:
             raise ValueError("adata holds no cells to embed: give at least one cell.")
-        learnt = fitted.offsets
-        query = read_query(fitted.model, fitted.registration, learnt, adata, fit_cells is not None)
+        learnt, query = fitted.offsets, fitted.read_query(adata, fit_cells is not None)
         mapper = fitted.mapper(iterations)
         if query.new:
             encoding, seed = fitted.registration.encoding, fitted.options.seed

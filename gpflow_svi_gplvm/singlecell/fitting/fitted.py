@@ -20,8 +20,9 @@ from ...defaults import CELL_LIKELIHOOD_NAMES
 from ...models import SVIGPLVM
 from ...training.trainer import History
 from ...validation import check_bool, check_integer, check_seed
+from ..cells.encoding import obs_column
 from ..cells.registration import CellRegistration
-from ..mapping.cell_mapper import CellMapper
+from ..mapping.cell_mapper import CellMapper, Query, query_inputs
 from ..mapping.offsets import BatchOffsets
 from .distilled import ENCODER_TRAINING
 
@@ -154,6 +155,49 @@ class FittedCells:
             return None
         batches = obs[self.batch_key].to_numpy(dtype=object)
         return self.offsets.of(batches, self.model.data_dim)
+
+    def read_query(self, adata, learn: bool) -> Query:
+        """The cells of ``adata`` as the model reads new cells; with ``learn``, the batch
+        categories unseen in training (and not learnt before) are to be learnt, else they are a
+        ``ValueError``."""
+        registration, learnt = self.registration, self.offsets
+        rows, library = registration.read_new(adata)
+        key, batches, new = registration.batch_key, None, []
+        if key is not None:
+            values = obs_column(adata.obs, key)
+            known = set(registration.encoding.categories[key]) | set(learnt.categories)
+            unseen = sorted({v for v in values.dropna().unique() if v not in known}, key=str)
+            new = unseen if learn else []
+            batches = values.to_numpy(dtype=object)
+        covariates = registration.encoding.transform(adata.obs, mapped=learnt.categories + new)
+        sizes = registration.new_size_factors(adata.obs, library)
+        inputs = query_inputs(self.model, rows, covariates, sizes)
+        return Query(rows, inputs, batches, key, new)
+
+    def check_moments(self, mean: np.ndarray, variance: np.ndarray, cells) -> None:
+        """A ``ValueError`` unless ``mean`` and ``variance`` [n, Q] (``obsm["X_<key>"]`` and
+        ``obsm["X_<key>_var"]`` of the cells named ``cells`` [n]) can be this model's q(x): Q
+        columns, finite means and finite, non-negative variances."""
+        keys = f'obsm["X_{self.key}"] and obsm["X_{self.key}_var"]'
+        Q = self.model.latent_dim
+        if np.shape(mean)[1:] != (Q,) or np.shape(variance)[1:] != (Q,):
+            raise ValueError(
+                f"{keys} have shapes {np.shape(mean)} and {np.shape(variance)}, but the model's "
+                f"q(x) has Q = {Q} columns: they hold another model's embedding. Embed the cells "
+                "with this model (transform), or delete those keys to have q(x) inferred."
+            )
+        finite = np.isfinite(mean).all(axis=1)
+        bad = ~(finite & np.isfinite(variance).all(axis=1) & (variance >= 0).all(axis=1))
+        if bad.any():
+            first = int(np.argmax(bad))
+            what = "a mean that is not finite"
+            if finite[first]:
+                what = "a variance that is negative or not finite"
+            raise ValueError(
+                f"{keys} give cell {cells[first]!r} {what} ({int(bad.sum())} cells in all): "
+                "that is not a q(x) this package wrote. Embed the cells again with this model "
+                "(transform), or delete those keys to have q(x) inferred."
+            )
 
     def mapper(self, iterations: int) -> CellMapper:
         """The embedding of cells with the model frozen, in at most ``iterations`` steps a cell

@@ -42,7 +42,7 @@ from ...prediction.new_row_model import MAX_CANDIDATES, candidate_rows
 from ...rows.facts import RowShape
 from ...validation import check_bool, check_path, check_writable_folder
 from ...version import __version__
-from ..cells.registration import CellRegistration, plain_category
+from ..cells.registration import CellRegistration, names_hash, plain_category
 from ..fitting.fitted import CellModelOptions, FittedCells
 from ..mapping.offsets import BatchOffsets
 
@@ -64,7 +64,7 @@ def save_model(
     fitted: FittedCells, folder: str | Path, adata=None, overwrite: bool = False
 ) -> Path:
     """Write the ``fitted`` state to ``folder`` (see the module); ``adata``: the cells it was
-    fitted to (or embedded), whose ``obs`` and q(x) moments are kept as ``cells.h5ad``."""
+    fitted to, whose ``obs`` and q(x) moments are kept as ``cells.h5ad``."""
     overwrite = check_bool(overwrite, "overwrite", "replace an earlier saved model there")
     path = check_path(folder, "folder (where the model is saved)")
     check_destination(path, overwrite, SAVED_MODEL)
@@ -321,16 +321,28 @@ def _assign(model: SVIGPLVM, values: dict[str, np.ndarray], path: Path) -> None:
 
 
 def _minified(fitted: FittedCells, adata):
-    """The cells of ``adata`` without their values: ``obs`` and the q(x) moments in ``obsm``."""
+    """The cells of ``adata`` without their values: ``obs`` and the q(x) moments in ``obsm``; a
+    ``ValueError`` unless they are the cells the model was fitted to (as many, the same names)
+    with a q(x) of this model (:meth:`~.fitted.FittedCells.check_moments`)."""
     import anndata
 
     keys = [f"X_{fitted.key}", f"X_{fitted.key}_var"]
     absent = [key for key in keys if key not in getattr(adata, "obsm", {})]
     if absent:
         raise ValueError(
-            f"adata has no obsm {absent}: give the AnnData the model was fitted to (or that "
-            "transform embedded), whose obsm holds the cells' q(x)."
+            f"adata has no obsm {absent}: give the AnnData the model was fitted to, whose obsm "
+            "holds the cells' q(x) that fit wrote."
         )
-    return anndata.AnnData(
-        obs=adata.obs.copy(), obsm={key: np.asarray(adata.obsm[key]) for key in keys}
-    )
+    registration = fitted.registration
+    fitted_cells = registration.cells or int(fitted.model.num_data or 0)
+    other = registration.cell_names not in (None, names_hash(adata.obs_names))
+    if adata.n_obs != fitted_cells or other:
+        told = f"{adata.n_obs} cells" if adata.n_obs != fitted_cells else "other cells' names"
+        raise ValueError(
+            f"adata holds {told}, not the {fitted_cells} cells the model was fitted to: a saved "
+            "model keeps its training cells as its reference. Give the AnnData it was fitted to "
+            "(in its order), or save without adata."
+        )
+    mean, variance = (np.asarray(adata.obsm[key]) for key in keys)
+    fitted.check_moments(mean, variance, adata.obs_names)
+    return anndata.AnnData(obs=adata.obs.copy(), obsm=dict(zip(keys, (mean, variance))))

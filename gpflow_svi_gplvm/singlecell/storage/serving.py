@@ -63,6 +63,8 @@ class CellServing(tf.Module):
         # (column, input name, fitted categories or None for numbers)
         self.columns: list[tuple[str, str, list[str] | None]] = []
         self.tables: dict[str, tf.lookup.StaticHashTable] = {}
+        # Text made here: a list kept on a tf.Module prints as TensorFlow's ListWrapper([...]).
+        self.unknown: dict[str, str] = {}
         self.numbers: dict[str, tuple[float, float]] = {}
         for column in encoding.columns:
             name = input_name(column)
@@ -74,6 +76,10 @@ class CellServing(tf.Module):
                 values = tf.range(len(known) + len(extra), dtype=tf.int64)
                 initializer = tf.lookup.KeyValueTensorInitializer(keys, values)
                 self.tables[column] = tf.lookup.StaticHashTable(initializer, -1)
+                self.unknown[column] = (
+                    f"{name}: a category the model does not know (known: "
+                    f"{', '.join(known + extra)}); map_query learns new batches before an export"
+                )
                 self.columns.append((column, name, known))
             else:
                 location, scale = encoding.location[column], encoding.scale[column]
@@ -113,8 +119,7 @@ class CellServing(tf.Module):
                 continue
             codes = self.tables[column].lookup(values)
             known = tf.reduce_all(codes >= 0)
-            message = f"{name}: a category the model does not know (known: {categories}"
-            check = tf.debugging.Assert(known, [message + " and those map_query learnt)"])
+            check = tf.debugging.Assert(known, [self.unknown[column]])
             with tf.control_dependencies([check]):
                 fitted = len(categories)
                 parts.append(tf.one_hot(codes, fitted, dtype=default_float()))
