@@ -376,7 +376,7 @@ def _thinned(cells, gene: int, kept: float, seed: int = 0):
 
 
 def test_group_sums_are_the_numpy_gps_rates_summed_over_each_groups_cells(fitted):
-    from gpflow_svi_gplvm.singlecell.genes.fitted import fitted_cells
+    from gpflow_svi_gplvm.singlecell.fitting.fitted import fitted_state
     from gpflow_svi_gplvm.singlecell.genes.group_expression import group_sums
 
     face, cells = fitted
@@ -385,7 +385,7 @@ def test_group_sums_are_the_numpy_gps_rates_summed_over_each_groups_cells(fitted
     columns = np.arange(D)
     rng = np.random.default_rng(0)
     down, up = group_sums(
-        fitted_cells(face), points, codes, 2, columns, ["a", "b"], 4000, "uniform", rng
+        fitted_state(face.fitted), points, codes, 2, columns, ["a", "b"], 4000, "uniform", rng
     )
     gp, x = _NumpyGP(face.model), points.obsm["X_gplvm"]
     level = face.model.size_factor_reference.numpy()

@@ -26,9 +26,9 @@ import tensorflow as tf
 
 from ...prediction.rates import paired_covariance
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_states import cell_size_factors, latent_moments
 from .expression import reference_inputs
-from .fitted import FittedCells
 from .group_expression import IMPORTANCE_DRAWS
 from .latent_weights import log_importance_weights, normalised
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .fitted import FittedCells
+from ..fitting.fitted import FittedCells
 
 __all__ = [
     "Comparison",

@@ -56,6 +56,7 @@ from ...prediction.rates import inverse_link
 from ...validation import check_integer, check_seed
 from ..cells.encoding import obs_column
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_pairs import CellPairs
 from .comparisons import Comparison, batch_references, comparisons, label_codes
 from .decision import (
@@ -66,7 +67,6 @@ from .decision import (
     posterior_fdr_selection,
 )
 from .expression import check_genes
-from .fitted import FittedCells
 from .group_expression import WEIGHTS, GroupSums, group_sums
 from .observed_counts import PRIOR_COUNTS, expression_draws
 

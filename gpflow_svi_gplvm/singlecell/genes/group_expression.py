@@ -40,9 +40,9 @@ import tensorflow as tf
 from gpflow.config import default_float
 
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_states import CellStates, cell_states
 from .expression import NUMBERS_PER_CALL, reference_inputs
-from .fitted import FittedCells
 from .latent_weights import log_importance_weights, normalised
 
 __all__ = ["GroupSums", "group_sums", "LATENT_DRAWS", "IMPORTANCE_DRAWS", "WEIGHTS"]
