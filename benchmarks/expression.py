@@ -68,10 +68,10 @@ def one_gplvm(args: argparse.Namespace, job: dict) -> dict:
     import anndata
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-    from gpflow_svi_gplvm.singlecell.differential import differential_expression
-    from gpflow_svi_gplvm.singlecell.expression import normalized_expression
-    from gpflow_svi_gplvm.singlecell.fitted import fitted_cells
-    from gpflow_svi_gplvm.singlecell.labels import LabelTransfer
+    from gpflow_svi_gplvm.singlecell.genes.differential import differential_expression
+    from gpflow_svi_gplvm.singlecell.genes.expression import normalized_expression
+    from gpflow_svi_gplvm.singlecell.genes.fitted import fitted_cells
+    from gpflow_svi_gplvm.singlecell.genes.labels import LabelTransfer
 
     adata = anndata.read_h5ad(args.data)
     face = SingleCellGPLVM(10, layer="counts", batch_key="batch", shared_covariance=True)
@@ -377,8 +377,8 @@ def memory_one(args: argparse.Namespace) -> None:
     import h5py
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-    from gpflow_svi_gplvm.singlecell.expression import normalized_expression
-    from gpflow_svi_gplvm.singlecell.fitted import fitted_cells
+    from gpflow_svi_gplvm.singlecell.genes.expression import normalized_expression
+    from gpflow_svi_gplvm.singlecell.genes.fitted import fitted_cells
 
     reference = anndata.read_h5ad(args.fit_data)
     face = SingleCellGPLVM(10, batch_key="batch", shared_covariance=True)

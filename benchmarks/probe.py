@@ -38,7 +38,7 @@ import probe_runs  # noqa: E402
 from probe_kit import CLASSES, CORRECT, HANG, REFUSED, check_close, classify, counts_cells  # noqa: E402
 
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping import BatchOffsets  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.offsets import BatchOffsets  # noqa: E402
 
 BUILDERS = (
     probe_cells.query_cases,

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 from probe_kit import Case, Lost, Wrong, check_close, check_kept, keeping, snapshot
 
-from gpflow_svi_gplvm.singlecell import SingleCellGPLVM, saving
-from gpflow_svi_gplvm.singlecell.saving import MANIFEST
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+from gpflow_svi_gplvm.singlecell.storage import saving
+from gpflow_svi_gplvm.singlecell.storage.saving import MANIFEST
 
 FOLDER = ("folder", "path")
 DAMAGED = (

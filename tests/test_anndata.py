@@ -18,12 +18,12 @@ from gpflow_svi_gplvm import BayesianSVIGPLVM, RowShard, fit  # noqa: E402
 from gpflow_svi_gplvm.prediction.laplace import LaplaceLatents  # noqa: E402
 from gpflow_svi_gplvm.rows.sparse import SparseRows  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping import INFERENCE_STEPS  # noqa: E402
-from gpflow_svi_gplvm.singlecell.model import (  # noqa: E402
+from gpflow_svi_gplvm.singlecell.face import (  # noqa: E402
     ENCODER_LEARNING_RATE,
     TABLE_LEARNING_RATE,
 )
-from gpflow_svi_gplvm.singlecell.spread import EmbeddingSpread  # noqa: E402
+from gpflow_svi_gplvm.singlecell.fitting.spread import EmbeddingSpread  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS  # noqa: E402
 
 N, D, Q = 48, 10, 2
 
@@ -229,7 +229,7 @@ def test_the_means_and_variances_are_replaced_as_a_pair(tmp_path, monkeypatch):
     from pathlib import Path
 
     from gpflow_svi_gplvm.distributed.workers import Workers
-    from gpflow_svi_gplvm.singlecell.cells import assembled
+    from gpflow_svi_gplvm.singlecell.fitting.assembly import assembled
 
     def moments(value: float):
         return [(np.full((4, Q), value), np.full((4, Q), value))]
@@ -502,7 +502,7 @@ def test_an_output_that_cannot_be_a_folder_is_refused_before_training(tmp_path):
 
 
 def test_new_cells_numeric_covariates_that_are_not_finite_numbers_are_named():
-    from gpflow_svi_gplvm.singlecell.encoding import CovariateEncoding
+    from gpflow_svi_gplvm.singlecell.cells.encoding import CovariateEncoding
 
     obs = pd.DataFrame({"depth": [1.0, 2.0, 3.0]}, index=["a", "b", "c"])
     encoding = CovariateEncoding(["depth"]).fit(obs)

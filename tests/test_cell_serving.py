@@ -21,7 +21,7 @@ from builders import count_cells  # noqa: E402
 from gpflow_svi_gplvm import export_saved_model  # noqa: E402
 from gpflow_svi_gplvm.export.folder import MARKER  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.serving import input_name  # noqa: E402
+from gpflow_svi_gplvm.singlecell.storage.serving import input_name  # noqa: E402
 
 Q = 2
 

@@ -22,7 +22,7 @@ from gpflow_svi_gplvm.distributed.workers import Workers
 from gpflow_svi_gplvm.export.folder import MARKER
 from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
-from gpflow_svi_gplvm.singlecell import model as singlecell_model
+from gpflow_svi_gplvm.singlecell import face as singlecell_face
 from gpflow_svi_gplvm.training.trainer import Trainer
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
@@ -219,8 +219,8 @@ def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
     table = ["--data", str(small_csv(tmp_path / "ok.csv"))]
     for name, data, expected, latent_dim, batch_size in (
         ("table", table, DEFAULT_NUM_INDUCING, 5, 100),
-        ("cells", ["--data", str(tmp_path / "cells.h5ad")], 100, 10, singlecell_model.BATCH_SIZE),
-        ("few", ["--data", str(tmp_path / "few.h5ad")], 40, 10, singlecell_model.BATCH_SIZE),
+        ("cells", ["--data", str(tmp_path / "cells.h5ad")], 100, 10, singlecell_face.BATCH_SIZE),
+        ("few", ["--data", str(tmp_path / "few.h5ad")], 40, 10, singlecell_face.BATCH_SIZE),
     ):
         out = tmp_path / name
         assert main([*data, "--iterations", "0", "--no-progress", "--output", str(out)]) == 0
@@ -379,26 +379,64 @@ def test_help_shows_the_defaults_and_explains_the_models(capsys):
 
 
 @pytest.mark.processes
-def test_a_library_user_keeps_tensorflow_s_log():
-    """Only the command line quiets TensorFlow: importing the package leaves the setting as
-    importing TensorFlow leaves it (unset; "1" where jax is installed, which TensorFlow imports
-    and which sets it when unset)."""
+def test_a_library_user_keeps_tensorflow_s_log_and_loads_no_command_line():
+    """Only the command line quiets TensorFlow: every public name of the package loaded leaves
+    the setting as importing TensorFlow leaves it (unset; "1" where jax is installed, which
+    TensorFlow imports and which sets it when unset), loads no command-line module and reads no
+    ``sys.argv`` (deleted first: reading it would raise)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
     level = "os.environ.get('TF_CPP_MIN_LOG_LEVEL')"
-    code = f"import os, tensorflow; alone = {level}; import gpflow_svi_gplvm; print(alone, {level})"
+    code = (
+        f"import os, sys, tensorflow; alone = {level}; del sys.argv, sys.orig_argv; "
+        f"from gpflow_svi_gplvm import *; "
+        f"cli = [m for m in sys.modules if m.startswith('gpflow_svi_gplvm.cli')]; "
+        f"print(alone, {level}, len(cli))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment
     )
-    alone, after = result.stdout.split()
+    alone, after, cli_modules = result.stdout.split()
     assert after == alone in ("None", "1"), result.stderr
+    assert cli_modules == "0"
+
+
+def test_the_command_line_sets_tensorflow_s_log_level_unless_the_user_did(monkeypatch):
+    """What the command line's process runs before TensorFlow loads: level 3 (fatal lines only)
+    when unset, the user's own level otherwise."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    arguments.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    arguments.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    assert not arguments.running_the_command_line()  # main() here leaves the setting alone
+
+
+# What pip writes as the gpflow-svi-gplvm script (pyproject.toml's [project.scripts]).
+CONSOLE_SCRIPT = textwrap.dedent("""
+    import re
+    import sys
+    from gpflow_svi_gplvm.cli.main import main
+    if __name__ == "__main__":
+        sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+        sys.exit(main())
+    """)
 
 
 @pytest.mark.processes
-def test_help_imports_no_tensorflow_and_shows_every_default():
-    """``--help`` is read before TensorFlow is imported, so it prints at once: ``-X importtime``
-    lists every module the command imports."""
-    command = [sys.executable, "-X", "importtime", "-m", "gpflow_svi_gplvm", "--help"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("command", ["python -m", "script"])
+def test_help_imports_no_tensorflow_and_shows_every_default(command, tmp_path):
+    """``--help`` is read before TensorFlow is imported, so it prints at once, from ``python -m
+    gpflow_svi_gplvm`` and from the ``gpflow-svi-gplvm`` script alike: ``-X importtime`` lists
+    every module the command imports."""
+    if command == "script":
+        script = tmp_path / "gpflow-svi-gplvm"
+        script.write_text(CONSOLE_SCRIPT)
+        target = [str(script)]
+    else:
+        target = ["-m", "gpflow_svi_gplvm"]
+    run = [sys.executable, "-X", "importtime", *target, "--help"]
+    result = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
     assert "gpflow_svi_gplvm.cli.arguments" in imported
@@ -420,10 +458,10 @@ def test_the_options_name_what_the_package_has():
     assert tuple(choices["model"]) == defaults.MODEL_NAMES
     assert tuple(choices["likelihood"]) == defaults.LIKELIHOOD_NAMES
     assert DEFAULT_NUM_INDUCING == defaults.NUM_INDUCING
-    assert singlecell_model.NUM_INDUCING == defaults.CELL_NUM_INDUCING
-    face_defaults = inspect.signature(singlecell_model.SingleCellGPLVM).parameters
+    assert singlecell_face.NUM_INDUCING == defaults.CELL_NUM_INDUCING
+    face_defaults = inspect.signature(singlecell_face.SingleCellGPLVM).parameters
     assert face_defaults["latent_dim"].default == defaults.CELL_LATENT_DIM
-    fit_defaults = inspect.signature(singlecell_model.SingleCellGPLVM.fit).parameters
+    fit_defaults = inspect.signature(singlecell_face.SingleCellGPLVM.fit).parameters
     assert fit_defaults["batch_size"].default == defaults.CELL_BATCH_SIZE
     trainer_defaults = inspect.signature(Trainer.__init__).parameters
     assert trainer_defaults["batch_size"].default == defaults.BATCH_SIZE

@@ -175,7 +175,7 @@ def test_single_cell_latents_start_from_what_the_batch_does_not_explain():
     import scipy.sparse
 
     from gpflow_svi_gplvm.rows.sparse import SparseRows
-    from gpflow_svi_gplvm.singlecell.start import initial_latents
+    from gpflow_svi_gplvm.singlecell.fitting.start import initial_latents
 
     rng = np.random.default_rng(0)
     cells, genes = 400, 30

@@ -19,7 +19,7 @@ from gpflow_svi_gplvm.latents.distillation import (
 )
 from gpflow_svi_gplvm.rows.sparse import SparseRows
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-from gpflow_svi_gplvm.singlecell.model import TABLE_LEARNING_RATE
+from gpflow_svi_gplvm.singlecell.face import TABLE_LEARNING_RATE
 
 
 def test_gaussian_kl_is_tensorflow_probability_s():

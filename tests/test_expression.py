@@ -22,9 +22,9 @@ from gpflow_svi_gplvm.metrics import expected_calibration_error  # noqa: E402
 from gpflow_svi_gplvm.prediction.marginal_likelihood import marginal_log_likelihood  # noqa: E402
 from gpflow_svi_gplvm.prediction.rates import paired_covariance  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.differential import posterior_fdr_selection  # noqa: E402
-from gpflow_svi_gplvm.singlecell.labels import LabelTransfer, transfer_labels  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping import BatchOffsets  # noqa: E402
+from gpflow_svi_gplvm.singlecell.genes.differential import posterior_fdr_selection  # noqa: E402
+from gpflow_svi_gplvm.singlecell.genes.labels import LabelTransfer, transfer_labels  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.offsets import BatchOffsets  # noqa: E402
 
 N, D, Q = 60, 8, 2
 

@@ -14,11 +14,8 @@ sp = pytest.importorskip("scipy.sparse")
 from gpflow.utilities import parameter_dict  # noqa: E402
 
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping import (  # noqa: E402
-    CellMapper,
-    new_batch_prior_variance,
-    read_query,
-)
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper, read_query  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
 
 N, D, Q = 120, 30, 2
 SHIFT = 1.2  # the new batch's effect on its genes, on the log scale

@@ -141,11 +141,11 @@ def test_every_model_shows_its_parameters_with_defaults_and_documents_each(model
 
 
 def test_one_default_for_the_inducing_points_everywhere_but_single_cells():
-    """Single cells take more (``singlecell.model.NUM_INDUCING``, measured on hard atlases);
+    """Single cells take more (``singlecell.face.NUM_INDUCING``, measured on hard atlases);
     the command line leaves M unset until it knows the data's kind (tests/test_cli.py)."""
     from gpflow_svi_gplvm.cli.main import build_parser
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-    from gpflow_svi_gplvm.singlecell.model import NUM_INDUCING
+    from gpflow_svi_gplvm.singlecell.face import NUM_INDUCING
     from gpflow_svi_gplvm.sklearn import GPLVMEmbedding
 
     assert build_parser().get_default("num_inducing") is None

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from gpflow_svi_gplvm.rows.facts import facts_of, read_facts, scan_rows
 from gpflow_svi_gplvm.rows.h5ad import DiskRows
 from gpflow_svi_gplvm.rows.sparse import ROWS_PER_BLOCK, SparseRows
-from gpflow_svi_gplvm.singlecell.cells import opened, scan_cells
+from gpflow_svi_gplvm.singlecell.cells.reading import opened, scan_cells
 from gpflow_svi_gplvm.training.checkpoints import TrainingData
 
 

@@ -17,8 +17,9 @@ pd = pytest.importorskip("pandas")
 from builders import count_cells  # noqa: E402
 from gpflow.utilities import parameter_dict  # noqa: E402
 
-from gpflow_svi_gplvm.singlecell import SingleCellGPLVM, saving  # noqa: E402
-from gpflow_svi_gplvm.singlecell.saving import MANIFEST  # noqa: E402
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
+from gpflow_svi_gplvm.singlecell.storage import saving  # noqa: E402
+from gpflow_svi_gplvm.singlecell.storage.saving import MANIFEST  # noqa: E402
 
 Q = 2
 

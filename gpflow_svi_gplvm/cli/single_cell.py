@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import plotting
+from ..defaults import COUNT_LIKELIHOOD_NAMES
 from ..distributed.workers import Workers
 from ..export.folder import check_destination, is_export
 from ..models import SVIGPLVM
@@ -51,9 +52,8 @@ def run_single_cell(
     reading its own cells on several), the embedding of every cell, ``metrics.json`` and the
     ELBO's figure in ``--output``, written by the chief."""
     from ..singlecell import SingleCellGPLVM
-    from ..singlecell.likelihoods import COUNT_LIKELIHOODS
 
-    if args.labels or args.likelihood not in COUNT_LIKELIHOODS:
+    if args.labels or args.likelihood not in COUNT_LIKELIHOOD_NAMES:
         raise ValueError(
             "An .h5ad is fitted as single cells' counts: --likelihood negative_binomial or "
             "poisson, and no --labels (the cells' obs hold their labels)."
@@ -127,7 +127,7 @@ CELL_OPTIONS = (
 def check_saved_model(args: argparse.Namespace, saved: Path) -> None:
     """A ``ValueError`` when the folder ``saved`` of an ``.h5ad`` run's model cannot be written
     or holds an earlier run's model (unless ``--resume`` or ``--overwrite``)."""
-    from ..singlecell.saving import SAVED_MODEL
+    from ..singlecell.storage.saving import SAVED_MODEL
 
     if is_export(saved, SAVED_MODEL) and not (args.resume or args.overwrite):
         raise ValueError(

@@ -251,7 +251,7 @@ def export_saved_model(
 
     A :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` is exported by its own
     ``export_saved_model`` (raw counts and ``obs`` columns in, into ``path/1/``, TensorFlow
-    Serving's layout; :mod:`~gpflow_svi_gplvm.singlecell.serving`), with ``overwrite`` and
+    Serving's layout; :mod:`~gpflow_svi_gplvm.singlecell.storage.serving`), with ``overwrite`` and
     ``dtype`` as given.
     """
     own_export = getattr(model, "export_saved_model", None)

@@ -34,21 +34,23 @@ the row's observed entries best, then the lowest :math:`\phi`).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Protocol, cast
 
 import numpy as np
 import tensorflow as tf
+from gpflow.base import Parameter
 from gpflow.config import default_float, default_jitter
 from gpflow.inducing_variables import InducingPoints
+from gpflow.kernels import Kernel
+from gpflow.mean_functions import MeanFunction
 
 from ..compiled import GraphFunction
 from ..latents import GaussianLatent, MAPLatent, PointLatent
 from ..latents.new_rows import Derivatives, newton_minimum
-from ..likelihoods import MaskedLikelihood, expectation_derivatives
-from ..models import SVIGPLVM
+from ..likelihoods import expectation_derivatives, masked
 from ..validation import check_integer, check_seed
 from .latent_inference import TOLERANCE
-from .new_row_model import candidate_rows, check_new_row_model
+from .new_row_model import NewRowModel, candidate_rows, check_new_row_model
 
 __all__ = ["LaplaceLatents", "laplace_applies"]
 
@@ -69,7 +71,19 @@ ROW_NUMBERS = 1e7
 """The Jacobians of a block of rows, Q x rows x D numbers, stay near this size (rows per block)."""
 
 
-def laplace_applies(model: SVIGPLVM) -> str | None:
+class LaplaceModel(NewRowModel, Protocol):
+    """What :class:`LaplaceLatents` reads of a trained model, such as
+    :class:`~gpflow_svi_gplvm.SVIGPLVM`: new-row inference's reads, and the SVGP's prior and
+    q(u), which it projects once."""
+
+    kernel: Kernel
+    mean_function: MeanFunction
+    q_mu: Parameter
+    q_sqrt: Parameter
+    whiten: bool
+
+
+def laplace_applies(model: LaplaceModel) -> str | None:
     """Why :class:`LaplaceLatents` cannot serve ``model``, or None: it needs inducing points and
     one q(u) covariance shared by the outputs (where a row's D predictive variances are one)."""
     if not isinstance(model.inducing_variable, InducingPoints):
@@ -93,7 +107,7 @@ class LaplaceLatents(tf.Module):
 
     def __init__(
         self,
-        model: SVIGPLVM,
+        model: LaplaceModel,
         iterations: int = 50,
         tolerance: float = TOLERANCE,
         candidates: np.ndarray | None = None,
@@ -116,11 +130,7 @@ class LaplaceLatents(tf.Module):
         latent = model.latent
         self.point = isinstance(latent, PointLatent)
         self.mean_field = isinstance(latent, GaussianLatent)
-        self.likelihood = (
-            model.likelihood
-            if isinstance(model.likelihood, MaskedLikelihood)
-            else MaskedLikelihood(model.likelihood)
-        )
+        self.likelihood = masked(model.likelihood)
         Q, D = model.latent_dim, model.data_dim
         width = 0 if model.row_inputs is None else int(model.row_inputs.shape[1])
         self.width = width
@@ -324,7 +334,7 @@ class _Rows:
         return self.values, self.observed, self.inputs, self.offsets
 
 
-def _log_size(model: SVIGPLVM, inputs: tf.Tensor) -> tf.Tensor:
+def _log_size(model: LaplaceModel, inputs: tf.Tensor) -> tf.Tensor:
     """Each row's log size factor [A, 1] (0 without size factors)."""
     if model.size_factor_reference is None:
         return tf.zeros_like(inputs[:, :1]) if inputs.shape[1] else tf.zeros([1, 1], inputs.dtype)
@@ -335,7 +345,7 @@ class _Predictive:
     """The frozen model's q(f | x) at GP inputs [x, c]: mean [A, D] in :data:`LOW` precision
     and one variance [A, 1]."""
 
-    def __init__(self, model: SVIGPLVM):
+    def __init__(self, model: LaplaceModel):
         self.model = model
         Z = model.inducing_variable.Z
         Kzz = model.kernel.K(Z) + default_jitter() * tf.eye(tf.shape(Z)[0], dtype=Z.dtype)

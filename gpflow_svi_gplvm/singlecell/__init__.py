@@ -17,8 +17,8 @@ the dense N x D matrix never exists. New cells (another AnnData with the fitted 
 covariate columns) are embedded by :meth:`SingleCellGPLVM.transform`.
 """
 
-from .encoding import CovariateEncoding
-from .likelihoods import LIKELIHOODS
-from .model import SingleCellGPLVM
+from ..defaults import CELL_LIKELIHOOD_NAMES as LIKELIHOODS
+from .cells.encoding import CovariateEncoding
+from .face import SingleCellGPLVM
 
 __all__ = ["SingleCellGPLVM", "CovariateEncoding", "LIKELIHOODS"]

@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..components.covariates import new_row_inputs
-from ..likelihoods import check_likelihood_support
-from ..prediction.functions import NewRowOptions
-from ..prediction.marginal_likelihood import MarginalLikelihoodEstimator
-from ..validation import check_integer, check_seed
+from ...components.covariates import new_row_inputs
+from ...likelihoods import check_likelihood_support
+from ...prediction.functions import NewRowOptions
+from ...prediction.marginal_likelihood import MarginalLikelihoodEstimator
+from ...validation import check_integer, check_seed
+from ..cells.encoding import obs_column
+from ..cells.reading import opened
 from .cell_states import cell_size_factors
-from .cells import opened
-from .encoding import obs_column
 from .fitted import FittedCells
 
 if TYPE_CHECKING:

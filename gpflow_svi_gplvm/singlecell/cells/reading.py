@@ -1,27 +1,23 @@
 """The cells of an AnnData (or of an ``.h5ad`` file, read from disk): the chosen genes' values
-read a block of rows at a time and checked, their size factors, and the assembled embedding of
-every worker's cells."""
+read a block of rows at a time and checked, and their size factors."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import shutil
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..distributed.workers import Workers
-from ..rows.facts import RowScan, scan_rows
-from ..rows.sparse import RowReader, SparseRows
-from ..validation import check_path, check_writable_folder
+from ...distributed.workers import Workers
+from ...rows.facts import RowScan, scan_rows
+from ...rows.sparse import RowReader, SparseRows
 from .encoding import obs_column
 
 if TYPE_CHECKING:
-    from ..rows.h5ad import DiskRows
+    from ...rows.h5ad import DiskRows
 
 __all__ = [
     "read_cells",
@@ -30,8 +26,6 @@ __all__ = [
     "opened",
     "CellsFile",
     "content_hash",
-    "check_output",
-    "assembled",
 ]
 
 
@@ -92,7 +86,7 @@ def _opened_cells(
         # All cells of a CSR matrix: read in place (SparseRows never writes), not copied.
         source = matrix if whole else _RowRange(matrix, cells)
         return SparseRows.from_matrix(source, columns, check), None
-    from ..rows.h5ad import DiskRows
+    from ...rows.h5ad import DiskRows
 
     disk = DiskRows.open(adata.path, layer, columns)
     start, stop, _ = cells.indices(adata.n_obs)
@@ -162,7 +156,7 @@ class CellsFile:
     def __init__(self, path: Path):
         import h5py
 
-        from ..rows.h5ad import read_frames
+        from ...rows.h5ad import read_frames
 
         self.path = path
         self.obs, self.var, raw_var = read_frames(path, raw=True)
@@ -243,125 +237,6 @@ def check_anndata(adata, alternative: str = "") -> None:
             f"adata is a {type(adata).__name__}: give an AnnData (anndata.AnnData(X=counts, "
             f"obs=..., var=...)){' ' + alternative if alternative else ''}."
         )
-
-
-def check_output(
-    output: str | Path | None, key: str, workers: Workers, replace: bool, needed: bool
-) -> None:
-    """A ``ValueError`` on every worker, before training, for an ``output`` folder that is
-    ``needed`` but not given (on several workers, or for cells read from a path), cannot be
-    written, is not one folder every worker sees (the same path, shared), or holds an earlier
-    run's embedding ``X_<key>.npy`` (unless ``replace``). On several workers the chief makes
-    the folder, for the others to see."""
-    if output is None and needed:
-        raise ValueError(
-            "Pass output=, a folder (one every worker writes, on several workers): the "
-            f"embedding of every cell is written there (X_{key}.npy); a file given by its path "
-            "is never changed."
-        )
-    if output is None:
-        return
-    folder = check_path(output, "output").absolute()
-    workers.agree("were given other inputs than the chief", {"output": str(folder)})
-    # By the chief alone (the others learn its verdict): a worker's try could otherwise find
-    # the folder another's try made and is removing.
-    made = False
-    with workers.agreeing():
-        if workers.chief:
-            check_writable_folder(folder, "output")
-            earlier = [name for name in _embedding_files(key) if (folder / name).exists()]
-            if earlier and not replace:
-                raise ValueError(
-                    f"output {folder} holds an earlier run's embedding ({', '.join(earlier)}): "
-                    "pass overwrite=True to replace it, or choose another output."
-                )
-            made = workers.count > 1 and not folder.exists()
-            if made:
-                folder.mkdir(parents=True)
-    try:  # every worker writes its cells' rows there
-        workers.check_shared_folder(folder, "output")
-    except ValueError:
-        if made:
-            folder.rmdir()
-        raise
-
-
-def _embedding_files(key: str) -> list[str]:
-    """The files of an embedding: the means and the variances of q(x)."""
-    return [f"X_{key}.npy", f"X_{key}_var.npy"]
-
-
-def assembled(
-    folder: Path,
-    key: str,
-    blocks: Iterable[tuple[np.ndarray, np.ndarray]],
-    cells: np.ndarray,
-    workers: Workers,
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """Write this worker's rows of q(x) (``blocks`` of means and variances [b, Q] of ``cells``
-    [n], in order) to ``folder`` a block at a time; the chief then assembles ``X_<key>.npy`` and
-    ``X_<key>_var.npy`` [N, Q] of every cell from the workers' files (copied in pieces, never
-    held whole) and returns them, memory-mapped; the other workers return None."""
-    folder.mkdir(parents=True, exist_ok=True)
-    names = (f"X_{key}", f"X_{key}_var")
-    parts = [folder / f".{name}-worker{workers.index}.npy" for name in names]
-    with parts[0].open("wb") as means, parts[1].open("wb") as variances:
-        written = 0
-        for block in blocks:
-            for file, values in zip((means, variances), block):
-                if written == 0:
-                    _write_header(file, (len(cells), values.shape[1]))
-                file.write(np.ascontiguousarray(values, np.float64).tobytes())
-            written += len(block[0])
-    # Every worker's rows are on disk once these sums return.
-    starts = workers.stack(int(cells[0]) if len(cells) else 0)
-    sizes = workers.stack(written)
-    if workers.chief:
-        order = [w for w in np.argsort(starts, kind="stable") if sizes[w] > 0]
-        staged = [
-            _concatenate(folder, name, [folder / f".{name}-worker{w}.npy" for w in order])
-            for name in names
-        ]
-        _replace_pair(folder, names, staged)
-        for part in folder.glob(f".X_{key}*-worker*.npy"):
-            part.unlink()
-    workers.sum(0)  # the chief has assembled them
-    if not workers.chief:
-        return None
-    mean, variance = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in names)
-    return mean, variance
-
-
-def _write_header(file: BinaryIO, shape: tuple[int, int]) -> None:
-    header = {"descr": "<f8", "fortran_order": False, "shape": shape}  # float64, C order
-    np.lib.format.write_array_header_1_0(file, header)
-
-
-def _replace_pair(folder: Path, names: tuple[str, str], staged: list[Path]) -> None:
-    """Move the ``staged`` means and variances into place as ``<name>.npy``, an earlier pair
-    removed first: a run stopped between the two moves leaves a pair missing a file, never one
-    run's means beside another's variances."""
-    for name in reversed(names):
-        (folder / f"{name}.npy").unlink(missing_ok=True)
-    for name, path in zip(names, staged):
-        path.replace(folder / f"{name}.npy")
-
-
-def _concatenate(folder: Path, name: str, parts: list[Path]) -> Path:
-    """``.<name>.partial.npy`` beside ``<name>.npy``, from the rows of the ``.npy`` files
-    ``parts`` [n_w, Q] in order; returns its path."""
-    staging = folder / f".{name}.partial.npy"
-    with contextlib.ExitStack() as stack:
-        sources = [stack.enter_context(part.open("rb")) for part in parts]
-        shapes = []
-        for source in sources:  # each left at its first row
-            np.lib.format.read_magic(source)
-            shapes.append(np.lib.format.read_array_header_1_0(source)[0])
-        with staging.open("wb") as table:
-            _write_header(table, (sum(shape[0] for shape in shapes), shapes[0][1]))
-            for source in sources:
-                shutil.copyfileobj(source, table, 2**24)
-    return staging
 
 
 def _layer(adata, layer: str | None):

@@ -1,6 +1,6 @@
 """What reading genes from a fitted :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` needs
 of it, read in this one place: the model, what an AnnData means to it (its
-:class:`~gpflow_svi_gplvm.singlecell.registration.CellRegistration`), the effects of batches a
+:class:`~gpflow_svi_gplvm.singlecell.cells.registration.CellRegistration`), the effects of batches a
 query mapping learnt, where the embedding lives, and the embedding of cells' q(x)."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..models import SVIGPLVM
-from .mapping import BatchOffsets, CellMapper
-from .registration import CellRegistration
+from ...models import SVIGPLVM
+from ..cells.registration import CellRegistration
+from ..mapping.cell_mapper import CellMapper
+from ..mapping.offsets import BatchOffsets
 
 __all__ = ["FittedCells", "fitted_cells"]
 

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..distributed.workers import Workers
-from ..rows.facts import RowScan
-from ..rows.sparse import RowReader, SparseRows
-from .cells import gene_names as chosen_genes
-from .cells import genes_of, read_cells, scan_cells, size_factors_of, unique_genes
+from ...distributed.workers import Workers
+from ...rows.facts import RowScan
+from ...rows.sparse import RowReader, SparseRows
 from .encoding import CovariateEncoding
+from .reading import gene_names as chosen_genes
+from .reading import genes_of, read_cells, scan_cells, size_factors_of, unique_genes
 
 if TYPE_CHECKING:
-    from ..rows.h5ad import DiskRows
+    from ...rows.h5ad import DiskRows
 
 __all__ = ["CellRegistration"]
 

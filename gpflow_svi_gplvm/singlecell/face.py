@@ -15,6 +15,7 @@ from ..defaults import (
     CELL_BATCH_SIZE,
     CELL_ENCODER_LEARNING_RATE,
     CELL_LATENT_DIM,
+    CELL_LIKELIHOOD_NAMES,
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
 )
@@ -25,29 +26,22 @@ from ..rows.shard import worker_rows
 from ..rows.sparse import RowReader
 from ..training.trainer import History
 from ..validation import check_integer, check_seed
-from .building import build_model, check_same_inputs
-from .cells import CellsFile, assembled, check_anndata, check_output, opened
-from .distilled import DISTIL_CELLS, ENCODER_TRAINING
-from .encoding import CovariateEncoding
-from .genes import GenesMixin
-from .likelihoods import LIKELIHOODS
-from .mapping import (
-    BLOCK,
-    FIT_CELLS,
-    INFERENCE_STEPS,
-    BatchOffsets,
-    CellMapper,
-    read_query,
-)
-from .registration import CellRegistration
-from .saving import load_model, save_model
-from .serving import export_cells
-from .spread import EmbeddingSpread
-from .training import distils, final_elbo, step_size, summary_of, train
+from .cells.encoding import CovariateEncoding
+from .cells.reading import CellsFile, check_anndata, opened
+from .cells.registration import CellRegistration
+from .fitting.assembly import assembled, check_output
+from .fitting.built_model import build_model, check_same_inputs
+from .fitting.distilled import DISTIL_CELLS, ENCODER_TRAINING
+from .fitting.spread import EmbeddingSpread
+from .fitting.trained import distils, final_elbo, step_size, summary_of, train
+from .genes.mixin import GenesMixin
+from .mapping.cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
+from .mapping.offsets import BatchOffsets
+from .storage.saving import load_model, save_model
+from .storage.serving import export_cells
 
 __all__ = [
     "SingleCellGPLVM",
-    "LIKELIHOODS",
     "TABLE_LEARNING_RATE",
     "ENCODER_LEARNING_RATE",
     "NUM_INDUCING",
@@ -183,8 +177,9 @@ class SingleCellGPLVM(GenesMixin):
         :func:`~gpflow_svi_gplvm.fit`; an ``output`` holding an earlier run's embedding is
         refused unless ``overwrite`` (or ``resume``), and means and variances are replaced as a
         pair (a stop between leaves one missing, never two runs' halves). An embedding that
-        collapsed (:mod:`~gpflow_svi_gplvm.singlecell.spread`) is written with a warning, and
-        ``uns[key_added]["collapsed"]`` is True. ``workers``: ``strategy``'s, if made already."""
+        collapsed (:mod:`~gpflow_svi_gplvm.singlecell.fitting.spread`) is written with a warning,
+        and ``uns[key_added]["collapsed"]`` is True. ``workers``: ``strategy``'s, if made
+        already."""
         workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
         adata = self._opened(adata, output, workers, bool(overwrite or resume))
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
@@ -208,7 +203,7 @@ class SingleCellGPLVM(GenesMixin):
         return self
 
     def _opened(self, adata, output: str | Path | None, workers: Workers, replace: bool):
-        """``adata`` opened (:func:`~.cells.opened`) with its genes registered, ``output``
+        """``adata`` opened (:func:`~.reading.opened`) with its genes registered, ``output``
         checked now, not after training, and every worker's call checked to be the same."""
         path = isinstance(adata, (str, Path))
         with workers.agreeing():  # a worker's mistake stops every worker, with its message
@@ -295,8 +290,9 @@ class SingleCellGPLVM(GenesMixin):
     def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
         """Write the fitted model to ``folder`` (created; an earlier saved model there is
         replaced only with ``overwrite``), all :meth:`load` needs to embed new cells without the
-        training data (:mod:`~gpflow_svi_gplvm.singlecell.saving`); ``adata``: the cells it was
-        fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no counts)."""
+        training data (:mod:`~gpflow_svi_gplvm.singlecell.storage.saving`); ``adata``: the cells
+        it was fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no
+        counts)."""
         return save_model(self, folder, adata, overwrite)
 
     @classmethod
@@ -316,7 +312,7 @@ class SingleCellGPLVM(GenesMixin):
         """Export the fitted model to ``path/<version>/`` as a TensorFlow SavedModel whose
         signature ``embed`` takes raw counts of the fitted genes and the ``obs`` columns and
         returns each cell's q(x*) as :meth:`transform` does, with TensorFlow alone
-        (:mod:`~gpflow_svi_gplvm.singlecell.serving`); returns that folder. ``overwrite``
+        (:mod:`~gpflow_svi_gplvm.singlecell.storage.serving`); returns that folder. ``overwrite``
         replaces an earlier export of this package at that version."""
         return export_cells(self, path, version, overwrite, iterations, dtype)
 
@@ -380,8 +376,8 @@ def _check_options(
     likelihood: str, size_factors: str | None, refine_latents: object, encoder_training: str
 ) -> None:
     """A ``ValueError`` for a face's option that is not one of its choices."""
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {likelihood!r}.")
+    if likelihood not in CELL_LIKELIHOOD_NAMES:
+        raise ValueError(f"likelihood must be one of {CELL_LIKELIHOOD_NAMES}, got {likelihood!r}.")
     if size_factors is not None and likelihood == "gaussian":
         raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
     if not isinstance(refine_latents, (bool, np.bool_)):

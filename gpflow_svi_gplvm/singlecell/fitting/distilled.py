@@ -11,11 +11,11 @@ import numpy as np
 import tensorflow as tf
 from gpflow.utilities import deepcopy
 
-from ..latents.distillation import copy_global_parameters, distil_encoder
-from ..models import SVIGPLVM, lookup_model
-from ..rows.shard import RowShard
-from ..rows.sparse import RowReader, SparseRows
-from ..training.trainer import History, fit
+from ...latents.distillation import copy_global_parameters, distil_encoder
+from ...models import SVIGPLVM, lookup_model
+from ...rows.shard import RowShard
+from ...rows.sparse import RowReader, SparseRows
+from ...training.trainer import History, fit
 
 __all__ = ["ENCODER_TRAINING", "DISTIL_CELLS", "fit_distilled"]
 

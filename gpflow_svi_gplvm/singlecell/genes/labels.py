@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import logsumexp
 
-from ..validation import check_integer, check_seed
+from ...validation import check_integer, check_seed
 
 __all__ = ["LabelTransfer", "transfer_labels"]
 

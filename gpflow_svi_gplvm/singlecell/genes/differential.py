@@ -31,11 +31,11 @@ import pandas as pd
 import scipy.sparse as sp
 import tensorflow as tf
 
-from ..prediction.rates import inverse_link, paired_covariance
-from ..validation import check_integer, check_seed
+from ...prediction.rates import inverse_link, paired_covariance
+from ...validation import check_integer, check_seed
+from ..cells.encoding import obs_column
+from ..cells.reading import opened
 from .cell_states import latent_moments
-from .cells import opened
-from .encoding import obs_column
 from .expression import check_genes, reference_inputs
 from .fitted import FittedCells
 

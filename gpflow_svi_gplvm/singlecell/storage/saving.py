@@ -34,21 +34,21 @@ import tensorflow as tf
 from gpflow import Parameter
 from gpflow.utilities import parameter_dict
 
-from .. import __version__
-from ..export.folder import (
+from ...export.folder import (
     FolderKind,
     check_destination,
     make_staging,
     replace_folder,
     write_marker,
 )
-from ..models import SVIGPLVM, lookup_model
-from ..prediction.new_row_model import MAX_CANDIDATES, candidate_rows
-from ..rows.sparse import SparseRows
-from ..validation import check_path, check_writable_folder
-from .likelihoods import model_likelihood
-from .mapping import BatchOffsets
-from .registration import CellRegistration, plain_category
+from ...likelihoods import likelihood_by_name
+from ...models import SVIGPLVM, lookup_model
+from ...prediction.new_row_model import MAX_CANDIDATES, candidate_rows
+from ...rows.sparse import SparseRows
+from ...validation import check_path, check_writable_folder
+from ...version import __version__
+from ..cells.registration import CellRegistration, plain_category
+from ..mapping.offsets import BatchOffsets
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "REFERENCE_CELLS", "save_model", "load_model"]
 
@@ -310,7 +310,7 @@ def _skeleton(face: Any, shapes: dict[str, Any], tables: dict) -> SVIGPLVM:
         SparseRows(sp.csr_matrix((cells, genes))),
         latent_dim=shapes["latent_dim"],
         num_inducing=shapes["num_inducing"],
-        likelihood=model_likelihood(face.likelihood, genes),
+        likelihood=likelihood_by_name(face.likelihood, genes),
         latent_init=initial,
         seed=face.seed,
         covariates=covariates,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..distributed.workers import Workers
+from ...distributed.workers import Workers
 
 __all__ = ["CovariateEncoding", "obs_column"]
 

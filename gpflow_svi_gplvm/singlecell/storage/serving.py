@@ -31,10 +31,10 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
-from ..export.folder import check_destination, make_staging, replace_folder, write_marker
-from ..export.saved_model import check_serving_dtype
-from ..prediction.laplace import LaplaceLatents
-from ..validation import check_integer, check_path, check_writable_folder
+from ...export.folder import check_destination, make_staging, replace_folder, write_marker
+from ...export.saved_model import check_serving_dtype
+from ...prediction.laplace import LaplaceLatents
+from ...validation import check_integer, check_path, check_writable_folder
 
 __all__ = ["CellServing", "export_cells", "input_name"]
 

@@ -2,14 +2,14 @@
 is fitted (as scvi-tools' ``RNASeqMixin`` gives its models): normalised, batch-corrected
 expression, change-mode differential expression, label transfer and the held-out likelihood of
 cells, each a few lines handing the fitted model
-(:func:`~gpflow_svi_gplvm.singlecell.fitted.fitted_cells`) to its module."""
+(:func:`~gpflow_svi_gplvm.singlecell.genes.fitted.fitted_cells`) to its module."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..options import takes_options_of
-from . import differential, expression, labels, marginal_likelihood
+from ...options import takes_options_of
+from . import differential, expression, held_out, labels
 from .cell_states import latent_moments
 from .fitted import fitted_cells
 
@@ -24,20 +24,20 @@ class GenesMixin:
     @takes_options_of(expression.normalized_expression, omit=("fitted",))
     def normalized_expression(self, adata, *args: Any, **options: Any):
         """The expected rate of each gene at each cell's q(x), its batch set to a reference
-        (:mod:`~gpflow_svi_gplvm.singlecell.expression`): a DataFrame [N, G], with
+        (:mod:`~gpflow_svi_gplvm.singlecell.genes.expression`): a DataFrame [N, G], with
         ``return_variance`` a pair, with ``output`` arrays written to that folder."""
         return expression.normalized_expression(fitted_cells(self), adata, *args, **options)
 
     @takes_options_of(differential.differential_expression, omit=("fitted",))
     def differential_expression(self, adata, *args: Any, **options: Any):
         """Change-mode DE between groups of ``obs[groupby]`` with a posterior expected FDR
-        (:mod:`~gpflow_svi_gplvm.singlecell.differential`): a DataFrame, a row a gene."""
+        (:mod:`~gpflow_svi_gplvm.singlecell.genes.differential`): a DataFrame, a row a gene."""
         return differential.differential_expression(fitted_cells(self), adata, *args, **options)
 
     @takes_options_of(labels.transfer_labels, omit=("moments", "key"))
     def transfer_labels(self, reference, query, labels_key: str, **options: Any):
         """Carry ``reference.obs[labels_key]`` to the ``query`` cells as probabilities
-        (:mod:`~gpflow_svi_gplvm.singlecell.labels`); the reference's batches are held out in
+        (:mod:`~gpflow_svi_gplvm.singlecell.genes.labels`); the reference's batches are held out in
         turn to calibrate them unless ``groups_key`` says otherwise."""
         fitted = fitted_cells(self)
         options.setdefault("groups_key", fitted.batch_key)
@@ -50,13 +50,11 @@ class GenesMixin:
             **options,
         )
 
-    @takes_options_of(marginal_likelihood.marginal_log_likelihood, omit=("fitted",))
+    @takes_options_of(held_out.marginal_log_likelihood, omit=("fitted",))
     def marginal_log_likelihood(self, adata, *args: Any, **options: Any):
         """The held-out log likelihood log p(y_n) of each cell's counts of the fitted genes,
         importance-sampled, and its Monte Carlo standard error
-        (:mod:`~gpflow_svi_gplvm.singlecell.marginal_likelihood`): a DataFrame, a row a cell,
+        (:mod:`~gpflow_svi_gplvm.singlecell.genes.held_out`): a DataFrame, a row a cell,
         columns ``log_likelihood`` and ``standard_error``; their mean over the cells is scVI's
         ``get_marginal_ll``."""
-        return marginal_likelihood.marginal_log_likelihood(
-            fitted_cells(self), adata, *args, **options
-        )
+        return held_out.marginal_log_likelihood(fitted_cells(self), adata, *args, **options)

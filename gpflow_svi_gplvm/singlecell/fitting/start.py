@@ -7,9 +7,9 @@ from typing import cast
 
 import numpy as np
 
-from ..components.pca import pca_latents, pca_sample
-from ..distributed.workers import Workers
-from ..rows.sparse import RowReader, row_blocks
+from ...components.pca import pca_latents, pca_sample
+from ...distributed.workers import Workers
+from ...rows.sparse import RowReader, row_blocks
 
 __all__ = ["initial_latents"]
 

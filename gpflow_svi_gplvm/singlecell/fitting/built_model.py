@@ -11,12 +11,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from ..distributed.workers import Workers
-from ..models import SVIGPLVM, lookup_model
-from ..rows.shard import RowShard
-from ..rows.sparse import RowReader, RowStream
-from .cells import content_hash
-from .likelihoods import model_likelihood
+from ...distributed.workers import Workers
+from ...likelihoods import likelihood_by_name
+from ...models import SVIGPLVM, lookup_model
+from ...rows.shard import RowShard
+from ...rows.sparse import RowReader, RowStream
+from ..cells.reading import content_hash
 from .start import initial_latents
 
 __all__ = ["BuiltModel", "build_model", "check_same_inputs"]
@@ -69,7 +69,7 @@ def build_model(
         inputs = dict(
             latent_dim=face.latent_dim,
             num_inducing=min(face.num_inducing, adata.n_obs),
-            likelihood=model_likelihood(face.likelihood, rows.shape[1]),
+            likelihood=likelihood_by_name(face.likelihood, rows.shape[1]),
             latent_init=initial,
             seed=face.seed,
             covariates=covariates,

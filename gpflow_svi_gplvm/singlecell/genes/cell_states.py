@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..components.covariates import new_row_inputs
-from .cells import CellsFile, opened
+from ...components.covariates import new_row_inputs
+from ..cells.reading import CellsFile, opened
+from ..mapping.cell_mapper import INFERENCE_STEPS
 from .fitted import FittedCells
-from .mapping import INFERENCE_STEPS
 
 __all__ = ["CellStates", "cell_states", "cell_size_factors", "latent_moments"]
 

@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from ..options import takes_options_of
-from ..prediction.rates import inverse_link, rate_moments
-from ..validation import check_integer, check_path, check_seed, check_writable_folder
+from ...options import takes_options_of
+from ...prediction.rates import inverse_link, rate_moments
+from ...validation import check_integer, check_path, check_seed, check_writable_folder
+from ..cells.reading import opened
 from .cell_states import CellStates, cell_states
-from .cells import opened
 from .fitted import FittedCells
 
 __all__ = ["normalized_expression", "expression_blocks", "reference_inputs", "check_genes"]

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from ..distributed.workers import Workers
+from ...distributed.workers import Workers
 
 __all__ = ["EmbeddingSpread", "SPREAD_FLOOR", "SIGNAL_FLOOR"]
 

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import tensorflow as tf
 
-from ..defaults import CELL_ENCODER_LEARNING_RATE, CELL_TABLE_LEARNING_RATE
-from ..distributed.workers import Workers
-from ..models import SVIGPLVM
-from ..training.trainer import History, fit
+from ...defaults import CELL_ENCODER_LEARNING_RATE, CELL_TABLE_LEARNING_RATE
+from ...distributed.workers import Workers
+from ...models import SVIGPLVM
+from ...training.trainer import History, fit
+from ..mapping.offsets import BatchOffsets
 from .distilled import fit_distilled
-from .mapping import BatchOffsets
 
 if TYPE_CHECKING:
-    from .building import BuiltModel
+    from .built_model import BuiltModel
 
 __all__ = ["train", "summary_of", "final_elbo", "distils", "step_size"]
 
@@ -33,7 +33,7 @@ def train(
     checkpoint_dir: str | Path | None,
     overwrite: bool,
 ) -> History:
-    """Train ``face``'s model for ``iterations`` steps on what :func:`~.building.build_model`
+    """Train ``face``'s model for ``iterations`` steps on what :func:`~.built_model.build_model`
     made (its rows, what to train on and the model's inputs), by :func:`~gpflow_svi_gplvm.fit`
     with ``training``'s options or, for an encoder distilled from B-SVI, by
     :func:`~.distilled.fit_distilled`. Checkpoints record the genes and covariates, so that a

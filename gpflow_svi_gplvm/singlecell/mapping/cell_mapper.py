@@ -1,5 +1,5 @@
 r"""Cells embedded with a fitted model left as it is: their q(x*), a block of cells per compiled
-call, and the effects of batches the model was not fitted with (query mapping).
+call, and new cells as the model reads them (a query), new batches among them.
 
 Each cell's q(x*) is the Laplace approximation at the mode of its posterior under the frozen GP
 (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`: Newton steps for a block of cells at
@@ -7,51 +7,31 @@ once), from its encoder's q(x) (the amortised model) or from the best of the ref
 latents; where that does not apply (a q(u) covariance per gene), by
 :class:`~gpflow_svi_gplvm.LatentInference`.
 
-**New batches** (the scArches idea, ``map_query``): a cell of batch b unseen in training has the
-zero one-hot of the fitted batches in its GP input, and its batch's effect is an offset per gene
-on f, :math:`f_d = g_d(x, 0) + \gamma_{bd}`, with the prior
-:math:`\gamma_{bd} \sim N(0, \bar w)`, :math:`\bar w` the mean of the fitted batches' variances
-in the linear covariate kernel (their effects' prior). :math:`\gamma_b` is fitted by MAP with
-every parameter of the model frozen, alternating with the q(x*) of up to ``fit_cells`` of the
-batch's cells: given the cells' q(x*), each :math:`\gamma_{bd}` maximises
-:math:`\sum_n E \log p(y_{nd} \mid f_{nd} + \gamma_{bd}) - \gamma_{bd}^2 / (2 \bar w)`, one
-concave problem per gene solved by Newton's method. The offsets start from the batch's pooled
-counts per unit size factor against the fitted cells' typical rate. Then every cell of the
-query is embedded with its batch's offsets; the model, and so the reference cells' embedding, do
-not change.
+New batches' offsets (:mod:`~gpflow_svi_gplvm.singlecell.mapping.offsets`) are fitted by
+:meth:`CellMapper.learn_offsets`, alternating with the q(x*) of the batch's cells; then every
+cell of the query is embedded with its batch's offsets, and the model, and so the reference
+cells' embedding, do not change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import cast
 
-import gpflow
 import numpy as np
-import tensorflow as tf
-from gpflow.config import default_float
 from tqdm.auto import tqdm
 
-from ..compiled import GraphFunction
-from ..components.covariates import new_row_inputs
-from ..components.initialisation import initial_offset
-from ..likelihoods import expectation_derivatives
-from ..models import SVIGPLVM
-from ..prediction.laplace import LOW, LaplaceLatents, laplace_applies
-from ..prediction.latent_inference import TOLERANCE, LatentInference
-from ..rows.sparse import RowReader
-from .encoding import CovariateEncoding, obs_column
+from ...components.covariates import new_row_inputs
+from ...components.initialisation import initial_offset
+from ...models import SVIGPLVM
+from ...prediction.laplace import LaplaceLatents, laplace_applies
+from ...prediction.latent_inference import TOLERANCE, LatentInference
+from ...rows.sparse import RowReader
+from ..cells.encoding import CovariateEncoding, obs_column
+from .offsets import BatchOffsets, OffsetUpdates, new_batch_prior_variance
 
-__all__ = [
-    "BatchOffsets",
-    "CellMapper",
-    "FIT_CELLS",
-    "INFERENCE_STEPS",
-    "Query",
-    "new_batch_prior_variance",
-    "read_query",
-]
+__all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "read_query"]
 
 INFERENCE_STEPS = 50
 """The most Newton steps a cell's q(x*) takes when it is embedded; most stop after a few."""
@@ -68,28 +48,6 @@ count's rate: a 1% change of a gene's expression)."""
 
 BLOCK = 4096
 """Cells read and embedded at a time."""
-
-
-class BatchOffsets:
-    """The offsets on f [K, D] of batches learnt by a query mapping, by category; a cell of
-    another batch has offset zero."""
-
-    def __init__(self, categories: Sequence = (), offsets: np.ndarray | None = None):
-        self.categories = list(categories)
-        self.offsets = np.zeros((0, 0)) if offsets is None else np.asarray(offsets)
-
-    def add(self, categories: Sequence, offsets: np.ndarray) -> None:
-        """Keep ``offsets`` [k, D] of the new ``categories``."""
-        table = offsets if not self.categories else np.concatenate([self.offsets, offsets])
-        self.categories += list(categories)
-        self.offsets = table
-
-    def of(self, batches: np.ndarray, genes: int) -> np.ndarray:
-        """The offsets [n, D] of cells of ``batches`` [n] (zeros for other categories)."""
-        found = np.zeros((len(batches), genes))
-        for k, category in enumerate(self.categories):
-            found[batches == category] = self.offsets[k]
-        return found
 
 
 class CellMapper:
@@ -158,8 +116,9 @@ class CellMapper:
     def learn_offsets(
         self, query: Query, encoding: CovariateEncoding, fit_cells: int = FIT_CELLS, seed: int = 0
     ) -> np.ndarray:
-        """The MAP offsets [K, D] of the ``query``'s new batch categories (see the module) from
-        up to ``fit_cells`` cells of each; ``encoding``: the fitted one."""
+        """The MAP offsets [K, D] of the ``query``'s new batch categories
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping.offsets`) from up to ``fit_cells`` cells of
+        each; ``encoding``: the fitted one."""
         assert query.key is not None and query.batches is not None
         rows, inputs, batches, categories = query.rows, query.inputs, query.batches, query.new
         prior_variance = new_batch_prior_variance(self.model, len(encoding.categories[query.key]))
@@ -171,7 +130,7 @@ class CellMapper:
         index = {c: k for k, c in enumerate(categories)}
         which = np.array([index[b] for b in batches[cells]])  # each chosen cell's category
         offsets = self._start_offsets(Y, given, which, len(categories))
-        updates = _OffsetUpdates(self.model, prior_variance)
+        updates = OffsetUpdates(self.model, prior_variance)
         mean = None
         for _ in range(ROUNDS):
             mean, _ = self.embed(Y, given, offsets[which], start=mean)
@@ -201,52 +160,6 @@ class CellMapper:
             pooled = np.nansum(values[mine], axis=0) / sizes[mine].sum()
             starts.append(initial_offset(self.model.likelihood, pooled) - level)
         return np.stack(starts)
-
-
-class _OffsetUpdates:
-    """Newton's method on each new batch's offsets :math:`\\gamma_{kd}` [K, D], given its
-    cells' latents (see the module), compiled: one concave problem per gene and batch."""
-
-    def __init__(self, model: SVIGPLVM, prior_variance: float, steps: int = 20):
-        self.model, self.prior_variance, self.steps = model, prior_variance, steps
-        dtype, D = default_float(), model.data_dim
-        self.update = GraphFunction(
-            self._update,
-            [
-                tf.TensorSpec([None, D], dtype),  # the cells' counts
-                tf.TensorSpec([None, None], dtype),  # their GP inputs at their latents
-                tf.TensorSpec([None], tf.int64),  # each cell's batch, among the new ones
-                tf.TensorSpec([None, D], dtype),  # the offsets the steps start from
-            ],
-        )
-
-    def __call__(self, Y, inputs, latents, which, start) -> np.ndarray:
-        at = latents if inputs is None else np.concatenate([latents, inputs], axis=1)
-        return self.update(Y, at, which.astype(np.int64), start).numpy()
-
-    def _update(self, Y, at, which, start):
-        """The offsets [K, D] after Newton steps from ``start`` [K, D] until none moves by more
-        than 1e-6, the cells' terms (counts Y [n, D], q(f) at their GP inputs ``at``) in single
-        precision (:data:`~gpflow_svi_gplvm.prediction.laplace.LOW`), the offsets in the model's."""
-        mean, variance = (tf.cast(t, LOW) for t in self.model.predict_f(at))  # without offsets
-        counts, count = tf.cast(Y, LOW), tf.shape(start)[0]
-        precision = tf.constant(1.0 / self.prior_variance, start.dtype)
-
-        def step(i, gamma, _):
-            shifted = mean + tf.cast(tf.gather(gamma, which), LOW)
-            d = expectation_derivatives(self.model.likelihood, counts, shifted, variance)
-            first, second = (
-                tf.cast(tf.math.unsorted_segment_sum(t, which, count), gamma.dtype)
-                for t in (d.mean, d.mean_mean)
-            )
-            move = (first - gamma * precision) / (second - precision)
-            return i + 1, gamma - move, tf.reduce_max(tf.abs(move))
-
-        def more(i, gamma, moved):
-            return (i < self.steps) & (moved > 1e-6)
-
-        state = (tf.constant(0), start, tf.constant(np.inf, start.dtype))
-        return tf.while_loop(more, step, state)[1]
 
 
 def query_inputs(model: SVIGPLVM, rows: RowReader, covariates, sizes) -> np.ndarray | None:
@@ -321,18 +234,3 @@ def read_query(face, adata, learn: bool) -> Query:
     sizes = registration.new_size_factors(adata.obs, library)
     inputs = query_inputs(face.model, rows, covariates, sizes)
     return Query(rows, inputs, batches, key, new)
-
-
-def new_batch_prior_variance(model: SVIGPLVM, batch_columns: int) -> float:
-    """:math:`\\bar w`: the mean variance of the fitted batches' columns (the first
-    ``batch_columns`` covariates) in the model's linear covariate kernel."""
-    kernel = getattr(model.kernel, "covariate_kernel", None)
-    variance = getattr(kernel, "variance", None)
-    if not isinstance(kernel, gpflow.kernels.Linear) or variance is None:
-        raise ValueError(
-            "map_query learns new batches' effects with the prior of the fitted batches' in the "
-            "model's linear covariate kernel, which this model does not have (a covariate "
-            f"kernel {type(kernel).__name__}): fit with the default kernel."
-        )
-    values = np.atleast_1d(variance.numpy())  # one for all columns, or one each
-    return float(np.mean(values if values.size == 1 else values[:batch_columns]))
