@@ -10,12 +10,15 @@ import pytest
 anndata = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sp = pytest.importorskip("scipy.sparse")
+optimize = pytest.importorskip("scipy.optimize")
 
 from gpflow.utilities import parameter_dict  # noqa: E402
 
+from gpflow_svi_gplvm.likelihoods import MaskedLikelihood  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper, read_query  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.query import read_query  # noqa: E402
 
 N, D, Q = 120, 30, 2
 SHIFT = 1.2  # the new batch's effect on its genes, on the log scale
@@ -79,7 +82,7 @@ def test_a_new_batchs_offsets_start_from_its_pooled_expression(mapped):
     at = np.concatenate([laplace._candidates_at.numpy(), inputs], axis=1)
     typical = face.model.predict_y(at)[0].numpy().mean(0)
     np.testing.assert_allclose(laplace.typical_rate(), typical, rtol=1e-4)
-    read = read_query(face, query, learn=False)
+    read = read_query(face.model, face.registration, face.batch_offsets, query, learn=False)
     new = np.flatnonzero(read.batches == "new")
     Y, given = read.rows.take(new), read.inputs[new]
     start = mapper._start_offsets(Y, given, np.zeros(len(new), int), 1)[0]
@@ -129,3 +132,43 @@ def test_what_cannot_be_mapped_is_refused_by_name(mapped):
     with pytest.raises(ValueError, match="Fit the model first"):
         SingleCellGPLVM(Q, batch_key="batch").map_query(query)
     assert new_batch_prior_variance(face.model, 2) > 0
+
+
+def test_genes_a_query_lacks_are_left_out_of_each_cells_likelihood(mapped):
+    """Reference: each cell's mode of phi(x) = -sum over its measured genes of GPflow's
+    variational expectations (the masked likelihood, NaN for the genes lacking) at predict_f
+    + |x|^2 / 2, by scipy; its size factor the measured genes' counts over their share of the
+    typical expression (the module's formula)."""
+    face, _, _, _, query = mapped
+    cells = query[(query.obs["batch"] == "a").to_numpy()][:2].copy()
+    lacking = ["g3", "g7", "g25"]
+    present = np.array([g not in lacking for g in cells.var_names])
+    kept = cells[:, present].copy()
+    with pytest.raises(ValueError, match="lack 3 of the fitted genes.*missing_genes='marginalise'"):
+        face.transform(kept.copy())
+    with pytest.raises(ValueError, match="missing_genes must be one of"):
+        face.transform(kept.copy(), missing_genes="zeros")
+    with pytest.raises(ValueError, match="share 5 of the 30 fitted genes"):
+        face.transform(cells[:, :5].copy(), missing_genes="marginalise")
+    found = face.transform(kept, missing_genes="marginalise")
+    spread = kept.obsm["X_gplvm_var"]
+    typical = CellMapper(face.model, seed=face.seed).typical_rate()
+    share = typical[present].sum() / typical.sum()
+    full = read_query(face.model, face.registration, face.batch_offsets, cells, learn=False)
+    inputs = full.inputs[:]
+    Y = np.asarray(cells.X.todense(), dtype=np.float64)
+    Y[:, ~present] = np.nan
+    library = np.nansum(Y, axis=1) / share
+    inputs[:, -1] = np.log(library / float(face.model.size_factor_reference.numpy()))
+    likelihood = MaskedLikelihood(face.model.likelihood)
+    for y, c, mode, variance in zip(Y, inputs, found, spread):
+
+        def phi(x: np.ndarray, y: np.ndarray = y, c: np.ndarray = c) -> float:
+            X = np.concatenate([x, c])[None]
+            mean, var = face.model.predict_f(X)
+            terms = likelihood.variational_expectations(X, mean, var, y[None])
+            return float(-np.sum(terms)) + 0.5 * float(x @ x)
+
+        best = optimize.minimize(phi, mode + 0.3, method="BFGS", tol=1e-10).x
+        # The steps stop at a relative decrease of 1e-4: the mode to a small share of its spread.
+        assert np.all(np.abs(mode - best) < 0.05 * np.sqrt(variance)), (mode, best, variance)
