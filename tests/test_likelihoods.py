@@ -8,6 +8,8 @@ makes a missing entry (NaN, or a False in an explicit mask) influence nothing.
    boundary (``check_observations`` / ``fit`` with ``mask``), and inside ``MaskedLikelihood``,
    where the hidden value is ``fill_value`` and the latent function values behind a gap.
 3. A fully missing row warns and its latent follows the prior; a fully missing column warns.
+4. The registry (``likelihood_facts``) gives each reader the answer it had before it held them;
+   a likelihood it does not name (StudentT) trains through the generic path.
 
 Sizes are tiny (each ``tf.function`` trace costs seconds on a 2-core CPU); most checks run eagerly.
 """
@@ -15,6 +17,7 @@ Sizes are tiny (each ``tf.function`` trace costs seconds on a 2-core CPU); most 
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import gpflow
 import numpy as np
@@ -45,10 +48,27 @@ from gpflow_svi_gplvm import (
     MAPGPLVM,
     AmortisedBayesianGPLVM,
     BayesianSVIGPLVM,
+    NegativeBinomial,
     PointGPLVM,
+    defaults,
     fit,
 )
-from gpflow_svi_gplvm.likelihoods import MaskedLikelihood, base_likelihood
+from gpflow_svi_gplvm.components.initialisation import initial_offset
+from gpflow_svi_gplvm.likelihoods import (
+    NAMED_LIKELIHOODS,
+    MaskedLikelihood,
+    base_likelihood,
+    check_likelihood_support,
+    expectation_derivatives,
+    generic_facts,
+    is_masked,
+    likelihood_by_name,
+    likelihood_facts,
+    log_link,
+    masked,
+)
+from gpflow_svi_gplvm.prediction.rates import inverse_link
+from gpflow_svi_gplvm.training.step import _check_q_u_optimizer
 from gpflow_svi_gplvm.validation import check_observations
 
 ALL_MODELS = [PointGPLVM, MAPGPLVM, BayesianSVIGPLVM, AmortisedBayesianGPLVM]
@@ -438,3 +458,119 @@ def test_a_fully_missing_column_warns_and_its_loss_and_gradients_stay_finite(lat
     assert np.all(np.isfinite(model.mean_function.c.numpy()))
     loss, gradients = eager_loss_and_gradients(model, np.arange(N), np.where(mask, Y, np.nan))
     assert np.isfinite(loss) and all(np.all(np.isfinite(g)) for g in gradients)
+
+
+# --------------------------------------------------------------------------------------------
+# The registry: what the package reads of each likelihood, as each reader decided it by
+# isinstance before the registry held it (the rows are those readers' answers, which the same
+# calls gave on the code before the registry, masked and bare alike).
+
+OLD_ANSWERS = {
+    # The data it refuses (non-counts, non-binary), log_link, rates.inverse_link, initial_offset
+    # of column means, training's q(u) optimizer by default, the closed-form data term's noise
+    # variance, the held-out likelihood's nodes per entry, the outputs with parameters of their own.
+    "gaussian": (None, False, "identity", "means", "natgrad", 0.3, 1, None),
+    "poisson": ("counts", True, "exp", "log means", "adam", None, 20, None),
+    "poisson, bins of 2": ("counts", True, "exp", "log means / 2", "adam", None, 20, None),
+    "poisson, square link": ("counts", False, None, "zeros", "adam", None, 20, None),
+    "negative binomial": ("counts", True, "exp", "log means", "adam", None, 20, 3),
+    "bernoulli": ("binary", False, None, "zeros", "adam", None, 20, None),
+    "student-t": (None, False, None, "zeros", "adam", None, 20, None),
+}
+# Expectation derivatives in closed form; the others by automatic differentiation.
+CLOSED_FORMS = ("gaussian", "poisson", "poisson, bins of 2", "negative binomial")
+LIKELIHOOD_OF = {
+    "gaussian": lambda: gpflow.likelihoods.Gaussian(variance=0.3),
+    "poisson": gpflow.likelihoods.Poisson,
+    "poisson, bins of 2": lambda: gpflow.likelihoods.Poisson(binsize=2.0),
+    "poisson, square link": lambda: gpflow.likelihoods.Poisson(invlink=tf.square),
+    "negative binomial": lambda: NegativeBinomial(num_outputs=3),
+    "bernoulli": gpflow.likelihoods.Bernoulli,
+    "student-t": gpflow.likelihoods.StudentT,
+}
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "masked"])
+@pytest.mark.parametrize("name", OLD_ANSWERS)
+def test_each_reader_gets_the_answer_it_had_before_the_registry(name, wrapped):
+    support, log_linked, link, offset, q_u, noise, nodes, outputs = OLD_ANSWERS[name]
+    base = LIKELIHOOD_OF[name]()
+    likelihood = MaskedLikelihood(base) if wrapped else base
+    once = masked(likelihood)
+    assert is_masked(likelihood) == wrapped and once.base is base and masked(once) is once
+    counts, binary = np.array([[0.0, 1.0, 3.0]]), np.array([[0.0, 1.0, np.nan]])
+    for kind, Y in [("real", np.array([[0.5, -1.0, 2.0]])), ("counts", counts), ("binary", binary)]:
+        refused = {None: False, "counts": kind == "real", "binary": kind != "binary"}[support]
+        if refused:
+            with pytest.raises(ValueError, match=f"A {type(base).__name__} likelihood needs"):
+                check_likelihood_support(likelihood, Y)
+        else:
+            check_likelihood_support(likelihood, Y)
+    assert log_link(likelihood) == log_linked
+    if link is None:
+        with pytest.raises(ValueError, match="Rates are read through a log link"):
+            inverse_link(likelihood)
+    else:
+        assert inverse_link(likelihood) == link
+    means = np.array([0.5, 2.0, 0.0])
+    expected = {
+        "means": means,
+        "log means": np.log(np.maximum(means, 1e-3)),
+        "log means / 2": np.log(np.maximum(means, 1e-3) / 2.0),
+        "zeros": np.zeros(3),
+    }[offset]
+    np.testing.assert_allclose(initial_offset(likelihood, means), expected)
+    assert _check_q_u_optimizer(SimpleNamespace(likelihood=likelihood), None) == q_u
+    facts = likelihood_facts(likelihood)
+    assert (facts.noise_variance is None) == (noise is None)
+    if noise is not None:
+        np.testing.assert_allclose(facts.noise_variance.numpy(), noise)
+    assert facts.predictive_nodes == nodes and facts.outputs == outputs and facts.deterministic
+    rng = np.random.default_rng(0)
+    Y = tf.constant([[1.0, np.nan, 0.0], [0.0, 1.0, 1.0]], default_float())
+    mean, variance = tf.constant(rng.normal(size=(2, 3))), tf.constant(rng.uniform(size=(2, 3)))
+    for bare, wrapped_too in zip(
+        expectation_derivatives(base, Y, mean, variance),
+        expectation_derivatives(likelihood, Y, mean, variance),
+    ):
+        np.testing.assert_array_equal(bare.numpy(), wrapped_too.numpy())
+    assert (facts.derivatives is not None) == (name in CLOSED_FORMS)
+
+
+def test_a_monte_carlo_likelihood_is_not_deterministic_and_a_new_kind_can_be_registered():
+    assert not likelihood_facts(gpflow.likelihoods.Softmax(3)).deterministic
+
+    class Counts(gpflow.likelihoods.StudentT):
+        """A likelihood of the user's own, registered as counts with a log link."""
+
+    assert likelihood_facts(Counts()) == generic_facts(Counts())
+    likelihood_facts.register(Counts)(
+        lambda likelihood: generic_facts(likelihood)._replace(support="counts", inverse_link="exp")
+    )
+    assert log_link(MaskedLikelihood(Counts())) and likelihood_facts(Counts()).support == "counts"
+    with pytest.raises(ValueError, match="A Counts likelihood needs non-negative integer"):
+        check_likelihood_support(Counts(), np.array([[0.5]]))
+
+
+def test_the_names_are_the_registry_s():
+    assert tuple(sorted(NAMED_LIKELIHOODS)) == defaults.LIKELIHOOD_NAMES
+    built = {name: likelihood_by_name(name, 3) for name in defaults.CELL_LIKELIHOOD_NAMES}
+    counts = {
+        name
+        for name, likelihood in built.items()
+        if likelihood is not None and likelihood_facts(likelihood).support == "counts"
+    }
+    assert counts == set(defaults.COUNT_LIKELIHOOD_NAMES)
+
+
+def test_a_student_t_likelihood_trains_through_the_generic_path():
+    """A GPflow likelihood the registry does not name: no support check, no log link, f
+    starting at zero, Adam on q(u), derivatives by automatic differentiation."""
+    Y = np.random.default_rng(0).standard_t(4.0, (24, 3))
+    Y[0, 0] = np.nan
+    with pytest.warns(UserWarning, match="MaskedLikelihood"):
+        model = BayesianSVIGPLVM(Y, 1, 4, likelihood=gpflow.likelihoods.StudentT(), seed=0)
+    assert likelihood_facts(model.likelihood) == generic_facts(model.likelihood.base)
+    np.testing.assert_array_equal(model.mean_function.c.numpy(), np.zeros(3))
+    history = fit(model, Y, iterations=20, batch_size=8, progress=False, seed=0)
+    assert np.all(np.isfinite(history.elbo)) and history.elbo[-1] > history.elbo[0]

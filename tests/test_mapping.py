@@ -14,7 +14,7 @@ optimize = pytest.importorskip("scipy.optimize")
 
 from gpflow.utilities import parameter_dict  # noqa: E402
 
-from gpflow_svi_gplvm.likelihoods import MaskedLikelihood  # noqa: E402
+from gpflow_svi_gplvm.likelihoods import masked  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
@@ -160,7 +160,7 @@ def test_genes_a_query_lacks_are_left_out_of_each_cells_likelihood(mapped):
     Y[:, ~present] = np.nan
     library = np.nansum(Y, axis=1) / share
     inputs[:, -1] = np.log(library / float(face.model.size_factor_reference.numpy()))
-    likelihood = MaskedLikelihood(face.model.likelihood)
+    likelihood = masked(face.model.likelihood)
     for y, c, mode, variance in zip(Y, inputs, found, spread):
 
         def phi(x: np.ndarray, y: np.ndarray = y, c: np.ndarray = c) -> float:

@@ -17,11 +17,11 @@ from gpflow_svi_gplvm import (
     PointGPLVM,
     fit,
 )
+from gpflow_svi_gplvm.likelihoods import likelihood_facts
 from gpflow_svi_gplvm.prediction.latent_inference import LatentInference
 from gpflow_svi_gplvm.prediction.marginal_likelihood import (
     MarginalLikelihoodEstimator,
     marginal_log_likelihood,
-    quadrature_nodes,
 )
 
 GRID = np.linspace(-8.0, 8.0, 3201)  # x, for the brute force
@@ -128,7 +128,8 @@ def test_rows_scored_at_a_time_count_each_entrys_quadrature_nodes():
         options = {} if likelihood is None else dict(likelihood=likelihood)
         model = BayesianSVIGPLVM(Y, 2, 5, **options)
         estimator = MarginalLikelihoodEstimator(LatentInference(model), num_samples=64)
-        rows[name] = (quadrature_nodes(estimator.inference.likelihood), estimator.rows_per_chunk)
+        nodes = likelihood_facts(estimator.inference.likelihood).predictive_nodes
+        rows[name] = (nodes, estimator.rows_per_chunk)
     assert [nodes for nodes, _ in rows.values()] == [1, 20, 20]
     assert rows["negative binomial"][1] == rows["poisson"][1] == rows["gaussian"][1] // 20
 

@@ -1,6 +1,6 @@
-"""The package's shape: no import loops between its modules, no module over 500 lines, no class
-over 300 and no function over 50; and
-the tests' own: every test checks something.
+"""The package's shape: no import loops between its modules, no import that runs back up the
+floors, a package that imports lightly, and sizes that are reported (failing only on outliers);
+and the tests' own: every test checks something.
 
 All are read from the source (every ``import`` statement counts, also those under
 ``TYPE_CHECKING`` and inside functions), so a loop hidden from the interpreter still fails here.
@@ -9,7 +9,11 @@ All are read from the source (every ``import`` statement counts, also those unde
 from __future__ import annotations
 
 import ast
+import importlib
+import json
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -17,9 +21,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpflow_svi_gplvm"
 TESTS = Path(__file__).resolve().parent
-MAX_FUNCTION_LINES = 50
-MAX_CLASS_LINES = 300
-MAX_MODULE_LINES = 500
 
 
 def _module_name(path: Path) -> str:
@@ -95,20 +96,210 @@ def test_loop_finder_sees_a_loop():
     assert _cycle_from("d", graph) is None
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_classes_and_functions_are_short(name):
-    text = MODULES[name].read_text()
-    assert len(text.splitlines()) <= MAX_MODULE_LINES, f"{name}: over {MAX_MODULE_LINES} lines"
-    for kinds, most in (
-        ((ast.FunctionDef, ast.AsyncFunctionDef), MAX_FUNCTION_LINES),
-        ((ast.ClassDef,), MAX_CLASS_LINES),
-    ):
-        long = [
-            f"{node.name} (line {node.lineno}, {node.end_lineno - node.lineno + 1} lines)"
-            for node in ast.walk(ast.parse(text))
-            if isinstance(node, kinds) and node.end_lineno - node.lineno + 1 > most
-        ]
-        assert not long, f"{name}: over {most} lines: {', '.join(long)}"
+# --------------------------------------------------------------------------------------------
+# No arrow back up the floors
+#
+# A module's floor is 1 + the highest floor of what it imports (1 for one importing none of the
+# package: _floors). A face is a package's ``__init__`` that imports its rooms (the top
+# ``__init__``, ``models``, ``latents``, ...); it stands above them, so an import of a face is an
+# arrow back up when it comes from below that face: from one of the face's own rooms (for the
+# top face, any module of the package), or from a room that the face's package itself imports
+# from (the two lean on each other, and only what the face happens to re-export keeps the
+# circle away from the interpreter). A function-level import that closes a circle is caught by
+# test_no_import_loop, which counts every import.
+
+
+def _faces(graph: dict[str, set[str]]) -> set[str]:
+    """The packages whose ``__init__`` imports any of their own modules."""
+    return {
+        name
+        for name, path in MODULES.items()
+        if path.name == "__init__.py" and any(_inside(t, name) for t in graph[name])
+    }
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _back_arrows(graph: dict[str, set[str]], faces: set[str]) -> list[str]:
+    """Each import of a face from below it (see above), as ``importer -> face (why)``."""
+    arrows = []
+    for module, imported in sorted(graph.items()):
+        # A package's __init__ importing a face of its own sub-package imports downwards.
+        for face in sorted(face for face in imported & faces if not _inside(face, module)):
+            if module.startswith(face + "."):
+                arrows.append(f"{module} -> {face} (its own face)")
+                continue
+            # The importer's room beside the face: the common package's child that holds it.
+            depth = len(face.split(".")) - 1
+            while not _inside(module, ".".join(face.split(".")[:depth])):
+                depth -= 1
+            room = ".".join(module.split(".")[: depth + 1])
+            leaning = sorted(
+                f"{inner} imports {target}"
+                for inner, targets in graph.items()
+                if _inside(inner, face)
+                for target in targets
+                if _inside(target, room)
+            )
+            if leaning:
+                arrows.append(f"{module} -> {face} (below it: {leaning[0]})")
+    return arrows
+
+
+def test_no_import_runs_back_up_the_floors():
+    graph = _import_graph()
+    arrows = _back_arrows(graph, _faces(graph))
+    assert not arrows, "imports back up the floors:\n" + "\n".join(arrows)
+
+
+def test_the_back_arrow_finder_sees_them():
+    graph = {
+        "p": {"p.w", "p.low"},
+        "p.w": {"p.w.a"},  # the face of wing w re-exports its room a ...
+        "p.w.a": set(),
+        "p.w.b": {"p.low"},  # ... while its room b leans on p.low
+        "p.low": {"p.w"},  # so p.low reaching for w's face runs back up
+        "p.high": {"p.w"},  # w leans on nothing of p.high: fine
+        "p.x": {"p"},  # nothing inside may import the top face
+        "p.w.c": {"p.w"},  # nor a room its own face
+    }
+    faces = _faces_of(graph)
+    assert faces == {"p", "p.w"}
+    assert [arrow.split(" (")[0] for arrow in _back_arrows(graph, faces)] == [
+        "p.low -> p.w",
+        "p.w.c -> p.w",
+        "p.x -> p",
+    ]
+
+
+def _faces_of(graph: dict[str, set[str]]) -> set[str]:
+    """:func:`_faces` for a made-up graph: its packages are the names with dotted children."""
+    packages = {name.rpartition(".")[0] for name in graph if "." in name}
+    return {p for p in packages if any(_inside(t, p) and t != p for t in graph[p])}
+
+
+# --------------------------------------------------------------------------------------------
+# A package that imports lightly: ``import gpflow_svi_gplvm`` loads neither TensorFlow nor the
+# command line, and never reads the process's arguments.
+
+TOP = "gpflow_svi_gplvm"
+
+
+def _reached_from(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen, stack = {start}, [start]
+    while stack:
+        for imported in graph[stack.pop()] - seen:
+            seen.add(imported)
+            stack.append(imported)
+    return seen
+
+
+def test_the_package_and_its_public_names_reach_no_command_line():
+    """Every module the package's public names come from (its imports, also those under
+    ``TYPE_CHECKING``, and theirs) is outside ``cli`` and reads no ``sys.argv``."""
+    reached = _reached_from(TOP, _import_graph())
+    assert not [name for name in reached if _inside(name, f"{TOP}.cli")]
+    readers = [
+        name
+        for name in sorted(reached)
+        for node in ast.walk(ast.parse(MODULES[name].read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("argv", "orig_argv")
+    ]
+    assert not readers, f"read the process's arguments: {readers}"
+
+
+@pytest.mark.processes
+def test_importing_the_package_loads_no_command_line_and_no_tensorflow():
+    """In a fresh interpreter without ``sys.argv`` (reading it would raise), ``import
+    gpflow_svi_gplvm`` succeeds and loads no command-line module and no TensorFlow."""
+    code = (
+        "import json, sys; del sys.argv, sys.orig_argv; import gpflow_svi_gplvm; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout)
+    assert not [name for name in loaded if _inside(name, f"{TOP}.cli")]
+    assert not [name for name in loaded if name.split(".")[0] in ("tensorflow", "gpflow")]
+    assert TOP in loaded
+
+
+def test_every_public_name_loads_from_the_module_it_is_imported_from():
+    package = importlib.import_module(TOP)
+    homes = package._homes()
+    assert set(homes) == set(package.__all__)
+    for name, home in homes.items():
+        assert getattr(package, name) is getattr(importlib.import_module(home, TOP), name)
+    assert package.datasets is importlib.import_module(f"{TOP}.datasets")
+    assert {"fit", "BayesianSVIGPLVM", "__version__"} <= set(dir(package))
+    with pytest.raises(ImportError, match="no_such_name"):
+        exec(f"from {TOP} import no_such_name", {})
+
+
+# --------------------------------------------------------------------------------------------
+# Sizes: reported, failing only on outliers
+
+MAX_MODULE_LINES = 800
+MAX_CLASS_LINES = 500
+MAX_FUNCTION_LINES = 120
+SHOWN = 8
+
+
+def _sizes() -> dict[str, list[tuple[int, str]]]:
+    """The package's modules, classes and functions (methods included), each with its lines,
+    largest first."""
+    found: dict[str, list[tuple[int, str]]] = {"modules": [], "classes": [], "functions": []}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            kind = "classes" if isinstance(child, ast.ClassDef) else "functions"
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = child.end_lineno - child.lineno + 1
+                found[kind].append((lines, f"{prefix}.{child.name}"))
+                visit(child, f"{prefix}.{child.name}")
+            else:
+                visit(child, prefix)
+
+    for name, path in MODULES.items():
+        text = path.read_text()
+        found["modules"].append((len(text.splitlines()), name))
+        visit(ast.parse(text), name)
+    return {kind: sorted(items, reverse=True) for kind, items in found.items()}
+
+
+def test_sizes_are_reported_and_only_outliers_fail():
+    """Prints the largest modules, classes and functions and the package's floors (shown with
+    ``pytest -rP``); fails only on a module over 800 lines, a class over 500 or a function over
+    120 (docstrings included).
+
+    The numbers report; they are not targets to edit towards (a cap just above the usual size
+    made functions pile up under it). The outlier marks sit well above what this package's
+    code reaches (modules up to about 500 lines, classes 300, functions 50) and at the sizes
+    where a reader no longer holds one concept: GPflow 2.11's longest functions (``gauss_kl``,
+    ``uncertain_conditional``) run to about 110 lines with their docstrings, its largest classes
+    to about 275, and its one module over 1,000 lines (``posteriors.py``) is its hardest to
+    read. Past them, split by concept, not to a number."""
+    sizes = _sizes()
+    limits = {
+        "modules": MAX_MODULE_LINES,
+        "classes": MAX_CLASS_LINES,
+        "functions": MAX_FUNCTION_LINES,
+    }
+    floors = _floors(_import_graph())
+    lines = [f"floors: {max(floors.values())} (modules: {len(floors)})"]
+    for kind, items in sizes.items():
+        lines.append(f"largest {kind} (fails above {limits[kind]} lines):")
+        lines += [f"  {count:5d}  {where}" for count, where in items[:SHOWN]]
+    print("\n".join(lines))
+    outliers = [
+        f"{where}: {count} lines, over {limits[kind]}"
+        for kind, items in sizes.items()
+        for count, where in items
+        if count > limits[kind]
+    ]
+    assert not outliers, "split these by concept:\n" + "\n".join(outliers)
 
 
 # --------------------------------------------------------------------------------------------

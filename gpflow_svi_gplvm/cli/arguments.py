@@ -1,17 +1,18 @@
 """The command line's arguments, read before TensorFlow is imported, and a quiet TensorFlow.
 
-This module imports nothing but the standard library: the package imports it first, so that
-``python -m gpflow_svi_gplvm --help`` (or ``gpflow-svi-gplvm --help``) prints and exits, and a
-mistyped option is refused, in a fraction of a second, before TensorFlow loads.
+This module imports nothing but the standard library, so that ``python -m gpflow_svi_gplvm
+--help`` (or ``gpflow-svi-gplvm --help``) prints and exits, and a mistyped option is refused, in
+a fraction of a second, before TensorFlow loads; importing it does nothing else.
 
-When this process is the command line, it then sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless the
-environment sets it (TensorFlow's C++ log then keeps only fatal lines: its error lines, such as
-``failed call to cuInit`` on a machine without a GPU driver, describe the machine, and a failed
-computation raises a Python exception of its own), and imports TensorFlow and GPflow with the
-process's standard error sent to the null device, since TensorFlow writes a block of start-up
-lines before it reads that variable. A library user's process is left as it is: importing the
-package sets nothing, and TensorFlow's own start-up lines (information, not errors, on a CPU
-machine) show, whatever the user's ``TF_CPP_MIN_LOG_LEVEL``, as the README says.
+When the process is the command line, :func:`~gpflow_svi_gplvm.cli.main.main` then calls
+:func:`quiet_tensorflow`: ``TF_CPP_MIN_LOG_LEVEL=3`` unless the environment sets it
+(TensorFlow's C++ log then keeps only fatal lines: its error lines, such as ``failed call to
+cuInit`` on a machine without a GPU driver, describe the machine, and a failed computation raises
+a Python exception of its own), and TensorFlow and GPflow imported with the process's standard
+error sent to the null device, since TensorFlow writes a block of start-up lines before it reads
+that variable. A library user's process is left as it is: importing the package sets nothing,
+and TensorFlow's own start-up lines (information, not errors, on a CPU machine) show, whatever
+the user's ``TF_CPP_MIN_LOG_LEVEL``, as the README says.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ..defaults import (
     NUM_INDUCING,
 )
 
-__all__ = ["running_the_command_line", "quiet_standard_error", "build_parser"]
+__all__ = ["running_the_command_line", "quiet_standard_error", "quiet_tensorflow", "build_parser"]
 
 INDUCING_HELP = f"M (default: {NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
 
@@ -245,9 +246,11 @@ def quiet_standard_error() -> Iterator[None]:
         os.close(saved)
 
 
-if running_the_command_line():
-    build_parser().parse_args(sys.argv[1:])  # --help, or a mistyped option, exits here
+def quiet_tensorflow() -> None:
+    """For the command line's process: ``TF_CPP_MIN_LOG_LEVEL=3`` unless the environment sets
+    it, then TensorFlow, TensorFlow Probability and GPflow imported with standard error sent to
+    the null device (unless the level is "0", which asks for every line)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if os.environ["TF_CPP_MIN_LOG_LEVEL"] != "0":
         with quiet_standard_error():
-            importlib.import_module("gpflow")  # TensorFlow, TensorFlow Probability, tf_keras
+            importlib.import_module("gpflow")

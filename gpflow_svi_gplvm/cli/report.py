@@ -11,10 +11,11 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from .. import __version__, datasets, plotting
+from .. import datasets, plotting
 from ..metrics import rmse, rmse_per_column
 from ..models import SVIGPLVM
 from ..training.trainer import History
+from ..version import __version__
 
 __all__ = [
     "RELEVANCE_KEPT",

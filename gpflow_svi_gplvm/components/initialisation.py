@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 import numpy as np
 from gpflow.kernels import Kernel, SquaredExponential
-from gpflow.likelihoods import Gaussian, Likelihood, Poisson
+from gpflow.likelihoods import Gaussian, Likelihood
 from gpflow.mean_functions import Constant, MeanFunction
 
 from ..distributed.workers import Workers
-from ..likelihoods import MaskedLikelihood, base_likelihood, check_support, log_link
+from ..likelihoods import MaskedLikelihood, check_support, is_masked, likelihood_facts
 from ..rows.facts import RowFacts, read_facts, row_totals
 from ..validation import check_finite_array, check_integer
 from .pca import pca_latents
@@ -132,12 +132,11 @@ def initial_offset(likelihood: Likelihood, means: np.ndarray) -> np.ndarray:
     from the observed column means [D] (0 for a column with nothing observed): the means for a
     Gaussian, their logs for counts with a log link, zeros otherwise (the offset is trained
     either way; this only shortens the start)."""
-    base = base_likelihood(likelihood)
-    if isinstance(base, Gaussian):
+    facts = likelihood_facts(likelihood)
+    if facts.inverse_link == "identity":
         return means
-    if log_link(base):
-        binsize = float(base.binsize) if isinstance(base, Poisson) else 1.0
-        return np.log(np.maximum(means, 1e-3) / binsize)
+    if facts.inverse_link == "exp":
+        return np.log(np.maximum(means, 1e-3) / facts.exposure)
     return np.zeros_like(means)
 
 
@@ -243,12 +242,12 @@ def default_components(
     if likelihood is None:
         likelihood = Gaussian(variance=0.1 * data_variance)
     if kernel is None:
-        gaussian = isinstance(base_likelihood(likelihood), Gaussian)
+        data_scale = likelihood_facts(likelihood).inverse_link == "identity"
         kernel = SquaredExponential(
-            variance=data_variance if gaussian else 1.0, lengthscales=np.ones(latent_dim)
+            variance=data_variance if data_scale else 1.0, lengthscales=np.ones(latent_dim)
         )
     entries = float(workers.sum(Y.shape[0])) * Y.shape[1]
-    if count.sum() < entries and not isinstance(likelihood, MaskedLikelihood):
+    if count.sum() < entries and not is_masked(likelihood):
         warnings.warn(
             f"{1 - count.sum() / entries:.1%} of the entries of data are missing (NaN): the "
             "likelihood is wrapped in MaskedLikelihood so that only observed entries count.",
@@ -277,8 +276,7 @@ def _check_components(
                 f"{name} must be a GPflow {kind.__name__} object, e.g. {example}, or None for "
                 f"the default; got {value!r}."
             )
-    base = base_likelihood(likelihood) if isinstance(likelihood, Likelihood) else None
-    outputs = getattr(base, "num_outputs", None)
+    outputs = None if likelihood is None else likelihood_facts(likelihood).outputs
     if outputs not in (None, 1, data_dim):
         raise ValueError(
             f"The likelihood has parameters for {outputs} outputs but the data has D={data_dim} "

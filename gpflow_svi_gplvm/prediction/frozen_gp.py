@@ -25,16 +25,20 @@ read x (the single-cell model's): :math:`\partial_q k_m = -k_m \delta_{mq}`,
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import gpflow
 import numpy as np
 import tensorflow as tf
+from gpflow.base import Parameter
 from gpflow.config import default_jitter
+from gpflow.kernels import Kernel
+from gpflow.mean_functions import MeanFunction
 
 from ..components.covariates import CovariateKernel, SizeFactorOffset
+from .new_row_model import NewRowModel
 
-__all__ = ["FrozenGP", "SquaredExponentialGP", "Slopes", "frozen_gp", "LOW"]
+__all__ = ["FrozenGP", "LaplaceModel", "SquaredExponentialGP", "Slopes", "frozen_gp", "LOW"]
 
 LOW = tf.float32
 r"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
@@ -42,6 +46,18 @@ terms), which CPUs with wide vector units run at several times double precision'
 the latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
 :math:`10^{-7}` of its terms' size, which places its mode to a small fraction of q(x*)'s spread
 (steps below that cannot be judged)."""
+
+
+class LaplaceModel(NewRowModel, Protocol):
+    """What the frozen GP and :class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents` read
+    of a trained model, such as :class:`~gpflow_svi_gplvm.SVIGPLVM`: new-row inference's reads,
+    and the SVGP's prior and q(u), which the frozen GP projects once."""
+
+    kernel: Kernel
+    mean_function: MeanFunction
+    q_mu: Parameter
+    q_sqrt: Parameter
+    whiten: bool
 
 
 class Slopes(NamedTuple):
@@ -54,7 +70,7 @@ class Slopes(NamedTuple):
     variance: tf.Tensor
 
 
-def frozen_gp(model) -> FrozenGP:
+def frozen_gp(model: LaplaceModel) -> FrozenGP:
     """:class:`SquaredExponentialGP` where ``model``'s kernel and mean function allow it, else
     :class:`FrozenGP`."""
     if SquaredExponentialGP.applies(model):
@@ -66,7 +82,7 @@ class FrozenGP:
     """The frozen model's q(f | x) at GP inputs [x, c] (see the module): mean [A, D] in
     :data:`LOW` precision and one variance [A, 1], and their derivatives in x."""
 
-    def __init__(self, model):
+    def __init__(self, model: LaplaceModel):
         self.model = model
         Z = model.inducing_variable.Z
         Kzz = model.kernel.K(Z) + default_jitter() * tf.eye(tf.shape(Z)[0], dtype=Z.dtype)
@@ -199,7 +215,7 @@ class SquaredExponentialGP(FrozenGP):
     written out (see the module)."""
 
     @staticmethod
-    def applies(model) -> bool:
+    def applies(model: LaplaceModel) -> bool:
         """Whether ``model`` has a squared exponential kernel reading every latent dimension
         (alone, or summed with a kernel on the observed inputs) and a mean function that does
         not read x (a constant or zero, with or without the log size factor)."""
@@ -219,7 +235,7 @@ class SquaredExponentialGP(FrozenGP):
         mean = mean.base if isinstance(mean, SizeFactorOffset) else mean
         return type(mean) in (gpflow.mean_functions.Constant, gpflow.mean_functions.Zero)
 
-    def __init__(self, model):
+    def __init__(self, model: LaplaceModel):
         super().__init__(model)
         kernel = model.kernel
         self.observed_kernel, self.num_observed = None, 0

@@ -54,14 +54,13 @@ from gpflow.inducing_variables import InducingPoints
 from ..compiled import GraphFunction
 from ..latents import GaussianLatent, MAPLatent, PointLatent
 from ..latents.new_rows import Derivatives, NewtonResult, newton_decrement, newton_minimum
-from ..likelihoods import ExpectationDerivatives, MaskedLikelihood, expectation_derivatives
-from ..models import SVIGPLVM
+from ..likelihoods import ExpectationDerivatives, expectation_derivatives, masked
 from ..validation import check_integer, check_seed
-from .frozen_gp import LOW, frozen_gp
+from .frozen_gp import LOW, LaplaceModel, frozen_gp
 from .latent_inference import TOLERANCE
 from .new_row_model import candidate_rows, check_new_row_model
 
-__all__ = ["LaplaceLatents", "laplace_applies", "hessian_outputs", "LOW"]
+__all__ = ["LaplaceLatents", "LaplaceModel", "laplace_applies", "hessian_outputs", "LOW"]
 
 STARTS_TRIED = 3
 r"""Candidate latents per row (those whose decoded means fit its observed entries best) at which
@@ -99,7 +98,7 @@ def hessian_outputs(num_outputs: int) -> int:
     return num_outputs if num_outputs <= 512 else max(512, num_outputs // 5)
 
 
-def laplace_applies(model: SVIGPLVM) -> str | None:
+def laplace_applies(model: LaplaceModel) -> str | None:
     """Why :class:`LaplaceLatents` cannot serve ``model``, or None: it needs inducing points and
     one q(u) covariance shared by the outputs (where a row's D predictive variances are one)."""
     if not isinstance(model.inducing_variable, InducingPoints):
@@ -126,7 +125,7 @@ class LaplaceLatents(tf.Module):
 
     def __init__(
         self,
-        model: SVIGPLVM,
+        model: LaplaceModel,
         iterations: int = 50,
         tolerance: float = TOLERANCE,
         candidates: np.ndarray | None = None,
@@ -151,11 +150,7 @@ class LaplaceLatents(tf.Module):
         latent = model.latent
         self.point = isinstance(latent, PointLatent)
         self.mean_field = isinstance(latent, GaussianLatent)
-        self.likelihood = (
-            model.likelihood
-            if isinstance(model.likelihood, MaskedLikelihood)
-            else MaskedLikelihood(model.likelihood)
-        )
+        self.likelihood = masked(model.likelihood)
         Q, D = model.latent_dim, model.data_dim
         width = 0 if model.row_inputs is None else int(model.row_inputs.shape[1])
         self.width = width
@@ -557,7 +552,7 @@ def _targets(values: tf.Tensor, observed: tf.Tensor) -> tf.Tensor:
     return tf.where(observed, values, missing)
 
 
-def _log_size(model: SVIGPLVM, inputs: tf.Tensor) -> tf.Tensor:
+def _log_size(model: LaplaceModel, inputs: tf.Tensor) -> tf.Tensor:
     """Each row's log size factor [A, 1] (0 without size factors)."""
     if model.size_factor_reference is None:
         return tf.zeros_like(inputs[:, :1]) if inputs.shape[1] else tf.zeros([1, 1], inputs.dtype)

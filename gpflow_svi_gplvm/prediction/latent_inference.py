@@ -26,7 +26,7 @@ from ..compiled import GraphFunction
 from ..components.covariates import with_row_inputs
 from ..components.psi_statistics import closed_form_predictive
 from ..latents import LatentBatch, NewRowFit, PointLatent
-from ..likelihoods import MaskedLikelihood
+from ..likelihoods import masked
 from ..validation import (
     check_chunk_size,
     check_fraction,
@@ -105,8 +105,7 @@ class LatentInference(tf.Module):
         self.num_samples = check_integer(num_samples, "num_samples")
         self.seed = check_seed(seed)
         self.chunk_size = check_chunk_size(chunk_size)
-        masked = isinstance(model.likelihood, MaskedLikelihood)
-        self.likelihood = model.likelihood if masked else MaskedLikelihood(model.likelihood)
+        self.likelihood = masked(model.likelihood)
         model.latent.check_new_rows()
         rows = candidate_rows(model.num_table_rows, seed, max_candidates)
         self._candidate_rows = tf.constant(rows, dtype=tf.int64)

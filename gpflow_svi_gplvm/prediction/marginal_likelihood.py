@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -46,7 +45,7 @@ from gpflow.config import default_float
 
 from ..compiled import GraphFunction
 from ..latents.flows import log_prior
-from ..likelihoods import GAUSS_HERMITE_POINTS, NegativeBinomial, check_likelihood_support
+from ..likelihoods import check_likelihood_support, likelihood_facts
 from ..options import takes_options_of
 from ..validation import check_integer, check_seed
 from .functions import NewRowOptions
@@ -134,9 +133,10 @@ class MarginalLikelihoodEstimator:
     @property
     def rows_per_chunk(self) -> int:
         """Rows scored at a time (:func:`~gpflow_svi_gplvm.prediction.predictive.chunk_rows`),
-        counting
-        each entry's quadrature nodes as draws: a row's densities are [S, D, nodes]."""
-        nodes = quadrature_nodes(self.inference.likelihood)
+        counting each entry's predictive nodes (1 in closed form, else its quadrature rule's:
+        :class:`~gpflow_svi_gplvm.likelihoods.LikelihoodFacts`) as draws: a row's densities are
+        [S, D, nodes]."""
+        nodes = likelihood_facts(self.inference.likelihood).predictive_nodes
         model = self.inference.model
         return chunk_rows(model, self.inference.chunk_size, self.num_samples * nodes, exact=False)
 
@@ -170,19 +170,6 @@ class MarginalLikelihoodEstimator:
         log_wide = log_q + 0.5 * (1.0 - 1.0 / c) * squares - 0.5 * Q * np.log(c)
         parts = [np.log(narrow / S) + log_q, np.log((S - narrow) / S) + log_wide]
         return tf.reduce_logsumexp(tf.stack(parts), axis=0)
-
-
-def quadrature_nodes(likelihood: gpflow.likelihoods.Likelihood) -> int:
-    """The nodes at which :func:`~gpflow_svi_gplvm.prediction.predictive.draw_log_densities`
-    evaluates each
-    entry's density under ``likelihood`` (its base, when masked): 1 in closed form (Gaussian),
-    else its predictive density's Gauss-Hermite rule (GPflow's quadrature likelihoods': theirs)."""
-    base = getattr(likelihood, "base", likelihood)
-    if isinstance(base, gpflow.likelihoods.Gaussian):
-        return 1
-    if isinstance(base, NegativeBinomial):
-        return GAUSS_HERMITE_POINTS
-    return int(getattr(getattr(base, "quadrature", None), "n_gh", GAUSS_HERMITE_POINTS))
 
 
 def check_widening(widening: object) -> float:

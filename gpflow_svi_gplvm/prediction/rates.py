@@ -4,8 +4,9 @@ posterior covariance of f at pairs of inputs.
 Row n, with :math:`q(x_n) = N(\mu_n, \mathrm{diag}\, v_n)` and observed inputs :math:`r` beside its
 latents (covariates and log size factor, :mod:`~gpflow_svi_gplvm.components.covariates`), has for
 output d the rate :math:`\lambda_{nd} = \sigma(f_d([x_n, r]))`, :math:`\sigma` the likelihood's
-inverse link: ``exp`` for counts (:func:`~gpflow_svi_gplvm.likelihoods.log_link`), the identity for
-a Gaussian. Given x, :math:`q(f_d(x)) = N(m_d(x), k_d(x))` and the moments are closed form,
+inverse link (:class:`~gpflow_svi_gplvm.likelihoods.registry.LikelihoodFacts`): ``exp`` for
+counts, the identity for a Gaussian. Given x, :math:`q(f_d(x)) = N(m_d(x), k_d(x))` and the
+moments are closed form,
 
 .. math::
 
@@ -27,9 +28,8 @@ import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.config import default_float, default_jitter
 from gpflow.covariances import Kuf, Kuu
-from gpflow.likelihoods import Gaussian
 
-from ..likelihoods import base_likelihood, log_link
+from ..likelihoods import base_likelihood, likelihood_facts
 
 __all__ = ["inverse_link", "paired_covariance", "rate_moments", "PAIRS_PER_CALL"]
 
@@ -41,10 +41,9 @@ kept), so that memory stays bounded however many pairs there are."""
 def inverse_link(likelihood) -> str:
     """ "exp" for a count likelihood with a log link, "identity" for a Gaussian; a
     ``ValueError`` for any other (no rate to read)."""
-    if log_link(likelihood):
-        return "exp"
-    if isinstance(base_likelihood(likelihood), Gaussian):
-        return "identity"
+    link = likelihood_facts(likelihood).inverse_link
+    if link is not None:
+        return link
     raise ValueError(
         f"Rates are read through a log link (Poisson, NegativeBinomial) or a Gaussian's identity, "
         f"not {type(base_likelihood(likelihood)).__name__}."

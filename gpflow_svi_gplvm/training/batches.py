@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 
 from ..distributed.replicas import replica_batch_size
 from ..distributed.workers import Workers
-from ..likelihoods import MaskedLikelihood, check_likelihood_support, check_support
+from ..likelihoods import check_likelihood_support, check_support, is_masked
 from ..models import SVIGPLVM
 from ..rows.facts import facts_of
 from ..rows.shard import RowShard
@@ -265,7 +265,7 @@ def _training_data(model: SVIGPLVM, Y: ArrayLike, mask: ArrayLike | None) -> np.
 
 def _check_gaps(model: SVIGPLVM, gaps: bool) -> None:
     """A ``ValueError`` when data with gaps meets a model that counts every entry."""
-    if gaps and not isinstance(model.likelihood, MaskedLikelihood):
+    if gaps and not is_masked(model.likelihood):
         raise ValueError(
             "data has missing entries but the model was built on complete data, so its "
             "likelihood counts every entry. Build the model with the incomplete data (it then "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -15,7 +14,7 @@ from gpflow.keras import tf_keras
 from ..compiled import GraphFunction
 from ..distributed.owned import worker_owned
 from ..distributed.replicas import gradient_values, local_sum, sum_over_replicas
-from ..likelihoods import base_likelihood
+from ..likelihoods import likelihood_facts
 from ..models import SVIGPLVM
 from .batches import TrainingRows
 from .natural_gradients import InducingNaturalGradient
@@ -227,8 +226,7 @@ class TrainingStep:
 def _check_q_u_optimizer(model: SVIGPLVM, choice: str | None) -> str:
     """ "natgrad" or "adam"; None chooses natural gradients for a Gaussian likelihood."""
     if choice is None:
-        gaussian = isinstance(base_likelihood(model.likelihood), gpflow.likelihoods.Gaussian)
-        return "natgrad" if gaussian else "adam"
+        return "natgrad" if likelihood_facts(model.likelihood).conjugate else "adam"
     if choice not in ("natgrad", "adam"):
         raise ValueError(
             f"q_u_optimizer must be 'natgrad' (natural-gradient steps on q(u)), 'adam' (q(u) "

@@ -34,7 +34,6 @@ import tensorflow as tf
 from gpflow import Parameter
 from gpflow.utilities import parameter_dict
 
-from ... import __version__
 from ...export.folder import (
     FolderKind,
     check_destination,
@@ -47,6 +46,7 @@ from ...models import SVIGPLVM, lookup_model
 from ...prediction.new_row_model import MAX_CANDIDATES, candidate_rows
 from ...rows.sparse import SparseRows
 from ...validation import check_path, check_writable_folder
+from ...version import __version__
 from ..cells.registration import CellRegistration, plain_category
 from ..mapping.offsets import BatchOffsets
 
