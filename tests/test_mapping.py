@@ -16,9 +16,8 @@ from gpflow.utilities import parameter_dict  # noqa: E402
 
 from gpflow_svi_gplvm.likelihoods import masked  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS, CellMapper  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.query import read_query  # noqa: E402
 
 N, D, Q = 120, 30, 2
 SHIFT = 1.2  # the new batch's effect on its genes, on the log scale
@@ -82,7 +81,7 @@ def test_a_new_batchs_offsets_start_from_its_pooled_expression(mapped):
     at = np.concatenate([laplace._candidates_at.numpy(), inputs], axis=1)
     typical = face.model.predict_y(at)[0].numpy().mean(0)
     np.testing.assert_allclose(laplace.typical_rate(), typical, rtol=1e-4)
-    read = read_query(face.model, face.registration, face.batch_offsets, query, learn=False)
+    read = face.fitted.read_query(query, learn=False)
     new = np.flatnonzero(read.batches == "new")
     Y, given = read.rows.take(new), read.inputs[new]
     start = mapper._start_offsets(Y, given, np.zeros(len(new), int), 1)[0]
@@ -152,9 +151,9 @@ def test_genes_a_query_lacks_are_left_out_of_each_cells_likelihood(mapped):
         face.transform(cells[:, :5].copy(), missing_genes="marginalise")
     found = face.transform(kept, missing_genes="marginalise")
     spread = kept.obsm["X_gplvm_var"]
-    typical = CellMapper(face.model, seed=face.seed).typical_rate()
+    typical = face.fitted.mapper(INFERENCE_STEPS).typical_rate()
     share = typical[present].sum() / typical.sum()
-    full = read_query(face.model, face.registration, face.batch_offsets, cells, learn=False)
+    full = face.fitted.read_query(cells, learn=False)
     inputs = full.inputs[:]
     Y = np.asarray(cells.X.todense(), dtype=np.float64)
     Y[:, ~present] = np.nan

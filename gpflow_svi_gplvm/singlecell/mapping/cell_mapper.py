@@ -1,5 +1,7 @@
 r"""Cells embedded with a fitted model left as it is: their q(x*), a block of cells per compiled
-call, and new batches among a query's cells (:mod:`.query` reads queries).
+call, and new batches among a query's cells (a :class:`~.query.Query`, which
+:meth:`~gpflow_svi_gplvm.singlecell.fitting.fitted.FittedCells.read_query` makes with
+:func:`.query.read_query`).
 
 Each cell's q(x*) is the Laplace approximation at the mode of its posterior under the frozen GP
 (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`: Newton steps for a block of cells at
