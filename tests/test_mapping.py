@@ -171,3 +171,23 @@ def test_genes_a_query_lacks_are_left_out_of_each_cells_likelihood(mapped):
         best = optimize.minimize(phi, mode + 0.3, method="BFGS", tol=1e-10).x
         # The steps stop at a relative decrease of 1e-4: the mode to a small share of its spread.
         assert np.all(np.abs(mode - best) < 0.05 * np.sqrt(variance)), (mode, best, variance)
+
+
+def test_a_new_batch_lacking_genes_is_learnt_from_the_genes_it_has(mapped, tmp_path):
+    """The batch "new" mapped again under another name, lacking three genes: its offsets on the
+    genes it has are those learnt from every gene, within the noise of a fit from 60 cells."""
+    face, _, _, _, query = mapped
+    loaded = SingleCellGPLVM.load(face.save(tmp_path / "model"))
+    cells = query[(query.obs["batch"] == "new").to_numpy()].copy()
+    cells.obs["batch"] = pd.Categorical(["newer"] * cells.n_obs)
+    lacking = ["g3", "g12", "g25"]
+    present = np.array([g not in lacking for g in cells.var_names])
+    found = loaded.map_query(cells[:, present].copy(), progress=False, missing_genes="marginalise")
+    assert loaded.batch_offsets.categories == ["new", "newer"]
+    full, partial = loaded.batch_offsets.offsets
+    assert np.all(np.isfinite(partial))
+    np.testing.assert_allclose(partial[present], full[present], atol=0.25)
+    before = query.obsm["X_gplvm"][(query.obs["batch"] == "new").to_numpy()]
+    assert np.median(np.linalg.norm(found - before, axis=1)) < 0.25 * np.median(
+        np.linalg.norm(before - before.mean(0), axis=1)
+    )
