@@ -149,6 +149,12 @@ def test_genes_a_query_lacks_are_left_out_of_each_cells_likelihood(mapped):
         face.transform(kept.copy(), missing_genes="zeros")
     with pytest.raises(ValueError, match="share 5 of the 30 fitted genes"):
         face.transform(cells[:, :5].copy(), missing_genes="marginalise")
+    silent = kept.copy()
+    silent.X = sp.csr_matrix(np.asarray(silent.X.todense()) * (np.arange(2) == 1)[:, None])
+    with pytest.raises(
+        ValueError, match=r"cell 'c1-.*' has no counts in the fitted genes the query"
+    ):
+        face.transform(silent, missing_genes="marginalise")
     found = face.transform(kept, missing_genes="marginalise")
     spread = kept.obsm["X_gplvm_var"]
     typical = face.fitted.mapper(INFERENCE_STEPS).typical_rate()
