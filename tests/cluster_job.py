@@ -1,8 +1,11 @@
-"""One worker of a test cluster: ``python cluster_job.py JOB SETTINGS_JSON OUTPUT``.
+"""One worker of a test cluster: ``python cluster_job.py JOBS SETTINGS_JSON OUTPUT``.
 
-The tests start one process per worker with ``TF_CONFIG`` set (tests/test_multiworker.py), or one
-process with two logical CPUs for the reference run. Each job writes what the tests compare to
-``OUTPUT`` (a .npz), with its errors as text.
+JOBS is a job's name, or several joined by "+" that run in that order in this one process (one
+start of TensorFlow and of the cluster for all of them); SETTINGS_JSON holds each job's settings
+by its name. The tests start one process per worker with ``TF_CONFIG`` set
+(tests/test_multiworker.py), or one process with two logical CPUs for the reference run, or one
+without a cluster. Each job writes what the tests compare to ``OUTPUT`` with ``{job}`` replaced
+by its name (a .npz), with its errors as text; a job that fails ends the process.
 """
 
 import json
@@ -14,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-JOB, SETTINGS, OUTPUT = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+JOB_NAMES, ALL_SETTINGS, OUTPUTS = sys.argv[1].split("+"), json.loads(sys.argv[2]), sys.argv[3]
+SETTINGS: dict = {}  # the running job's settings, and where it writes
+OUTPUT = ""
 tf.config.threading.set_inter_op_parallelism_threads(1)
 tf.config.threading.set_intra_op_parallelism_threads(1)
-if JOB == "reference":  # one process, two logical CPUs: set before TensorFlow starts
+if "reference" in JOB_NAMES:  # one process, two logical CPUs: set before TensorFlow starts
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     STRATEGY = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -357,8 +362,10 @@ JOBS = {
 }
 
 if __name__ == "__main__":
-    try:
-        np.savez(OUTPUT, **JOBS[JOB]())
-    except Exception as error:  # the test reads the error from the output
-        np.savez(OUTPUT, error=f"{type(error).__name__}: {error}")
-        raise
+    for JOB in JOB_NAMES:
+        SETTINGS, OUTPUT = ALL_SETTINGS[JOB], OUTPUTS.format(job=JOB)
+        try:
+            np.savez(OUTPUT, **JOBS[JOB]())
+        except Exception as error:  # the test reads the error from the output
+            np.savez(OUTPUT, error=f"{type(error).__name__}: {error}")
+            raise

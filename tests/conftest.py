@@ -87,6 +87,9 @@ def exchanges(monkeypatch) -> list[str]:
 # after adding or changing slow tests: python -m pytest --record-durations (a run of one stage
 # rewrites its tests' entries and keeps the other's).
 DURATIONS = Path(__file__).with_name("durations.json")
+# --quick: the tests measured under this many seconds, marked neither slow nor processes (a few
+# minutes on two cores; README's "Tests").
+QUICK_SECONDS = 3.0
 
 
 def pytest_addoption(parser):
@@ -95,16 +98,32 @@ def pytest_addoption(parser):
         action="store_true",
         help=f"write each test's measured seconds to {DURATIONS.name} (tests' start order)",
     )
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help=f"only the tests measured under {QUICK_SECONDS:g} s in {DURATIONS.name} (an "
+        "unmeasured one counts as the median) and marked neither slow nor processes",
+    )
 
 
 def _recorded_seconds() -> dict[str, float]:
     return json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
 
 
-@pytest.hookimpl(trylast=True)  # after `-m` has deselected the other stage's tests
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected tests
+def pytest_collection_modifyitems(config, items):
     seconds = _recorded_seconds()
     unmeasured = statistics.median(seconds.values()) if seconds else 0.0
+    if config.getoption("--quick"):
+        slow = {
+            item
+            for item in items
+            if seconds.get(item.nodeid, unmeasured) >= QUICK_SECONDS
+            or item.get_closest_marker("slow")
+            or item.get_closest_marker("processes")
+        }
+        config.hook.pytest_deselected(items=list(slow))
+        items[:] = [item for item in items if item not in slow]
     length: defaultdict[str, float] = defaultdict(float)
     for item in items:
         length[item.location[0]] += seconds.get(item.nodeid, unmeasured)

@@ -44,14 +44,17 @@ def environment(config: dict | None = None) -> dict:
     return env
 
 
-def start(job: str, settings: dict, folder: Path, workers: int = 2) -> list[subprocess.Popen]:
-    """One process per worker of a loopback cluster running ``job`` of cluster_job.py (or one
-    "reference" process without a cluster)."""
-    settings_text = json.dumps(settings)
-    return start_command(
-        lambda i: [sys.executable, JOB, job, settings_text, str(folder / f"{job}-{i}.npz")],
-        1 if job == "reference" else workers,
-    )
+def start(jobs: dict, folder: Path, workers: int = 2) -> list[subprocess.Popen]:
+    """One process per worker of a loopback cluster (one process without a cluster for one
+    worker) running ``jobs`` of cluster_job.py, a dict of each job's settings by its name, in
+    order. A job writes folder/<job>-<worker>.npz (<job>-alone.npz without a cluster)."""
+    settings = json.dumps(jobs)
+
+    def command(i: int) -> list[str]:
+        output = folder / ("{job}-alone.npz" if workers == 1 else f"{{job}}-{i}.npz")
+        return [sys.executable, JOB, "+".join(jobs), settings, str(output)]
+
+    return start_command(command, workers)
 
 
 def start_command(command, workers: int, cwd: Path | None = None) -> list[subprocess.Popen]:
@@ -85,13 +88,21 @@ def finish(processes: list[subprocess.Popen], timeout: float = 600) -> list[str]
     return outputs
 
 
-def run(job: str, settings: dict, folder: Path, workers: int = 2) -> list[dict]:
-    processes = start(job, settings, folder, workers)
-    outputs = finish(processes)
-    for process, output in zip(processes, outputs):
+def succeeded(processes: list[subprocess.Popen], timeout: float = 600) -> None:
+    """Wait for ``processes`` (as ``finish``); each ended with exit status 0."""
+    for process, output in zip(processes, finish(processes, timeout)):
         assert process.returncode == 0, output[-4000:]
-    count = 1 if job == "reference" else workers
-    return [dict(np.load(folder / f"{job}-{i}.npz")) for i in range(count)]
+
+
+def outputs(job: str, folder: Path, workers: int = 2) -> list[dict]:
+    """What ``job`` wrote on each worker (on the one process without a cluster)."""
+    names = ["alone"] if workers == 1 else [str(i) for i in range(workers)]
+    return [dict(np.load(folder / f"{job}-{name}.npz")) for name in names]
+
+
+def run(job: str, settings: dict, folder: Path, workers: int = 2) -> list[dict]:
+    succeeded(start({job: settings}, folder, workers))
+    return outputs(job, folder, workers)
 
 
 @pytest.fixture(scope="module")
@@ -100,18 +111,66 @@ def folder(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def agreed(folder):
-    """Every model trained for ITERATIONS steps by two workers, and by one process on two devices
-    from the workers' initial state (the same to round-off: checked below)."""
+def cells(folder) -> dict | None:
+    """A small .h5ad (counts in a layer, a batch column whose category "c" only the second
+    worker's cells have and "d" none), the same cells with other counts, and with a NaN count in
+    the second half: their paths (None without anndata)."""
+    try:
+        import anndata
+        import pandas as pd
+    except ImportError:
+        return None
+    rng = np.random.default_rng(0)
+    cells, genes = 80, 12
+    batch = np.where(np.arange(cells) < 40, np.arange(cells) % 2, 2)  # "c" in rows 40-79 only
+    kind = rng.integers(0, 2, cells)
+    rate = np.exp(1.0 + 1.2 * kind[:, None] * (np.arange(genes) < 5) + 0.5 * batch[:, None] / 2)
+    counts = rng.poisson(rate).astype(np.float32)
+    counts[:, 0] += 1
+    import scipy.sparse as sp
+
+    # "d": a category no cell holds, dropped on every worker alike
+    labels = pd.Categorical(np.array(["a", "b", "c"])[batch], categories=["a", "b", "c", "d"])
+    obs = pd.DataFrame({"batch": labels}, index=[f"cell{i}" for i in range(cells)])
+    adata = anndata.AnnData(
+        X=sp.csr_matrix(counts), obs=obs, var=pd.DataFrame(index=[f"g{j}" for j in range(genes)])
+    )
+    adata.layers["counts"] = sp.csr_matrix(counts)
+    path = folder / "cells.h5ad"
+    adata.write_h5ad(path)
+    other, nan = adata.copy(), adata.copy()
+    other.layers["counts"] = sp.csr_matrix(counts + (np.arange(cells) % 2)[:, None])
+    gaps = counts.copy()
+    gaps[50, 3] = np.nan
+    nan.layers["counts"] = sp.csr_matrix(gaps)
+    other.write_h5ad(folder / "other.h5ad")
+    nan.write_h5ad(folder / "nan.h5ad")
+    return {"path": str(path), "other": str(folder / "other.h5ad"), "nan": str(folder / "nan.h5ad")}
+
+
+@pytest.fixture(scope="module")
+def cluster(folder, cells) -> Path:
+    """The jobs that need no processes of their own, run by one pair of workers (agree, then the
+    single-cell fits, then the bad input) beside one process with two logical CPUs (the reference
+    of agree, then the single-cell fits without a cluster): one start of TensorFlow and of the
+    cluster for all. Their outputs are in the folder it returns."""
     initial = folder / "initial"
     initial.mkdir()
-    processes = start("agree", {"initial": str(initial), "iterations": ITERATIONS}, folder)
-    processes += start("reference", {"start": str(initial), "iterations": ITERATIONS}, folder)
-    outputs = finish(processes)
-    for process, output in zip(processes, outputs):
-        assert process.returncode == 0, output[-4000:]
-    workers = [dict(np.load(folder / f"agree-{i}.npz")) for i in range(2)]
-    return workers, dict(np.load(folder / "reference-0.npz"))
+    pair: dict = {"agree": {"initial": str(initial), "iterations": ITERATIONS}}
+    alone: dict = {"reference": {"start": str(initial), "iterations": ITERATIONS}}
+    if cells is not None:
+        pair["single_cell"] = {**cells, "output": str(folder / "single_cell" / "two")}
+        alone["single_cell"] = {**cells, "output": str(folder / "single_cell" / "one")}
+    pair["mistakes"] = {}  # last: a refusal on both workers ends no other job
+    succeeded(start(pair, folder) + start(alone, folder, 1), timeout=1200)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def agreed(cluster):
+    """Every model trained for ITERATIONS steps by two workers, and by one process on two devices
+    from the workers' initial state (the same to round-off: checked below)."""
+    return outputs("agree", cluster), outputs("reference", cluster, 1)[0]
 
 
 def relative(a, b):
@@ -193,7 +252,7 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     (uninterrupted, _), _ = agreed
     checkpoints = folder / "checkpoints"
     settings = {"folder": str(checkpoints), "every": 40, "iterations": ITERATIONS, "resume": False}
-    processes = start("resume", {**settings, "pause": 0.3}, folder)
+    processes = start({"resume": {**settings, "pause": 0.3}}, folder)
     deadline = time.monotonic() + 300
     # Every worker writes its own table rows beside the chief's checkpoints.
     ours = [checkpoints / "ckpt-40.index", checkpoints / "worker-1" / "ckpt-40.index"]
@@ -228,8 +287,8 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
 
 
 @pytest.mark.slow
-def test_bad_input_is_the_same_clear_error_on_every_worker(folder):
-    messages = [json.loads(str(worker["messages"])) for worker in run("mistakes", {}, folder)]
+def test_bad_input_is_the_same_clear_error_on_every_worker(cluster):
+    messages = [json.loads(str(worker["messages"])) for worker in outputs("mistakes", cluster)]
     # No worker was left waiting: each raised, the same error but for the worker it names.
     for case in messages[0]:
         unnamed = [re.sub(r"^worker \d: ", "", worker[case]) for worker in messages]
@@ -352,46 +411,13 @@ def test_the_tutorials_script_trains_on_two_workers_and_resumes(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def single_cells(folder) -> tuple[list[dict], dict, Path]:
-    """A small .h5ad (counts in a layer, a batch column whose category "c" only the second
-    worker's cells have and "d" none), fitted by two workers and by one process."""
-    anndata = pytest.importorskip("anndata")
-    pd = pytest.importorskip("pandas")
-    rng = np.random.default_rng(0)
-    cells, genes = 80, 12
-    batch = np.where(np.arange(cells) < 40, np.arange(cells) % 2, 2)  # "c" in rows 40-79 only
-    kind = rng.integers(0, 2, cells)
-    rate = np.exp(1.0 + 1.2 * kind[:, None] * (np.arange(genes) < 5) + 0.5 * batch[:, None] / 2)
-    counts = rng.poisson(rate).astype(np.float32)
-    counts[:, 0] += 1
-    import scipy.sparse as sp
-
-    # "d": a category no cell holds, dropped on every worker alike
-    labels = pd.Categorical(np.array(["a", "b", "c"])[batch], categories=["a", "b", "c", "d"])
-    obs = pd.DataFrame({"batch": labels}, index=[f"cell{i}" for i in range(cells)])
-    adata = anndata.AnnData(
-        X=sp.csr_matrix(counts), obs=obs, var=pd.DataFrame(index=[f"g{j}" for j in range(genes)])
-    )
-    adata.layers["counts"] = sp.csr_matrix(counts)
-    path = folder / "cells.h5ad"
-    adata.write_h5ad(path)
-    # The same cells and genes with other counts; and with a NaN count in the second half.
-    other, nan = adata.copy(), adata.copy()
-    other.layers["counts"] = sp.csr_matrix(counts + (np.arange(cells) % 2)[:, None])
-    gaps = counts.copy()
-    gaps[50, 3] = np.nan
-    nan.layers["counts"] = sp.csr_matrix(gaps)
-    other.write_h5ad(folder / "other.h5ad")
-    nan.write_h5ad(folder / "nan.h5ad")
-    files = {
-        "path": str(path),
-        "other": str(folder / "other.h5ad"),
-        "nan": str(folder / "nan.h5ad"),
-    }
-    output = folder / "single_cell"
-    workers = run("single_cell", {**files, "output": str(output / "two")}, folder)
-    alone = run("single_cell", {**files, "output": str(output / "one")}, folder, 1)[0]
-    return workers, alone, output
+def single_cells(cluster, cells) -> tuple[list[dict], dict, Path]:
+    """The cells of ``cells`` fitted by two workers and by one process, and the folder of their
+    outputs."""
+    if cells is None:
+        pytest.skip("needs anndata")
+    workers, (alone,) = outputs("single_cell", cluster), outputs("single_cell", cluster, 1)
+    return workers, alone, cluster / "single_cell"
 
 
 @pytest.mark.slow

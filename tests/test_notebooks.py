@@ -2,8 +2,9 @@
 figure, as a notebook and, the quickstart, as a script that keeps its figures.
 
 CI runs the notebooks once, in the documentation build (``.ci/run``, which then names the built
-site in ``GPFLOW_SVI_GPLVM_DOCS_SITE``): there an error in a notebook fails the build, and these
-tests read each notebook's page for its figures. Without the site they run the notebooks here."""
+site in ``GPFLOW_SVI_GPLVM_DOCS_SITE`` and runs the tests marked ``site``): there an error in a
+notebook fails the build, and these tests read each notebook's page for its figures. Without the
+site they run the notebooks here."""
 
 import os
 import re
@@ -152,6 +153,7 @@ def _figures_of_a_run(name: str, monkeypatch) -> list[dict]:
 
 
 # Without the built site, each notebook runs in a kernel of its own (a process).
+@pytest.mark.site
 @pytest.mark.processes
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
