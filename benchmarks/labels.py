@@ -1,7 +1,8 @@
-"""Label transfer measured on held-out real cells.
+"""Label transfer measured on held-out real cells, and the posterior predictive check on them.
 
     python benchmarks/labels.py fit kang|atlas --folder F [--iterations 3000]
     python benchmarks/labels.py transfer kang|atlas --folder F [--unassigned-below 0.5]
+    python benchmarks/labels.py check kang|atlas --folder F [--cells 3000] [--samples 10]
 
 ``fit``: the reference fitted and the query mapped onto it as ``benchmarks/mapping.py`` does
 (B-SVI NB, the batch as covariate, the face's defaults, 3,000 steps; then ``map_query``): on Kang
@@ -19,6 +20,11 @@ calibration (the probabilities of the kernel density alone, ``calibration=None``
 expected calibration error (15 bins), the reliability table, each type's recall and precision
 and the cells left unassigned below a probability. On Kang the reference is one batch, so the
 held-out groups are random folds of its cells (``transfer_labels`` warns and says so).
+
+``check``: the posterior predictive check
+(:func:`~gpflow_svi_gplvm.singlecell.genes.model_check.posterior_predictive_check`) of the
+fitted reference on (at most ``--cells``) of its own cells, beside the same statistics of counts
+drawn without any cell state (Poisson at each cell's library size times the gene's share).
 """
 
 from __future__ import annotations
@@ -147,6 +153,41 @@ def transfer(args: argparse.Namespace) -> None:
             print(f"| {name} | {mine.sum()} | {recall:.3f} | {precision:.3f} |")
 
 
+def check(args: argparse.Namespace) -> None:
+    """The posterior predictive check of the fitted reference on its own cells, beside the
+    same statistics of counts drawn without any cell state (Poisson at each cell's library
+    size times the gene's share of all counts)."""
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.genes.model_check import predictive_statistics
+
+    folder = Path(args.folder)
+    reference, _ = cells_of(args.data, folder)
+    stored = np.load(folder / "embedding.npz")
+    reference.obsm["X_gplvm"] = stored["reference_mean"]
+    reference.obsm["X_gplvm_var"] = stored["reference_variance"]
+    rng = np.random.default_rng(0)
+    chosen = np.sort(rng.permutation(reference.n_obs)[: args.cells])
+    cells = reference[chosen].copy()
+    face = SingleCellGPLVM.load(folder / "model")
+    start = time.process_time()
+    result = face.posterior_predictive_check(cells, n_samples=args.samples, warn=False)
+    cpu = time.process_time() - start
+    observed = np.asarray(cells.X.toarray() if hasattr(cells.X, "toarray") else cells.X, float)
+    share = observed.sum(axis=0) / observed.sum()
+    flat = rng.poisson(observed.sum(axis=1)[:, None] * share, (args.samples,) + observed.shape)
+    baseline = predictive_statistics(observed, flat)
+    print(
+        f"{args.data}: {cells.n_obs} reference cells x {cells.n_vars} genes, "
+        f"{args.samples} replicates ({cpu:.0f} CPU s)\n"
+    )
+    print("| statistic | GPLVM | no cell state (Poisson at the library size) |\n|---|---|---|")
+    for name, value in result.summary().items():
+        print(f"| {name} | {value:.3f} | {baseline.summary()[name]:.3f} |")
+    print("\n| nominal interval | coverage, GPLVM | coverage, no cell state |\n|---|---|---|")
+    for nominal, value in result.coverage.items():
+        print(f"| {nominal:.2f} | {value:.3f} | {baseline.coverage[nominal]:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["fit", "transfer", "check"])
@@ -154,8 +195,10 @@ def main() -> None:
     parser.add_argument("--folder", required=True)
     parser.add_argument("--iterations", type=int, default=3000)
     parser.add_argument("--unassigned-below", type=float, default=0.5)
+    parser.add_argument("--cells", type=int, default=3000)
+    parser.add_argument("--samples", type=int, default=10)
     args = parser.parse_args()
-    {"fit": fit, "transfer": transfer}[args.command](args)
+    {"fit": fit, "transfer": transfer, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":

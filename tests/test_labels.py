@@ -32,7 +32,7 @@ def _known_map(rng, count: int, slope: float, biases: np.ndarray):
     return probabilities, classes
 
 
-def test_the_calibration_map_is_recovered_and_its_gradient_is_the_finite_difference():
+def test_the_calibration_map_is_recovered_from_draws_of_a_known_one():
     rng = np.random.default_rng(0)
     slope, biases = 0.5, np.array([0.8, -0.4, 0.0])  # the last bias is the fixed reference
     probabilities, truth = _known_map(rng, 20000, slope, biases)
