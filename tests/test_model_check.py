@@ -153,7 +153,7 @@ def test_the_check_runs_through_a_fitted_model_and_warns_below_its_threshold(mon
     assert check.cv_gene_pearson > 0.5  # genes 0-2 and 5-7 vary between kinds or batches
     assert (check.coverage > 0.5).all()
     monkeypatch.setattr(model_check, "CV_CORRELATION_WARNING", 1.01)
-    with pytest.warns(UserWarning, match="gene-wise CV correlation"):
+    with pytest.warns(UserWarning, match="-wise CV correlation is"):
         again = face.posterior_predictive_check(cells, n_samples=20)
     pd.testing.assert_series_equal(again.summary(), check.summary())  # one seed, one check
     with pytest.raises(ValueError, match="n_samples"):
