@@ -68,15 +68,15 @@ def one_gplvm(args: argparse.Namespace, job: dict) -> dict:
     import anndata
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.fitting.fitted import fitted_state
     from gpflow_svi_gplvm.singlecell.genes.differential import differential_expression
     from gpflow_svi_gplvm.singlecell.genes.expression import normalized_expression
-    from gpflow_svi_gplvm.singlecell.genes.fitted import fitted_cells
     from gpflow_svi_gplvm.singlecell.genes.labels import LabelTransfer
 
     adata = anndata.read_h5ad(args.data)
     face = SingleCellGPLVM(10, layer="counts", batch_key="batch", shared_covariance=True)
     face.fit(adata, iterations=args.iterations, batch_size=256, progress=False)
-    fitted, out = fitted_cells(face), {}
+    fitted, out = fitted_state(face.fitted), {}
     batches = list(adata.obs["batch"].cat.categories)
     start = time.process_time()
     corrected = normalized_expression(fitted, adata, batches, n_samples=DRAWS)
@@ -377,8 +377,8 @@ def memory_one(args: argparse.Namespace) -> None:
     import h5py
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.fitting.fitted import fitted_state
     from gpflow_svi_gplvm.singlecell.genes.expression import normalized_expression
-    from gpflow_svi_gplvm.singlecell.genes.fitted import fitted_cells
 
     reference = anndata.read_h5ad(args.fit_data)
     face = SingleCellGPLVM(10, batch_key="batch", shared_covariance=True)
@@ -400,7 +400,7 @@ def memory_one(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
         genes = face.gene_names[:200]
         written = normalized_expression(
-            fitted_cells(face), args.data, "a", genes, n_samples=1, output=folder
+            fitted_state(face.fitted), args.data, "a", genes, n_samples=1, output=folder
         )
         shape = list(written.shape)
     seconds = time.perf_counter() - start

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 from probe_kit import Case, Lost, Wrong, check_close, check_kept, keeping, snapshot
 
+from gpflow_svi_gplvm.export import folder as export_folder
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-from gpflow_svi_gplvm.singlecell.storage import saving
 from gpflow_svi_gplvm.singlecell.storage.saving import MANIFEST
 
 FOLDER = ("folder", "path")
@@ -198,8 +198,8 @@ def _interrupted_save(lab, point: str, earlier: bool):
         "variables": (np, "savez", 1),
         "reference": (np, "savez", 2),
         "cells": (None, "write_h5ad", 1),
-        "marker": (saving, "write_marker", 1),
-        "replace": (saving, "replace_folder", 1),
+        "marker": (export_folder, "write_marker", 1),
+        "replace": (export_folder, "replace_folder", 1),
     }
 
     def run():

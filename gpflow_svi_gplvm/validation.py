@@ -21,6 +21,7 @@ __all__ = [
     "check_observations",
     "check_finite_array",
     "check_integer",
+    "check_bool",
     "check_seed",
     "check_path",
     "check_writable_folder",
@@ -196,6 +197,16 @@ def check_integer(value, name: str, minimum: int = 1, hint: str = "") -> int:
         advice = f" ({hint})" if hint else ""
         raise ValueError(f"{name} must be {wanted}, got {value!r}{advice}.")
     return int(value)
+
+
+def check_bool(value, name: str, meaning: str = "") -> bool:
+    """``value`` as a ``bool`` (``True``/``False`` or NumPy's), or a ``ValueError`` naming
+    ``name`` and, with ``meaning``, what True does: a string such as "no" or a number is not
+    read as consent."""
+    if not isinstance(value, (bool, np.bool_)):
+        does = f" ({meaning})" if meaning else ""
+        raise ValueError(f"{name} must be True or False{does}, got {value!r}.")
+    return bool(value)
 
 
 SEED_LIMIT = 2**63

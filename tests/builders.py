@@ -175,3 +175,17 @@ def count_cells(seed: int = 0):
     cells.var_names = [f"gene{j}" for j in range(D)]
     cells.layers["counts"] = sp.csr_matrix(counts)
     return cells
+
+
+def spoiled_embedding(cells, kind: str, cell: int, key: str = "gplvm"):
+    """A copy of ``cells`` whose q(x) in ``obsm`` is not a Q = 2 model's: another model's of 5
+    columns ("wide"), a NaN mean of ``cell`` ("nan") or a negative variance of it ("negative")."""
+    spoiled = cells.copy()
+    if kind == "wide":
+        spoiled.obsm[f"X_{key}"] = np.zeros((cells.n_obs, 5))
+        spoiled.obsm[f"X_{key}_var"] = np.ones((cells.n_obs, 5))
+    elif kind == "nan":
+        spoiled.obsm[f"X_{key}"][cell, 0] = np.nan
+    else:
+        spoiled.obsm[f"X_{key}_var"][cell, 1] = -1.0
+    return spoiled

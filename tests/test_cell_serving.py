@@ -119,7 +119,7 @@ def test_requests_the_model_cannot_read_are_refused_by_name(exported):
         (dict(counts=tf.constant(counts * 0), **good), "without counts"),
         (
             dict(counts=tf.constant(counts), batch=tf.constant(["z"] * 10), depth=good["depth"]),
-            "a category the model does not know",
+            r"batch: a category the model does not know \(known: a, b, new\)",
         ),
         (
             dict(

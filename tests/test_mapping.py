@@ -14,7 +14,7 @@ sp = pytest.importorskip("scipy.sparse")
 from gpflow.utilities import parameter_dict  # noqa: E402
 
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper, read_query  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
 
 N, D, Q = 120, 30, 2
@@ -79,7 +79,7 @@ def test_a_new_batchs_offsets_start_from_its_pooled_expression(mapped):
     at = np.concatenate([laplace._candidates_at.numpy(), inputs], axis=1)
     typical = face.model.predict_y(at)[0].numpy().mean(0)
     np.testing.assert_allclose(laplace.typical_rate(), typical, rtol=1e-4)
-    read = read_query(face, query, learn=False)
+    read = face.fitted.read_query(query, learn=False)
     new = np.flatnonzero(read.batches == "new")
     Y, given = read.rows.take(new), read.inputs[new]
     start = mapper._start_offsets(Y, given, np.zeros(len(new), int), 1)[0]

@@ -540,3 +540,12 @@ def test_data_with_nothing_observed_is_rejected(model_class):
         sg.fit(model, Y, iterations=1, progress=False, mask=nothing)
     with pytest.raises(ValueError, match=match):
         model.infer_latents(Y[:3], iterations=1, mask=nothing[:3])
+
+
+def test_a_boolean_option_takes_true_or_false_only():
+    from gpflow_svi_gplvm.validation import check_bool
+
+    assert check_bool(np.True_, "overwrite") is True and check_bool(False, "overwrite") is False
+    for value in ("no", "False", 0, 1, None, np.array([True])):
+        with pytest.raises(ValueError, match=r"overwrite must be True or False \(replace\)"):
+            check_bool(value, "overwrite", "replace")

@@ -18,7 +18,7 @@ from gpflow.mean_functions import Constant, MeanFunction
 
 from ..distributed.workers import Workers
 from ..likelihoods import MaskedLikelihood, check_support, is_masked, likelihood_facts
-from ..rows.facts import RowFacts, read_facts, row_totals
+from ..rows.facts import RowFacts, facts_of, row_totals
 from ..validation import check_finite_array, check_integer
 from .pca import pca_latents
 
@@ -62,10 +62,10 @@ ColumnSummary = RowFacts
 
 def column_summary(Y: np.ndarray, workers: Workers | None = None) -> ColumnSummary:
     """The :class:`~gpflow_svi_gplvm.rows.facts.RowFacts` of Y [N, D] (with ``workers``: this
-    worker's rows [n, D] of the data of all), from one pass in row blocks
-    (:func:`~gpflow_svi_gplvm.rows.facts.read_facts`); a ``ValueError`` when the moments
-    overflow float64."""
-    return read_facts(Y, workers)
+    worker's rows [n, D] of the data of all): those the rows keep, or one pass's in row blocks
+    (:func:`~gpflow_svi_gplvm.rows.facts.facts_of`); a ``ValueError`` when the moments overflow
+    float64."""
+    return facts_of(Y, workers)
 
 
 def column_moments(

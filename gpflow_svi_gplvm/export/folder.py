@@ -29,6 +29,7 @@ import shutil
 import socket
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ __all__ = [
     "DELETING",
     "is_export",
     "check_destination",
+    "write_staged",
     "make_staging",
     "write_marker",
     "replace_folder",
@@ -134,6 +136,24 @@ def _foreign_files(path: Path, kind: FolderKind = EXPORT) -> list[str]:
         saved_model = ("saved_model.pb", "fingerprint.pb", "variables", "assets", MARKER)
         written = {p for p in _written(path) if p.split(os.sep)[0] in saved_model}
     return [p for p in _written(path) if p not in written and p != STAGING_MARKER]
+
+
+def write_staged(path: Path, fill: Callable[[Path], dict], kind: FolderKind = EXPORT) -> Path:
+    """Write a folder of ``kind`` at ``path`` whole or not at all (see the module) and return
+    ``path``: ``fill`` writes the folder's files into a new staging folder beside ``path`` and
+    returns what its marker records; the folder is then marked (:func:`write_marker`) and moved
+    into place (:func:`replace_folder`). The staging folder is removed whatever happens; one this
+    process leaves behind when killed is removed by the next write into the same parent folder.
+    ``path`` must have passed :func:`check_destination`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = make_staging(path)
+    try:
+        record = fill(staging)
+        write_marker(staging, record, kind)
+        replace_folder(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
 
 
 def make_staging(path: Path) -> Path:

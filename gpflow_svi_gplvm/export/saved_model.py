@@ -36,7 +36,6 @@ units than those cannot be detected: the export would serve them without complai
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +46,8 @@ from ..compiled import GraphFunction
 from ..prediction.latent_inference import LatentInference
 from ..prediction.new_row_model import NewRowModel
 from ..prediction.predictive import chunk_rows, in_row_chunks
-from ..validation import check_finite_array, check_path, check_writable_folder
-from .folder import check_destination, make_staging, replace_folder, write_marker
+from ..validation import check_bool, check_finite_array, check_path, check_writable_folder
+from .folder import check_destination, write_staged
 
 __all__ = ["ServingModule", "export_saved_model", "SIGNATURES"]
 
@@ -258,20 +257,18 @@ def export_saved_model(
     if own_export is not None:  # a single-cell face, whose cells bring counts and obs columns
         return own_export(path, overwrite=overwrite, dtype=dtype)
     path = check_path(path, "path (where the export goes)")
+    overwrite = check_bool(overwrite, "overwrite", "replace an earlier export at path")
     check_destination(path, overwrite)
     check_writable_folder(path.parent, "The export's parent folder")
     settings = (encode_iterations, learning_rate, num_samples, seed, dtype, chunk_size)
     module = ServingModule(model, *settings, location, scale)
     signatures = _signatures(module)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = make_staging(path)
-    try:
+
+    def fill(staging: Path) -> dict[str, object]:
         tf.saved_model.save(module, str(staging), signatures=signatures)
-        write_marker(staging, _record(module))
-        replace_folder(staging, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+        return _record(module)
+
+    return write_staged(path, fill)
 
 
 def _record(module: ServingModule) -> dict[str, object]:

@@ -26,8 +26,8 @@ from ..distributed.workers import Workers
 from ..latents import EncoderLatent, GaussianLatent, LatentVariables, MAPLatent, PointLatent
 from ..latents.flows import check_flow_options, flow_latent
 from ..options import takes_options_of
+from ..rows.facts import facts_of
 from ..rows.shard import RowShard
-from ..rows.sparse import row_blocks
 from .base import DEFAULT_NUM_INDUCING, SVIGPLVM, LatentFactory, with_model_parameters
 
 __all__ = [
@@ -185,7 +185,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         hide_fraction = options.hide_fraction
         if hide_fraction is None:
             sees_mask = options.missing_aware or options.set_size is not None
-            gaps = workers.sum(sum(int(np.isnan(block).sum()) for block in row_blocks(Y))) > 0
+            gaps = facts_of(Y, workers).gaps  # those the rows keep, or one pass's
             hide_fraction = 0.2 if sees_mask and gaps else 0.0
         return EncoderLatent(
             Y.shape[1],

@@ -23,6 +23,7 @@ from .sparse import row_blocks
 
 __all__ = [
     "RowFacts",
+    "RowShape",
     "RowScan",
     "scan_rows",
     "read_facts",
@@ -55,6 +56,30 @@ class RowFacts:
     gaps: bool
     digest: str | None = None
     workers: int = 1
+
+
+class RowShape:
+    """Rows of a shape [N, D] without values: what a model is built from when every variable is
+    assigned afterwards (a saved model's load), so that its build reads nothing. Its facts are
+    placeholders (every entry an observed count of mean and variance 1, each row's total 1),
+    which only the values they start from depend on; reading a row is an error."""
+
+    def __init__(self, num_rows: int, data_dim: int):
+        self.shape = (num_rows, data_dim)
+        observed, ones = np.full(data_dim, float(num_rows)), np.ones(data_dim)
+        self.facts = RowFacts(observed, ones, ones, True, False, 0, np.ones(num_rows), False)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        raise ValueError("RowShape holds no values: build the model from its rows to read them.")
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return self[slice(0, 0)]
+
+    def view(self, transform: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> RowShape:
+        return self
+
+    def row_sums(self) -> np.ndarray:
+        return self[slice(0, 0)]
 
 
 @dataclass(frozen=True)

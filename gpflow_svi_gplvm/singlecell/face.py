@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing, nullcontext
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -15,7 +15,6 @@ from ..defaults import (
     CELL_BATCH_SIZE,
     CELL_ENCODER_LEARNING_RATE,
     CELL_LATENT_DIM,
-    CELL_LIKELIHOOD_NAMES,
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
 )
@@ -23,19 +22,18 @@ from ..distributed.workers import Workers
 from ..models import SVIGPLVM
 from ..rows.h5ad import DiskRows
 from ..rows.shard import worker_rows
-from ..rows.sparse import RowReader
 from ..training.trainer import History
-from ..validation import check_integer, check_seed
+from ..validation import check_integer
 from .cells.encoding import CovariateEncoding
-from .cells.reading import CellsFile, check_anndata, opened
+from .cells.reading import check_anndata, opened
 from .cells.registration import CellRegistration
-from .fitting.assembly import assembled, check_output
+from .fitting.assembly import check_output, write_embedding
 from .fitting.built_model import build_model, check_same_inputs
-from .fitting.distilled import DISTIL_CELLS, ENCODER_TRAINING
-from .fitting.spread import EmbeddingSpread
-from .fitting.trained import distils, final_elbo, step_size, summary_of, train
+from .fitting.distilled import DISTIL_CELLS
+from .fitting.fitted import CellModelOptions, FittedCells, fitted_state
+from .fitting.trained import distils, step_size, train
 from .genes.mixin import GenesMixin
-from .mapping.cell_mapper import BLOCK, FIT_CELLS, INFERENCE_STEPS, CellMapper, read_query
+from .mapping.cell_mapper import FIT_CELLS, INFERENCE_STEPS
 from .mapping.offsets import BatchOffsets
 from .storage.saving import load_model, save_model
 from .storage.serving import export_cells
@@ -127,29 +125,36 @@ class SingleCellGPLVM(GenesMixin):
         distil_cells: int = DISTIL_CELLS,
         **model_options: Any,
     ):
-        _check_options(likelihood, size_factors, refine_latents, encoder_training)
-        self.latent_dim, self.model_name = latent_dim, model
-        self.num_inducing, self.key_added = num_inducing, _check_key(key_added)
-        self.likelihood = likelihood
-        self.registration = CellRegistration(
-            layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
-        )
-        self.seed = check_seed(seed)
-        self.refine_latents, self.encoder_training = bool(refine_latents), encoder_training
-        self.distil_cells = check_integer(distil_cells, "distil_cells", hint="e.g. 10000 cells")
+        if likelihood == "gaussian" and size_factors is not None:
+            raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
         if model_options.get("shared_covariance") is None:  # what mapping and serving need
             model_options["shared_covariance"] = True
-        self.model_options = model_options
-        self.model: SVIGPLVM | None = None
-        self.training_record: dict | None = None
-        """How the model was trained (``uns[key_added]["settings"]`` and the final ELBO)."""
-        self.reference = None
-        """A loaded model's minified training cells (:meth:`load`), when saved with them."""
-        self.history: History | None = None
-        self._cell_mapper: CellMapper | None = None
-        self.batch_offsets = BatchOffsets()
-        """The effects (offsets on f [K, D]) of batches the model was not fitted with, learnt
-        by :meth:`map_query`."""
+        self.options = CellModelOptions(
+            latent_dim,
+            likelihood,
+            model,
+            num_inducing,
+            key_added,
+            seed,
+            refine_latents,
+            encoder_training,
+            distil_cells,
+            model_options,
+        )
+        """What shapes the model and its fit (:mod:`~.fitting.fitted`)."""
+        self._registration = CellRegistration(
+            layer, genes, batch_key, covariate_keys, size_factors, counts=likelihood != "gaussian"
+        )
+        self.fitted: FittedCells | None = None
+        """What :meth:`fit` or :meth:`load` made: the model, its registration, the batches a query
+        mapping learnt, how it was trained (:class:`~.fitting.fitted.FittedCells`); None before."""
+
+    @classmethod
+    def _of(cls, fitted: FittedCells) -> SingleCellGPLVM:
+        """The face holding the ``fitted`` state (a loaded model's), with its options."""
+        face = cls.__new__(cls)
+        face.options, face._registration, face.fitted = fitted.options, fitted.registration, fitted
+        return face
 
     def fit(
         self,
@@ -179,64 +184,43 @@ class SingleCellGPLVM(GenesMixin):
         pair (a stop between leaves one missing, never two runs' halves). An embedding that
         collapsed (:mod:`~gpflow_svi_gplvm.singlecell.fitting.spread`) is written with a warning,
         and ``uns[key_added]["collapsed"]`` is True. ``workers``: ``strategy``'s, if made
-        already."""
+        already. A new :attr:`fitted` state replaces the earlier one (batches ``map_query``
+        learnt and :attr:`reference` cells go with it)."""
+        options = self.options
         workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
-        adata = self._opened(adata, output, workers, bool(overwrite or resume))
+        adata, registration = self._opened(adata, output, workers, bool(overwrite or resume))
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
-        distilled = distils(self, strategy)
-        built = build_model(self, adata, cells, workers, strategy, checkpoint_dir is not None)
-        self.model = built.model
+        digest, distilled = checkpoint_dir is not None, distils(options, strategy)
+        built = build_model(options, registration, adata, cells, workers, strategy, digest)
         batch_size = min(check_integer(batch_size, "batch_size", hint="e.g. 256"), adata.n_obs)
-        learning_rate = step_size(self.model, learning_rate, distilled)
+        learning_rate = step_size(built.model, learning_rate, distilled)
         progress = progress and workers.count == 1  # the bars of one process
         training: dict[str, Any] = dict(batch_size=batch_size, learning_rate=learning_rate)
-        training |= dict(seed=self.seed, progress=progress, callback=callback, resume=resume)
+        training |= dict(seed=options.seed, progress=progress, callback=callback, resume=resume)
         training |= dict(callback_every=callback_every, checkpoint_every=checkpoint_every)
-        rows = built.rows
-        with closing(rows) if isinstance(rows, DiskRows) else nullcontext():  # the user's file
-            run = training, checkpoint_dir, overwrite
-            self.history = train(self, built, iterations, strategy, workers, *run)
-            summary = summary_of(self, iterations, batch_size, learning_rate)
-            self.training_record = summary["settings"] | {"elbo_final": final_elbo(summary["elbo"])}
-            self._write_embedding(adata, rows, cells, workers, output, summary, progress)
+        rows = built.rows  # the user's file closed after the fit
+        with closing(rows) if isinstance(rows, DiskRows) else nullcontext():
+            run = iterations, strategy, workers, training, checkpoint_dir, overwrite
+            self.fitted, summary = train(options, registration, built, *run)
+            write_embedding(self.fitted, adata, rows, cells, workers, output, summary, progress)
         workers.finish()
         return self
 
-    def _opened(self, adata, output: str | Path | None, workers: Workers, replace: bool):
-        """``adata`` opened (:func:`~.reading.opened`) with its genes registered, ``output``
-        checked now, not after training, and every worker's call checked to be the same."""
+    def _opened(
+        self, adata, output: str | Path | None, workers: Workers, overwrite: bool
+    ) -> tuple[Any, CellRegistration]:
+        """``adata`` opened (:func:`~.reading.opened`) and a new registration of its genes,
+        ``output`` checked now, not after training, and every worker's call checked to be the
+        same."""
         path = isinstance(adata, (str, Path))
+        registration = replace(self._registration, gene_names=[])
         with workers.agreeing():  # a worker's mistake stops every worker, with its message
             adata = opened(adata)
-            self.registration.register_genes(adata)
-        check_output(output, self.key_added, workers, replace, workers.count > 1 or path)
-        check_same_inputs(self, adata, workers)
-        return adata
-
-    def _write_embedding(
-        self,
-        adata,
-        rows: RowReader,
-        cells: np.ndarray,
-        workers: Workers,
-        output: str | Path | None,
-        summary: dict,
-        progress: bool = False,
-    ) -> None:
-        """q(x) of this worker's training ``cells`` to ``output`` (the chief assembling every
-        worker's) or to ``adata.obsm``, and ``summary`` to ``adata.uns``, with a warning when the
-        embedding collapsed; a progress bar of the cells refined with ``progress``."""
-        spread = EmbeddingSpread(self.latent_dim)
-        blocks = spread.tracked(self._training_moments(rows, progress))
-        if output is not None:
-            moments = assembled(Path(output), self.key_added, blocks, cells, workers)
-        else:
-            means, variances = zip(*blocks)
-            moments = np.concatenate(means), np.concatenate(variances)
-        summary["collapsed"] = spread.warn_if_collapsed(workers)
-        if moments is not None and not isinstance(adata, CellsFile):
-            adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
-            adata.uns[self.key_added] = summary
+            registration.register_genes(adata)
+            registration.register_cells(adata)
+        check_output(output, self.options.key_added, workers, overwrite, workers.count > 1 or path)
+        check_same_inputs(self.options, registration, adata, workers)
+        return adata, registration
 
     def transform(
         self, adata, iterations: int = INFERENCE_STEPS, progress: bool = False
@@ -270,22 +254,18 @@ class SingleCellGPLVM(GenesMixin):
     ) -> np.ndarray:
         """:meth:`transform`, and :meth:`map_query` with ``fit_cells``."""
         iterations = check_integer(iterations, "iterations", hint="e.g. 50 Newton steps")
-        model = self.model
-        if model is None:
-            raise ValueError("Fit the model first: SingleCellGPLVM(...).fit(adata).")
+        fitted = fitted_state(self.fitted)
         check_anndata(adata)
         if adata.n_obs == 0:
             raise ValueError("adata holds no cells to embed: give at least one cell.")
-        query = read_query(self, adata, learn=fit_cells is not None)
-        mapper = self._mapper(iterations)
+        learnt, query = fitted.offsets, fitted.read_query(adata, fit_cells is not None)
+        mapper = fitted.mapper(iterations)
         if query.new:
-            learnt = mapper.learn_offsets(query, self.encoding, fit_cells or 0, self.seed)
-            self.batch_offsets.add(query.new, learnt)
-        moments = mapper.embed(
-            query.rows, query.inputs, query.offsets(self.batch_offsets), progress
-        )
-        adata.obsm[f"X_{self.key_added}"], adata.obsm[f"X_{self.key_added}_var"] = moments
-        return adata.obsm[f"X_{self.key_added}"]
+            encoding, seed = fitted.registration.encoding, fitted.options.seed
+            learnt.add(query.new, mapper.learn_offsets(query, encoding, fit_cells or 0, seed))
+        moments = mapper.embed(query.rows, query.inputs, query.offsets(learnt), progress)
+        adata.obsm[f"X_{fitted.key}"], adata.obsm[f"X_{fitted.key}_var"] = moments
+        return adata.obsm[f"X_{fitted.key}"]
 
     def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
         """Write the fitted model to ``folder`` (created; an earlier saved model there is
@@ -293,13 +273,13 @@ class SingleCellGPLVM(GenesMixin):
         training data (:mod:`~gpflow_svi_gplvm.singlecell.storage.saving`); ``adata``: the cells
         it was fitted to, whose ``obs`` and q(x) moments are kept too (a minified AnnData, no
         counts)."""
-        return save_model(self, folder, adata, overwrite)
+        return save_model(fitted_state(self.fitted), folder, adata, overwrite)
 
     @classmethod
     def load(cls, folder: str | Path) -> SingleCellGPLVM:
         """The model :meth:`save` wrote to ``folder`` (in this or another process), ready for
         :meth:`transform`; its minified training cells, if saved, are :attr:`reference`."""
-        return load_model(folder, cls)
+        return cls._of(load_model(folder))
 
     def export_saved_model(
         self,
@@ -314,7 +294,19 @@ class SingleCellGPLVM(GenesMixin):
         returns each cell's q(x*) as :meth:`transform` does, with TensorFlow alone
         (:mod:`~gpflow_svi_gplvm.singlecell.storage.serving`); returns that folder. ``overwrite``
         replaces an earlier export of this package at that version."""
-        return export_cells(self, path, version, overwrite, iterations, dtype)
+        fitted = fitted_state(self.fitted)
+        return export_cells(fitted, path, version, overwrite, iterations, dtype)
+
+    @property
+    def model(self) -> SVIGPLVM | None:
+        """The fitted GPLVM (:attr:`fitted`'s), or None before :meth:`fit`."""
+        return None if self.fitted is None else self.fitted.model
+
+    @property
+    def registration(self) -> CellRegistration:
+        """What an AnnData means to the model: the fitted one's (:attr:`fitted`'s), or before
+        :meth:`fit` the choices the next fit registers cells by."""
+        return self._registration if self.fitted is None else self.fitted.registration
 
     @property
     def gene_names(self) -> list[str]:
@@ -327,62 +319,37 @@ class SingleCellGPLVM(GenesMixin):
         return self.registration.encoding
 
     @property
-    def _refines(self) -> bool:
-        """Whether cells' q(x) is refined from an encoder's (``refine_latents``, amortised)."""
-        return self.refine_latents and cast(SVIGPLVM, self.model).latent.amortised
+    def batch_offsets(self) -> BatchOffsets:
+        """The effects (offsets on f [K, D]) of batches the model was not fitted with, learnt
+        by :meth:`map_query` (:attr:`fitted`'s)."""
+        return BatchOffsets() if self.fitted is None else self.fitted.offsets
 
-    def _training_moments(
-        self, rows: RowReader, progress: bool = False
-    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Means and variances [b, Q] of q(x_n) of the training cells, a block of rows at a time
-        (an encoder reads their values, and with ``refine_latents`` each cell's q(x) is then
-        refined as in :meth:`transform`; a latent table is read a block of its rows at a time)."""
-        model = cast(SVIGPLVM, self.model)
-        if self._refines:
-            inputs = None if model.row_inputs is None else model.row_inputs.numpy()
-            mapper = self._mapper(INFERENCE_STEPS)
-            yield from mapper.blocks(rows, inputs, progress=progress, desc="refine q(x)")
-            return
-        for start in range(0, rows.shape[0], BLOCK):
-            stop = min(start + BLOCK, rows.shape[0])
-            idx = tf.range(start, stop, dtype=tf.int64)
-            values = tf.constant(rows[start:stop]) if model.latent.amortised else None
-            mean, variance = model.latent.moments(idx, values)
-            yield mean.numpy(), variance.numpy()
+    @batch_offsets.setter
+    def batch_offsets(self, offsets: BatchOffsets) -> None:
+        self.fitted = replace(fitted_state(self.fitted), offsets=offsets)
 
-    def _mapper(self, iterations: int) -> CellMapper:
-        """The embedding of cells with the model frozen, in at most ``iterations`` steps a cell,
-        kept: its compiled graphs serve later calls with as many steps."""
-        mapper = self._cell_mapper
-        if mapper is None or mapper.model is not self.model or mapper.iterations != iterations:
-            mapper = self._cell_mapper = CellMapper(
-                cast(SVIGPLVM, self.model), self.seed, iterations
-            )
-        return mapper
+    @property
+    def training_record(self) -> dict | None:
+        """How the model was trained (``uns[key_added]["settings"]`` and the final ELBO)."""
+        return None if self.fitted is None else self.fitted.training_record
 
+    @property
+    def history(self) -> History | None:
+        """The ELBO trace of the last :meth:`fit` (None before, and for a loaded model)."""
+        return None if self.fitted is None else self.fitted.history
 
-def _check_key(key: str) -> str:
-    """``key_added``, which names ``obsm`` keys and the files ``X_<key>.npy``: a ``ValueError``
-    for one that is not a plain name."""
-    if not isinstance(key, str) or not re.fullmatch(r"\w[\w.-]*", key):
-        raise ValueError(
-            f"key_added names obsm keys and files (X_<key_added>.npy), so it must be a plain "
-            f"name of letters, digits, '_', '-' or '.', got {key!r}: e.g. key_added='gplvm'."
-        )
-    return key
+    @property
+    def reference(self):
+        """A loaded model's minified training cells (:meth:`load`), when saved with them."""
+        return None if self.fitted is None else self.fitted.reference
 
+    @property
+    def latent_dim(self) -> int:
+        """Q, the latent dimensions (:attr:`options`')."""
+        return self.options.latent_dim
 
-def _check_options(
-    likelihood: str, size_factors: str | None, refine_latents: object, encoder_training: str
-) -> None:
-    """A ``ValueError`` for a face's option that is not one of its choices."""
-    if likelihood not in CELL_LIKELIHOOD_NAMES:
-        raise ValueError(f"likelihood must be one of {CELL_LIKELIHOOD_NAMES}, got {likelihood!r}.")
-    if size_factors is not None and likelihood == "gaussian":
-        raise ValueError("size_factors need a count likelihood: pass size_factors=None.")
-    if not isinstance(refine_latents, (bool, np.bool_)):
-        raise ValueError(f"refine_latents must be True or False, got {refine_latents!r}.")
-    if encoder_training not in ENCODER_TRAINING:
-        raise ValueError(
-            f"encoder_training must be one of {ENCODER_TRAINING}, got {encoder_training!r}."
-        )
+    @property
+    def key_added(self) -> str:
+        """q(x) of cells is stored as ``obsm["X_<key_added>"]`` and ``obsm["X_<key_added>_var"]``
+        (:attr:`options`')."""
+        return self.options.key_added

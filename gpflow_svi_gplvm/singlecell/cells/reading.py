@@ -1,5 +1,5 @@
 """The cells of an AnnData (or of an ``.h5ad`` file, read from disk): the chosen genes' values
-read a block of rows at a time and checked, and their size factors."""
+read a block of rows at a time and checked (their library sizes from the same pass)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...distributed.workers import Workers
 from ...rows.facts import RowScan, scan_rows
 from ...rows.sparse import RowReader, SparseRows
-from .encoding import obs_column
 
 if TYPE_CHECKING:
     from ...rows.h5ad import DiskRows
@@ -22,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = [
     "read_cells",
     "scan_cells",
-    "size_factors_of",
     "opened",
     "CellsFile",
     "content_hash",
@@ -95,44 +92,6 @@ def _opened_cells(
         return disk, check
     with disk:  # closed once read
         return disk.load(start, stop), check
-
-
-def size_factors_of(
-    choice: str | None, obs, library: np.ndarray, workers: Workers | None = None
-) -> np.ndarray | None:
-    """Each cell's size factor [N] (of ``obs``'s cells) as ``choice`` says: "library", its
-    ``library`` size [N] over their mean over all ``workers``' cells; an ``obs`` column's name;
-    None, none."""
-    if choice is None:
-        return None
-    workers = workers or Workers()
-    if choice == "library":
-        with workers.agreeing():
-            empty = np.flatnonzero(library <= 0)
-            if len(empty):
-                raise ValueError(
-                    f"cell {obs.index[empty[0]]!r} has no counts in the chosen genes "
-                    f"({len(empty)} cells in all): its size factor would be 0. Filter such "
-                    "cells first, e.g. scanpy.pp.filter_cells(adata, min_counts=1)."
-                )
-        total, count = workers.sum([np.sum(library), len(library)])
-        return library / (total / count)
-    column = obs_column(obs, choice, "size_factors (or 'library', or None)")
-    try:
-        values = column.to_numpy(dtype=float)
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"obs column {choice!r} is not numbers ({error}): size factors must "
-            "be positive numbers, one a cell."
-        ) from error
-    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
-    if len(bad):
-        raise ValueError(
-            f"obs column {choice!r} gives cell {obs.index[bad[0]]!r} the "
-            f"size factor {values[bad[0]]} ({len(bad)} cells in all): size factors must be "
-            "positive."
-        )
-    return values
 
 
 class _RowRange:

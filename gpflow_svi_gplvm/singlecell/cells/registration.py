@@ -5,6 +5,7 @@ used to read new cells, and saved and loaded with the model."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -14,14 +15,14 @@ import numpy as np
 from ...distributed.workers import Workers
 from ...rows.facts import RowScan
 from ...rows.sparse import RowReader, SparseRows
-from .encoding import CovariateEncoding
+from .encoding import CovariateEncoding, obs_column
 from .reading import gene_names as chosen_genes
-from .reading import genes_of, read_cells, scan_cells, size_factors_of, unique_genes
+from .reading import genes_of, read_cells, scan_cells, unique_genes
 
 if TYPE_CHECKING:
     from ...rows.h5ad import DiskRows
 
-__all__ = ["CellRegistration"]
+__all__ = ["CellRegistration", "size_factors_of", "names_hash", "plain_category"]
 
 
 @dataclass
@@ -31,7 +32,9 @@ class CellRegistration:
     the genes fitted in their order (the model's D outputs); ``batch_key`` and
     ``covariate_keys``, the ``obs`` columns of the GP input, encoded by :attr:`encoding`
     (categories one-hot, numbers standardised); ``size_factors`` ("library", an ``obs`` column
-    or None); ``counts``: whether the values must be non-negative integers."""
+    or None); ``counts``: whether the values must be non-negative integers; once registered, the
+    ``cells`` (how many, and a hash of their names: :attr:`cell_names`), which tell the cells a
+    model was fitted to from others."""
 
     layer: str | None = None
     genes: Sequence[str] | str | None = None
@@ -40,6 +43,8 @@ class CellRegistration:
     size_factors: str | None = "library"
     counts: bool = True
     gene_names: list[str] = field(default_factory=list)
+    cells: int = 0
+    cell_names: str | None = None
     encoding: CovariateEncoding = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +76,10 @@ class CellRegistration:
                 genes = chosen_genes(adata, genes)  # names, found among the raw genes below
         self.gene_names = chosen_genes(holder, genes)
         return self.gene_names
+
+    def register_cells(self, adata) -> None:
+        """Record ``adata``'s cells: how many, and a hash of their names (:func:`names_hash`)."""
+        self.cells, self.cell_names = adata.n_obs, names_hash(adata.obs_names)
 
     def read(self, adata, cells: slice = slice(None)) -> tuple[RowReader, np.ndarray]:
         """The fitted genes' values of the ``cells`` (a range) of the registered AnnData (or
@@ -127,6 +136,8 @@ class CellRegistration:
             "covariate_keys": list(self.covariate_keys),
             "size_factors": self.size_factors,
             "counts": self.counts,
+            "cells": self.cells,
+            "cell_names": self.cell_names,
             "categories": {
                 column: list(map(plain_category, values))
                 for column, values in encoding.categories.items()
@@ -146,12 +157,58 @@ class CellRegistration:
             record["size_factors"],
             record["counts"],
             list(record["gene_names"]),
+            record.get("cells", 0),  # a folder saved before cells were registered: unknown
+            record.get("cell_names"),
         )
         encoding = registration.encoding
         encoding.categories = {k: list(v) for k, v in record["categories"].items()}
         encoding.location = {k: float(v) for k, v in record["location"].items()}
         encoding.scale = {k: float(v) for k, v in record["scale"].items()}
         return registration
+
+
+def size_factors_of(
+    choice: str | None, obs, library: np.ndarray, workers: Workers | None = None
+) -> np.ndarray | None:
+    """Each cell's size factor [N] (of ``obs``'s cells) as ``choice`` says: "library", its
+    ``library`` size [N] over their mean over all ``workers``' cells; an ``obs`` column's name;
+    None, none."""
+    if choice is None:
+        return None
+    workers = workers or Workers()
+    if choice == "library":
+        with workers.agreeing():
+            empty = np.flatnonzero(library <= 0)
+            if len(empty):
+                raise ValueError(
+                    f"cell {obs.index[empty[0]]!r} has no counts in the chosen genes "
+                    f"({len(empty)} cells in all): its size factor would be 0. Filter such "
+                    "cells first, e.g. scanpy.pp.filter_cells(adata, min_counts=1)."
+                )
+        total, count = workers.sum([np.sum(library), len(library)])
+        return library / (total / count)
+    column = obs_column(obs, choice, "size_factors (or 'library', or None)")
+    try:
+        values = column.to_numpy(dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"obs column {choice!r} is not numbers ({error}): size factors must "
+            "be positive numbers, one a cell."
+        ) from error
+    bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+    if len(bad):
+        raise ValueError(
+            f"obs column {choice!r} gives cell {obs.index[bad[0]]!r} the "
+            f"size factor {values[bad[0]]} ({len(bad)} cells in all): size factors must be "
+            "positive."
+        )
+    return values
+
+
+def names_hash(names) -> str:
+    """A hash of cells' names (an AnnData's ``obs_names``, in order)."""
+    joined = "\0".join(map(str, names))
+    return hashlib.blake2b(joined.encode(), digest_size=16).hexdigest()
 
 
 def plain_category(value):

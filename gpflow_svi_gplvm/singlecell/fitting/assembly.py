@@ -1,21 +1,28 @@
-"""The embedding a fit writes: its ``output`` folder checked on every worker before training,
-and every worker's rows of q(x) assembled by the chief into ``X_<key>.npy`` and
-``X_<key>_var.npy`` [N, Q], copied in pieces, never held whole."""
+"""The embedding a fit writes: its ``output`` folder checked on every worker before training; the
+q(x) of the training cells, a block at a time, written to ``obsm`` or, every worker's rows
+assembled by the chief, into ``X_<key>.npy`` and ``X_<key>_var.npy`` [N, Q], copied in pieces,
+never held whole."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+import tensorflow as tf
 
 from ...distributed.workers import Workers
+from ...rows.sparse import RowReader
 from ...validation import check_path, check_writable_folder
+from ..cells.reading import CellsFile
+from ..mapping.cell_mapper import BLOCK, INFERENCE_STEPS
+from .fitted import FittedCells
+from .spread import EmbeddingSpread
 
-__all__ = ["check_output", "assembled"]
+__all__ = ["check_output", "write_embedding", "training_moments", "assembled"]
 
 
 def check_output(
@@ -57,6 +64,53 @@ def check_output(
         if made:
             folder.rmdir()
         raise
+
+
+def write_embedding(
+    fitted: FittedCells,
+    adata,
+    rows: RowReader,
+    cells: np.ndarray,
+    workers: Workers,
+    output: str | Path | None,
+    summary: dict,
+    progress: bool = False,
+) -> None:
+    """q(x) of this worker's training ``cells`` (their ``rows``) under the ``fitted`` model to
+    ``output`` (the chief assembling every worker's) or to ``adata.obsm``, and ``summary`` to
+    ``adata.uns``, with a warning when the embedding collapsed; a progress bar of the cells
+    refined with ``progress``."""
+    spread = EmbeddingSpread(fitted.options.latent_dim)
+    blocks = spread.tracked(training_moments(fitted, rows, progress))
+    if output is not None:
+        moments = assembled(Path(output), fitted.key, blocks, cells, workers)
+    else:
+        means, variances = zip(*blocks)
+        moments = np.concatenate(means), np.concatenate(variances)
+    summary["collapsed"] = spread.warn_if_collapsed(workers)
+    if moments is not None and not isinstance(adata, CellsFile):
+        adata.obsm[f"X_{fitted.key}"], adata.obsm[f"X_{fitted.key}_var"] = moments
+        adata.uns[fitted.key] = summary
+
+
+def training_moments(
+    fitted: FittedCells, rows: RowReader, progress: bool = False
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Means and variances [b, Q] of q(x_n) of the training cells, a block of ``rows`` at a time
+    (an encoder reads their values, and with ``refine_latents`` each cell's q(x) is then refined
+    as ``transform`` embeds new cells; a latent table is read a block of its rows at a time)."""
+    model = fitted.model
+    if fitted.refines:
+        inputs = None if model.row_inputs is None else model.row_inputs.numpy()
+        mapper = fitted.mapper(INFERENCE_STEPS)
+        yield from mapper.blocks(rows, inputs, progress=progress, desc="refine q(x)")
+        return
+    for start in range(0, rows.shape[0], BLOCK):
+        stop = min(start + BLOCK, rows.shape[0])
+        idx = tf.range(start, stop, dtype=tf.int64)
+        values = tf.constant(rows[start:stop]) if model.latent.amortised else None
+        mean, variance = model.latent.moments(idx, values)
+        yield mean.numpy(), variance.numpy()
 
 
 def _embedding_files(key: str) -> list[str]:

@@ -6,7 +6,7 @@ of every worker's cells, where the latents start, and the model from them."""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -17,6 +17,8 @@ from ...models import SVIGPLVM, lookup_model
 from ...rows.shard import RowShard
 from ...rows.sparse import RowReader, RowStream
 from ..cells.reading import content_hash
+from ..cells.registration import CellRegistration
+from .fitted import CellModelOptions
 from .start import initial_latents
 
 __all__ = ["BuiltModel", "build_model", "check_same_inputs"]
@@ -35,19 +37,20 @@ class BuiltModel(NamedTuple):
 
 
 def build_model(
-    face: Any,
+    options: CellModelOptions,
+    registration: CellRegistration,
     adata,
     cells: np.ndarray,
     workers: Workers,
     strategy: tf.distribute.Strategy | None,
     digest: bool = False,
 ) -> BuiltModel:
-    """The model of this worker's ``cells`` [n] (a block), from sums over every worker's cells.
-    The cells are read once for their checks and facts (with ``digest``, the hash a checkpoint
-    records), which the rows keep for the model and the training (``rows.facts``); the start's
-    PCA reads a sample and every cell once more."""
+    """The model of ``options`` for this worker's ``cells`` [n] (a block) of ``adata`` as
+    ``registration`` reads them (its genes registered; the encoding of its ``obs`` columns is
+    learnt here), from sums over every worker's cells. The cells are read once for their checks
+    and facts (with ``digest``, the hash a checkpoint records), which the rows keep for the model
+    and the training (``rows.facts``); the start's PCA reads a sample and every cell once more."""
     block = slice(int(cells[0]), int(cells[-1]) + 1) if len(cells) else slice(0, 0)
-    registration = face.registration
     with workers.agreeing():  # e.g. a count that is not one, on one worker's cells
         rows, scan = registration.scan(adata, cells=block, digest=digest)
     rows.facts = scan.across(workers)
@@ -56,31 +59,33 @@ def build_model(
     sizes = registration.training_size_factors(obs, scan.totals, workers)
     initial = initial_latents(
         rows,
-        face.latent_dim,
+        options.latent_dim,
         counts=registration.counts,
         sizes=sizes,
         covariates=covariates,
-        seed=face.seed,
+        seed=options.seed,
         workers=workers,
         cells=cells,
     )
     data = rows if isinstance(rows, RowStream) else RowShard(rows, cells, adata.n_obs)
     with strategy.scope() if strategy is not None else nullcontext():  # the likelihood too
         inputs = dict(
-            latent_dim=face.latent_dim,
-            num_inducing=min(face.num_inducing, adata.n_obs),
-            likelihood=likelihood_by_name(face.likelihood, rows.shape[1]),
+            latent_dim=options.latent_dim,
+            num_inducing=min(options.num_inducing, adata.n_obs),
+            likelihood=likelihood_by_name(options.likelihood, rows.shape[1]),
             latent_init=initial,
-            seed=face.seed,
+            seed=options.seed,
             covariates=covariates,
             size_factors=sizes,
-            **face.model_options,
+            **options.model_options,
         )
-        model = lookup_model(face.model_name)(data, **inputs | {"workers": workers})
+        model = lookup_model(options.model)(data, **inputs | {"workers": workers})
     return BuiltModel(model, rows, data, inputs)
 
 
-def check_same_inputs(face: Any, adata, workers: Workers) -> None:
+def check_same_inputs(
+    options: CellModelOptions, registration: CellRegistration, adata, workers: Workers
+) -> None:
     """A ``ValueError`` on every worker, naming what differs and each worker's value, when the
     workers read other cells or genes (another file, ``genes``, ``layer`` or ``obs`` columns;
     a file of other values, told by a hash of its size and bytes sampled across it) or were
@@ -90,16 +95,16 @@ def check_same_inputs(face: Any, adata, workers: Workers) -> None:
         return
     inputs = {
         "cells (N)": adata.n_obs,
-        "what the data holds (a hash)": content_hash(adata, face.registration.layer),
-        "genes": face.gene_names,
-        "layer": face.registration.layer,
-        "obs columns": face.registration.columns,
-        "size_factors": face.registration.size_factors,
-        "model": face.model_name,
-        "likelihood": face.likelihood,
-        "latent_dim": face.latent_dim,
-        "num_inducing": face.num_inducing,
-        "encoder": [face.encoder_training, face.distil_cells],
-        "model options": sorted((k, repr(v)) for k, v in face.model_options.items()),
+        "what the data holds (a hash)": content_hash(adata, registration.layer),
+        "genes": registration.gene_names,
+        "layer": registration.layer,
+        "obs columns": registration.columns,
+        "size_factors": registration.size_factors,
+        "model": options.model,
+        "likelihood": options.likelihood,
+        "latent_dim": options.latent_dim,
+        "num_inducing": options.num_inducing,
+        "encoder": [options.encoder_training, options.distil_cells],
+        "model options": sorted((k, repr(v)) for k, v in options.model_options.items()),
     }
     workers.agree("were given other inputs than the chief", inputs)

@@ -4,8 +4,9 @@ model and records the run: :func:`~gpflow_svi_gplvm.fit`, or B-SVI distilled int
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -13,9 +14,10 @@ import tensorflow as tf
 from ...defaults import CELL_ENCODER_LEARNING_RATE, CELL_TABLE_LEARNING_RATE
 from ...distributed.workers import Workers
 from ...models import SVIGPLVM
-from ...training.trainer import History, fit
-from ..mapping.offsets import BatchOffsets
+from ...training.trainer import fit
+from ..cells.registration import CellRegistration
 from .distilled import fit_distilled
+from .fitted import CellModelOptions, FittedCells
 
 if TYPE_CHECKING:
     from .built_model import BuiltModel
@@ -24,7 +26,8 @@ __all__ = ["train", "summary_of", "final_elbo", "distils", "step_size"]
 
 
 def train(
-    face: Any,
+    options: CellModelOptions,
+    registration: CellRegistration,
     built: BuiltModel,
     iterations: int,
     strategy: tf.distribute.Strategy | None,
@@ -32,51 +35,61 @@ def train(
     training: dict[str, Any],
     checkpoint_dir: str | Path | None,
     overwrite: bool,
-) -> History:
-    """Train ``face``'s model for ``iterations`` steps on what :func:`~.built_model.build_model`
-    made (its rows, what to train on and the model's inputs), by :func:`~gpflow_svi_gplvm.fit`
-    with ``training``'s options or, for an encoder distilled from B-SVI, by
-    :func:`~.distilled.fit_distilled`. Checkpoints record the genes and covariates, so that a
-    resume on others is refused naming them."""
-    rows, data, inputs = built.rows, built.data, built.inputs
+) -> tuple[FittedCells, dict]:
+    """Train the ``built`` model (:func:`~.built_model.build_model`'s: the model, its rows,
+    what to train on and the model's inputs) for ``iterations`` steps, by
+    :func:`~gpflow_svi_gplvm.fit` with ``training``'s options or, for an encoder distilled from
+    B-SVI, by :func:`~.distilled.fit_distilled`. Returns the fitted state (with how it was
+    trained: the summary's settings and the ELBO the run ended at) and what ``uns[key_added]``
+    holds (:func:`summary_of`). Checkpoints record the ``registration``'s genes and covariates,
+    so that a resume on others is refused naming them."""
+    rows, data, inputs, model = built.rows, built.data, built.inputs, built.model
     if checkpoint_dir is not None:
-        names = {"genes": face.gene_names, "covariates": face.encoding.names}
+        names = {"genes": registration.gene_names, "covariates": registration.encoding.names}
         training = dict(training, checkpoint_dir=checkpoint_dir, data_names=names)
         training["overwrite"] = overwrite  # an earlier run's checkpoints replaced alike
-    face.batch_offsets = BatchOffsets()
-    model = cast(SVIGPLVM, face.model)
-    if distils(face, strategy):
-        return fit_distilled(model, rows, inputs, face.distil_cells, iterations, **training)
-    return fit(model, data, iterations, strategy=strategy, workers=workers, **training)
+    if distils(options, strategy):
+        cells = options.distil_cells
+        history = fit_distilled(model, rows, inputs, cells, iterations, **training)
+    else:
+        history = fit(model, data, iterations, strategy=strategy, workers=workers, **training)
+    fitted = FittedCells(model, registration, options, history=history)
+    steps = training["batch_size"], training["learning_rate"]
+    summary = summary_of(fitted, iterations, *steps)
+    record = summary["settings"] | {"elbo_final": final_elbo(summary["elbo"])}
+    return replace(fitted, training_record=record), summary
 
 
-def summary_of(face: Any, iterations: int, batch_size: int, learning_rate: float) -> dict:
-    """What ``uns[key_added]`` holds: settings, ELBO trace, ARD lengthscales, covariates."""
-    model = face.model
-    assert model is not None and face.history is not None
+def summary_of(fitted: FittedCells, iterations: int, batch_size: int, learning_rate: float) -> dict:
+    """What ``uns[key_added]`` holds of the ``fitted`` state: settings, ELBO trace, ARD
+    lengthscales, covariates."""
+    model, options, registration = fitted.model, fitted.options, fitted.registration
+    assert fitted.history is not None
     kernel = getattr(model.kernel, "covariate_kernel", None)
     variance = getattr(kernel, "variance", None)
     settings = {
-        "model": face.model_name,
-        "likelihood": face.likelihood,
-        "latent_dim": face.latent_dim,
+        "model": options.model,
+        "likelihood": options.likelihood,
+        "latent_dim": options.latent_dim,
         "num_inducing": int(model.inducing_variable.num_inducing),
-        "layer": face.registration.layer or "X",
-        "size_factors": face.registration.size_factors or "none",
+        "layer": registration.layer or "X",
+        "size_factors": registration.size_factors or "none",
         "iterations": iterations,
         "batch_size": batch_size,
         "learning_rate": learning_rate,
-        "seed": face.seed,
-        "refine_latents": face.refine_latents,
+        "seed": options.seed,
+        "refine_latents": options.refine_latents,
     }
-    if face.model_name == "aeb":
-        settings.update(encoder_training=face.encoder_training, distil_cells=face.distil_cells)
+    if options.model == "aeb":
+        settings.update(
+            encoder_training=options.encoder_training, distil_cells=options.distil_cells
+        )
     return {
         "settings": settings,
-        "genes": np.array(face.gene_names, dtype=object),
-        "elbo": np.asarray(face.history.elbo),
+        "genes": np.array(registration.gene_names, dtype=object),
+        "elbo": np.asarray(fitted.history.elbo),
         "ard_lengthscales": 1.0 / model.ard_relevance(),
-        "covariates": np.array(face.encoding.names, dtype=object),
+        "covariates": np.array(registration.encoding.names, dtype=object),
         "covariate_variances": (
             np.zeros(0) if variance is None else np.atleast_1d(variance.numpy())
         ),
@@ -88,10 +101,10 @@ def final_elbo(elbo: np.ndarray) -> float | None:
     return float(np.mean(elbo[-100:])) if len(elbo) else None
 
 
-def distils(face: Any, strategy: tf.distribute.Strategy | None) -> bool:
-    """Whether ``face`` distils an encoder from B-SVI; a ``ValueError`` where it would with a
-    ``strategy`` (it fits B-SVI to the cells of one process)."""
-    distils = face.model_name == "aeb" and face.encoder_training == "distilled"
+def distils(options: CellModelOptions, strategy: tf.distribute.Strategy | None) -> bool:
+    """Whether a fit with ``options`` distils an encoder from B-SVI; a ``ValueError`` where it
+    would with a ``strategy`` (it fits B-SVI to the cells of one process)."""
+    distils = options.model == "aeb" and options.encoder_training == "distilled"
     if distils and strategy is not None:
         raise ValueError(
             "encoder_training='distilled' fits B-SVI to cells of one process, without a "

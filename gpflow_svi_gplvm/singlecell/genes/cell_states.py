@@ -20,8 +20,8 @@ import pandas as pd
 
 from ...components.covariates import new_row_inputs
 from ..cells.reading import CellsFile, opened
+from ..fitting.fitted import FittedCells
 from ..mapping.cell_mapper import INFERENCE_STEPS
-from .fitted import FittedCells
 
 __all__ = ["CellStates", "cell_states", "cell_size_factors", "latent_moments"]
 
@@ -58,6 +58,7 @@ def cell_states(
             sizes = cell_size_factors(fitted, obs, None if counts is None else counts[1][block])
             if stored is not None:
                 mean, variance = (np.asarray(m[block], dtype=np.float64) for m in stored)
+                fitted.check_moments(mean, variance, obs.index)
             else:
                 assert counts is not None
                 mean, variance = _inferred(fitted, counts[0][block], obs, sizes)
@@ -72,10 +73,9 @@ def latent_moments(fitted: FittedCells, adata) -> tuple[np.ndarray, np.ndarray]:
 
 def _stored_moments(adata, fitted: FittedCells, stack: contextlib.ExitStack) -> list | None:
     """q(x) of every cell as stored by ``fit`` or ``transform`` (arrays or, in a file, HDF5
-    datasets [N, Q], the file kept open by ``stack``), or None where there is none of the right
-    shape."""
+    datasets [N, Q], the file kept open by ``stack``; checked as they are read), or None where
+    there is none for every cell."""
     names = (f"X_{fitted.key}", f"X_{fitted.key}_var")
-    shape = (adata.n_obs, fitted.model.latent_dim)
     if isinstance(adata, CellsFile):
         import h5py
 
@@ -83,7 +83,7 @@ def _stored_moments(adata, fitted: FittedCells, stack: contextlib.ExitStack) -> 
         found = [file.get(f"obsm/{name}") for name in names]
     else:
         found = [adata.obsm.get(name) for name in names] if hasattr(adata, "obsm") else []
-    if len(found) == 2 and all(m is not None and tuple(m.shape) == shape for m in found):
+    if len(found) == 2 and all(m is not None and m.shape[0] == adata.n_obs for m in found):
         return found
     return None
 

@@ -35,9 +35,9 @@ from ...prediction.rates import inverse_link, paired_covariance
 from ...validation import check_integer, check_seed
 from ..cells.encoding import obs_column
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_states import latent_moments
 from .expression import check_genes, reference_inputs
-from .fitted import FittedCells
 
 __all__ = ["differential_expression", "posterior_fdr_selection"]
 

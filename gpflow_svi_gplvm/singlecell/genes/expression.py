@@ -36,10 +36,16 @@ import numpy as np
 
 from ...options import takes_options_of
 from ...prediction.rates import inverse_link, rate_moments
-from ...validation import check_integer, check_path, check_seed, check_writable_folder
+from ...validation import (
+    check_bool,
+    check_integer,
+    check_path,
+    check_seed,
+    check_writable_folder,
+)
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_states import CellStates, cell_states
-from .fitted import FittedCells
 
 __all__ = ["normalized_expression", "expression_blocks", "reference_inputs", "check_genes"]
 
@@ -106,6 +112,7 @@ def normalized_expression(
     ``normalized_expression_variance.npy``) and returned memory-mapped; arrays an earlier call
     wrote there are replaced only with ``overwrite``. The options are
     :func:`expression_blocks`'."""
+    overwrite = check_bool(overwrite, "overwrite", "replace the arrays an earlier call wrote")
     request = inspect.signature(expression_blocks).bind(fitted, opened(adata), *args, **options)
     request.apply_defaults()
     names = check_genes(fitted, request.arguments["genes"])

@@ -40,8 +40,8 @@ from ...prediction.marginal_likelihood import MarginalLikelihoodEstimator
 from ...validation import check_integer, check_seed
 from ..cells.encoding import obs_column
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_states import cell_size_factors
-from .fitted import FittedCells
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -44,8 +44,8 @@ from scipy.stats import pearsonr, spearmanr
 from ...likelihoods import base_likelihood, likelihood_facts
 from ...validation import check_integer, check_seed
 from ..cells.reading import opened
+from ..fitting.fitted import FittedCells
 from .cell_states import latent_moments
-from .fitted import FittedCells
 from .held_out import scored_cells
 
 __all__ = [

@@ -1,5 +1,6 @@
 r"""Cells embedded with a fitted model left as it is: their q(x*), a block of cells per compiled
-call, and new cells as the model reads them (a query), new batches among them.
+call, and new cells as the model reads them (a :class:`Query`, new batches among them, which
+:meth:`~gpflow_svi_gplvm.singlecell.fitting.fitted.FittedCells.read_query` makes).
 
 Each cell's q(x*) is the Laplace approximation at the mode of its posterior under the frozen GP
 (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`: Newton steps for a block of cells at
@@ -28,10 +29,10 @@ from ...models import SVIGPLVM
 from ...prediction.laplace import LaplaceLatents, laplace_applies
 from ...prediction.latent_inference import TOLERANCE, LatentInference
 from ...rows.sparse import RowReader
-from ..cells.encoding import CovariateEncoding, obs_column
+from ..cells.encoding import CovariateEncoding
 from .offsets import BatchOffsets, OffsetUpdates, new_batch_prior_variance
 
-__all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "read_query"]
+__all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "query_inputs"]
 
 INFERENCE_STEPS = 50
 """The most Newton steps a cell's q(x*) takes when it is embedded; most stop after a few."""
@@ -214,23 +215,3 @@ class Query:
             return None
         table = np.concatenate([learnt.offsets, np.zeros((1, learnt.offsets.shape[1]))])
         return _RowOffsets(table, codes)
-
-
-def read_query(face, adata, learn: bool) -> Query:
-    """The cells of ``adata`` as ``face`` (a fitted
-    :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM`) reads new cells; with ``learn``,
-    the batch categories unseen in training (and not learnt before) are to be learnt, else they
-    are a ``ValueError``."""
-    registration, learnt = face.registration, face.batch_offsets
-    rows, library = registration.read_new(adata)
-    key, batches, new = registration.batch_key, None, []
-    if key is not None:
-        values = obs_column(adata.obs, key)
-        known = set(registration.encoding.categories[key]) | set(learnt.categories)
-        unseen = sorted({v for v in values.dropna().unique() if v not in known}, key=str)
-        new = unseen if learn else []
-        batches = values.to_numpy(dtype=object)
-    covariates = registration.encoding.transform(adata.obs, mapped=learnt.categories + new)
-    sizes = registration.new_size_factors(adata.obs, library)
-    inputs = query_inputs(face.model, rows, covariates, sizes)
-    return Query(rows, inputs, batches, key, new)

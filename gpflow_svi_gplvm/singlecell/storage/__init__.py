@@ -2,5 +2,5 @@
 TensorFlow SavedModel that embeds cells from their raw counts, served by TensorFlow alone
 (:mod:`.serving`).
 
-This room imports only rooms below it (``cells``, ``mapping``); its ``__init__`` imports none of
-its modules."""
+This room imports only rooms below it (``cells``, ``mapping``, ``fitting``); its ``__init__``
+imports none of its modules."""

@@ -2,10 +2,12 @@
 
 The folder holds everything needed to use the model without its training data:
 
-- ``gpflow_svi_gplvm_model.json``, the manifest: the format and its version, the face's options,
-  the registration (layer, genes in order, ``obs`` columns with their categories and scales,
-  size factors), the model's shapes, the training record, and a digest of these and of the
-  model's numbers (a folder edited or damaged after it was saved is refused by :func:`load_model`);
+- ``gpflow_svi_gplvm_model.json``, the manifest: the format and its version, the options that
+  shape the model (:class:`~gpflow_svi_gplvm.singlecell.fitting.fitted.CellModelOptions`), the
+  registration (layer, genes in order, ``obs`` columns with their categories and scales, size
+  factors), the model's shapes, the training record, and a digest of these and of every other
+  file of the folder (a folder edited or damaged after it was saved, or a manifest without its
+  digest, is refused by :func:`load_model`);
 - ``variables.npz``: every variable of the GP, the likelihood and the encoder (by its path in the
   model, unconstrained values);
 - ``reference.npz``: the rows of the per-cell tables (q(x) and the observed GP inputs) of up to
@@ -17,37 +19,31 @@ The folder holds everything needed to use the model without its training data:
 
 It is written into a hidden staging folder beside its path and moved into place when whole (a
 killed save leaves the earlier folder or none, never half of one), and it replaces only a saved
-model of this package that holds nothing else (:mod:`~gpflow_svi_gplvm.export.folder`).
+model of this package that holds nothing else
+(:func:`~gpflow_svi_gplvm.export.folder.write_staged`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import tensorflow as tf
 from gpflow import Parameter
 from gpflow.utilities import parameter_dict
 
-from ...export.folder import (
-    FolderKind,
-    check_destination,
-    make_staging,
-    replace_folder,
-    write_marker,
-)
+from ...export.folder import STAGING_MARKER, FolderKind, check_destination, write_staged
 from ...likelihoods import likelihood_by_name
 from ...models import SVIGPLVM, lookup_model
 from ...prediction.new_row_model import MAX_CANDIDATES, candidate_rows
-from ...rows.sparse import SparseRows
-from ...validation import check_path, check_writable_folder
+from ...rows.facts import RowShape
+from ...validation import check_bool, check_path, check_writable_folder
 from ...version import __version__
-from ..cells.registration import CellRegistration, plain_category
+from ..cells.registration import CellRegistration, names_hash, plain_category
+from ..fitting.fitted import CellModelOptions, FittedCells
 from ..mapping.offsets import BatchOffsets
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "REFERENCE_CELLS", "save_model", "load_model"]
@@ -63,30 +59,27 @@ REFERENCE_CELLS = MAX_CANDIDATES
 """The training cells whose table rows a saved model keeps: the candidates where new cells'
 q(x) may start (as many as :class:`~gpflow_svi_gplvm.LatentInference` considers)."""
 
-_FILES = ("variables.npz", "reference.npz")
 
-
-def save_model(face: Any, folder: str | Path, adata=None, overwrite: bool = False) -> Path:
-    """Write the fitted ``face`` to ``folder`` (see the module); ``adata``: the cells it was
-    fitted to (or embedded), whose ``obs`` and q(x) moments are kept as ``cells.h5ad``."""
-    model = face.model
-    if model is None:
-        raise ValueError("Fit the model first: only a fitted SingleCellGPLVM can be saved.")
+def save_model(
+    fitted: FittedCells, folder: str | Path, adata=None, overwrite: bool = False
+) -> Path:
+    """Write the ``fitted`` state to ``folder`` (see the module); ``adata``: the cells it was
+    fitted to, whose ``obs`` and q(x) moments are kept as ``cells.h5ad``."""
+    overwrite = check_bool(overwrite, "overwrite", "replace an earlier saved model there")
     path = check_path(folder, "folder (where the model is saved)")
     check_destination(path, overwrite, SAVED_MODEL)
     check_writable_folder(path.parent, "The saved model's parent folder")
-    options = _json_options(face)
-    minified = None if adata is None else _minified(face, adata)
-    reference = _reference_rows(model, face.seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = make_staging(path)
-    try:
+    model, learnt = fitted.model, fitted.offsets
+    options = fitted.options.to_dict()
+    minified = None if adata is None else _minified(fitted, adata)
+    reference = _reference_rows(model, fitted.options.seed)
+
+    def fill(staging: Path) -> dict[str, Any]:
         tables = _table_paths(model)
         np.savez(staging / "variables.npz", **_values(model, exclude=tables))
         np.savez(staging / "reference.npz", **_values(model, only=tables, rows=reference))
         if minified is not None:
             minified.write_h5ad(staging / "cells.h5ad")
-        learnt = face.batch_offsets
         if learnt.categories:
             np.save(staging / "batch_offsets.npy", learnt.offsets)
         record = {
@@ -94,37 +87,40 @@ def save_model(face: Any, folder: str | Path, adata=None, overwrite: bool = Fals
             "format_version": FORMAT_VERSION,
             "package_version": __version__,
             "options": options,
-            "registration": face.registration.to_dict(),
+            "registration": fitted.registration.to_dict(),
             "model": _shapes(model, len(reference)),
-            "training": face.training_record,
+            "training": fitted.training_record,
             "cells": minified is not None,
             "new_batches": [plain_category(c) for c in learnt.categories],
+            "digest_covers": sorted(
+                p.name for p in staging.iterdir() if p.is_file() and p.name != STAGING_MARKER
+            ),
         }
-        record["digest"] = _digest(record, staging)
-        write_marker(staging, record, SAVED_MODEL)
-        replace_folder(staging, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+        return record | {"digest": _digest(record, staging, record["digest_covers"])}
+
+    return write_staged(path, fill, SAVED_MODEL)
 
 
-def load_model(folder: str | Path, face_class: type) -> Any:
-    """The face (of ``face_class``, :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM`)
-    saved in ``folder`` by :func:`save_model`, ready to embed new cells."""
+def load_model(folder: str | Path) -> FittedCells:
+    """The state :func:`save_model` wrote to ``folder`` (in this or another process), ready to
+    embed new cells."""
     path = check_path(folder, "folder (a saved model)")
     manifest = _read_manifest(path)
-    face = face_class(**manifest["options"])
-    face.registration = CellRegistration.from_dict(manifest["registration"])
-    face.training_record = manifest.get("training")
+    options = CellModelOptions.from_dict(manifest["options"])
     with np.load(path / "reference.npz") as tables, np.load(path / "variables.npz") as values:
-        face.model = _skeleton(face, manifest["model"], dict(tables))
-        _assign(face.model, {**dict(values), **dict(tables)}, path)
+        model = _skeleton(options, manifest["model"], dict(tables))
+        _assign(model, {**dict(values), **dict(tables)}, path)
+    offsets = BatchOffsets()
     if manifest["new_batches"]:
-        offsets = np.load(path / "batch_offsets.npy")
-        face.batch_offsets = BatchOffsets(manifest["new_batches"], offsets)
-    if manifest.get("cells"):
-        face.reference = _read_cells(path / "cells.h5ad")
-    return face
+        offsets = BatchOffsets(manifest["new_batches"], np.load(path / "batch_offsets.npy"))
+    return FittedCells(
+        model,
+        CellRegistration.from_dict(manifest["registration"]),
+        options,
+        offsets,
+        training_record=manifest.get("training"),
+        reference=_read_cells(path / "cells.h5ad") if manifest.get("cells") else None,
+    )
 
 
 def _read_cells(path: Path):
@@ -179,12 +175,7 @@ def _read_manifest(path: Path) -> dict:
         raise ValueError(
             f"{marker} lacks {lacking}: the folder is damaged or was edited. Save the model again."
         )
-    if "digest" in manifest and manifest["digest"] != _digest(manifest, path):
-        raise ValueError(
-            f"{path} was changed after it was saved: its manifest or the model's numbers "
-            f"({', '.join(_NUMBERS)}) no longer match the digest the manifest records. The "
-            "folder is damaged or was edited: save the model again."
-        )
+    _check_digest(manifest, path)
     return manifest
 
 
@@ -192,57 +183,49 @@ _FIELDS = ("options", "registration", "model", "new_batches")
 """The manifest's fields that :func:`load_model` reads."""
 
 _NUMBERS = ("variables.npz", "reference.npz", "batch_offsets.npy")
-"""The files of the model's numbers, which the manifest's digest covers with the manifest."""
+"""The files a folder's digest covers when its manifest does not list them (``digest_covers``):
+the model's numbers, as folders saved before the digest covered every file."""
 
 
-def _digest(record: dict, folder: Path) -> str:
+def _check_digest(manifest: dict, path: Path) -> None:
+    """A ``ValueError`` unless the manifest's digest matches what the manifest says and the bytes
+    of the files it covers: every file of the folder beside the manifest (folders saved before
+    the digest covered the training cells: the model's numbers, :data:`_NUMBERS`)."""
+    if "digest" not in manifest:
+        raise ValueError(
+            f"{path / MANIFEST} lacks its digest, which tells an edited or damaged folder: the "
+            "folder was edited. Save the model again."
+        )
+    covers = manifest.get("digest_covers", _NUMBERS)
+    uncovered = sorted(set(manifest.get("files", [])) - set(covers) - {MANIFEST})
+    if "digest_covers" in manifest and uncovered:
+        raise ValueError(
+            f"{path}'s digest does not cover {uncovered}, which its manifest lists: the folder "
+            "was edited. Save the model again."
+        )
+    if manifest["digest"] != _digest(manifest, path, covers):
+        raise ValueError(
+            f"{path} was changed after it was saved: its manifest or its files "
+            f"({', '.join(name for name in covers if (path / name).is_file())}) no longer match "
+            "the digest the manifest records. The folder is damaged or was edited: save the "
+            "model again."
+        )
+
+
+def _digest(record: dict, folder: Path, files) -> str:
     """A hash of what the manifest ``record`` says (but the fields of the folder's marker) and
-    of the bytes of the model's numbers in ``folder``: a folder edited or damaged after it was
-    saved no longer matches it."""
+    of the bytes of the ``files`` of ``folder``: a folder edited or damaged after it was saved
+    no longer matches it."""
     digest = hashlib.blake2b(digest_size=16)
     told = {k: v for k, v in record.items() if k not in ("digest", "files", "written_by")}
     digest.update(json.dumps(told, sort_keys=True).encode())
-    for name in _NUMBERS:
+    for name in files:
         if (folder / name).is_file():
             digest.update(name.encode())
             with (folder / name).open("rb") as file:
                 for piece in iter(lambda: file.read(2**20), b""):
                     digest.update(piece)
     return digest.hexdigest()
-
-
-def _json_options(face: Any) -> dict[str, Any]:
-    """The face's options as JSON values; a ``ValueError`` naming a model option JSON cannot
-    hold (a kernel or a likelihood object, say)."""
-    for name, value in face.model_options.items():
-        if not _json_value(value):
-            raise ValueError(
-                f"The model option {name}={value!r} cannot be saved: a saved model keeps "
-                "options that are numbers, text, True/False or lists of those. Fit with the "
-                "default instead (or keep the model with tf.train.Checkpoint)."
-            )
-    return {
-        "latent_dim": face.latent_dim,
-        "likelihood": face.likelihood,
-        "model": face.model_name,
-        "num_inducing": face.num_inducing,
-        "key_added": face.key_added,
-        "seed": face.seed,
-        "refine_latents": face.refine_latents,
-        "encoder_training": face.encoder_training,
-        "distil_cells": face.distil_cells,
-        **{name: _listed(value) for name, value in face.model_options.items()},
-    }
-
-
-def _json_value(value) -> bool:
-    if isinstance(value, (list, tuple)):
-        return all(_json_value(v) for v in value)
-    return value is None or isinstance(value, (bool, int, float, str))
-
-
-def _listed(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _table_paths(model: SVIGPLVM) -> set[str]:
@@ -296,26 +279,24 @@ def _shapes(model: SVIGPLVM, reference: int) -> dict[str, Any]:
     }
 
 
-def _skeleton(face: Any, shapes: dict[str, Any], tables: dict) -> SVIGPLVM:
-    """A model of the saved one's form whose table holds the reference cells' rows (with zero
-    counts: every value is assigned from the folder afterwards)."""
+def _skeleton(options: CellModelOptions, shapes: dict[str, Any], tables: dict) -> SVIGPLVM:
+    """A model of the saved one's class, ``options`` and ``shapes``, whose tables hold the
+    reference cells' rows: built from rows of that shape without values
+    (:class:`~gpflow_svi_gplvm.rows.facts.RowShape`), with the reference cells' observed inputs
+    and every other variable a placeholder, all assigned from the folder afterwards."""
     cells, genes = shapes["reference_cells"], shapes["genes"]
     inputs = tables.get(".row_inputs", np.zeros((cells, 0)))
     width = shapes["num_covariates"]
-    covariates = inputs[:, :width] if width else None
-    sizes = np.exp(inputs[:, -1]) if shapes["size_factors"] else None
-    # Distinct placeholders (Z is chosen among them); every value is then assigned.
-    initial = np.random.default_rng(0).normal(size=(cells, shapes["latent_dim"]))
-    return lookup_model(face.model_name)(
-        SparseRows(sp.csr_matrix((cells, genes))),
+    return lookup_model(options.model)(
+        RowShape(cells, genes),
         latent_dim=shapes["latent_dim"],
         num_inducing=shapes["num_inducing"],
-        likelihood=likelihood_by_name(face.likelihood, genes),
-        latent_init=initial,
-        seed=face.seed,
-        covariates=covariates,
-        size_factors=sizes,
-        **face.model_options,
+        likelihood=likelihood_by_name(options.likelihood, genes),
+        latent_init=np.zeros((cells, shapes["latent_dim"])),
+        seed=options.seed,
+        covariates=inputs[:, :width] if width else None,
+        size_factors=np.exp(inputs[:, -1]) if shapes["size_factors"] else None,
+        **options.model_options,
     )
 
 
@@ -339,17 +320,29 @@ def _assign(model: SVIGPLVM, values: dict[str, np.ndarray], path: Path) -> None:
         _stored(value).assign(values[name])
 
 
-def _minified(face: Any, adata):
-    """The cells of ``adata`` without their values: ``obs`` and the q(x) moments in ``obsm``."""
+def _minified(fitted: FittedCells, adata):
+    """The cells of ``adata`` without their values: ``obs`` and the q(x) moments in ``obsm``; a
+    ``ValueError`` unless they are the cells the model was fitted to (as many, the same names)
+    with a q(x) of this model (:meth:`~.fitted.FittedCells.check_moments`)."""
     import anndata
 
-    keys = [f"X_{face.key_added}", f"X_{face.key_added}_var"]
+    keys = [f"X_{fitted.key}", f"X_{fitted.key}_var"]
     absent = [key for key in keys if key not in getattr(adata, "obsm", {})]
     if absent:
         raise ValueError(
-            f"adata has no obsm {absent}: give the AnnData the model was fitted to (or that "
-            "transform embedded), whose obsm holds the cells' q(x)."
+            f"adata has no obsm {absent}: give the AnnData the model was fitted to, whose obsm "
+            "holds the cells' q(x) that fit wrote."
         )
-    return anndata.AnnData(
-        obs=adata.obs.copy(), obsm={key: np.asarray(adata.obsm[key]) for key in keys}
-    )
+    registration = fitted.registration
+    fitted_cells = registration.cells or int(fitted.model.num_data or 0)
+    other = registration.cell_names not in (None, names_hash(adata.obs_names))
+    if adata.n_obs != fitted_cells or other:
+        told = f"{adata.n_obs} cells" if adata.n_obs != fitted_cells else "other cells' names"
+        raise ValueError(
+            f"adata holds {told}, not the {fitted_cells} cells the model was fitted to: a saved "
+            "model keeps its training cells as its reference. Give the AnnData it was fitted to "
+            "(in its order), or save without adata."
+        )
+    mean, variance = (np.asarray(adata.obsm[key]) for key in keys)
+    fitted.check_moments(mean, variance, adata.obs_names)
+    return anndata.AnnData(obs=adata.obs.copy(), obsm=dict(zip(keys, (mean, variance))))

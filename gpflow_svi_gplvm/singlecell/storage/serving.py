@@ -23,7 +23,6 @@ model's versions side by side under its base path), written whole or not at all
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,11 @@ import numpy as np
 import tensorflow as tf
 from gpflow.config import default_float
 
-from ...export.folder import check_destination, make_staging, replace_folder, write_marker
+from ...export.folder import check_destination, write_staged
 from ...export.saved_model import check_serving_dtype
 from ...prediction.laplace import LaplaceLatents
-from ...validation import check_integer, check_path, check_writable_folder
+from ...validation import check_bool, check_integer, check_path, check_writable_folder
+from ..fitting.fitted import FittedCells
 
 __all__ = ["CellServing", "export_cells", "input_name"]
 
@@ -47,34 +47,40 @@ def input_name(column: str) -> str:
 
 
 class CellServing(tf.Module):
-    """The served function of a fitted face (see the module); holds the model's variables."""
+    """The served function of a fitted state (see the module); holds the model's variables."""
 
-    def __init__(self, face: Any, iterations: int, dtype: tf.DType = tf.float64):
+    def __init__(self, fitted: FittedCells, iterations: int, dtype: tf.DType = tf.float64):
         super().__init__()
-        model = face.model
-        registration = face.registration
-        self.laplace = LaplaceLatents(model, iterations, seed=face.seed)
+        model = fitted.model
+        registration = fitted.registration
+        self.laplace = LaplaceLatents(model, iterations, seed=fitted.options.seed)
         self.genes = len(registration.gene_names)
         self.counts = registration.counts
         self.dtype = dtype
         self.size_factors = registration.size_factors
         self.batch_column = registration.batch_key
-        encoding, learnt = registration.encoding, face.batch_offsets
+        encoding, learnt = registration.encoding, fitted.offsets
         # (column, input name, fitted categories or None for numbers)
         self.columns: list[tuple[str, str, list[str] | None]] = []
         self.tables: dict[str, tf.lookup.StaticHashTable] = {}
+        # Text made here: a list kept on a tf.Module prints as TensorFlow's ListWrapper([...]).
+        self.unknown: dict[str, str] = {}
         self.numbers: dict[str, tuple[float, float]] = {}
         for column in encoding.columns:
             name = input_name(column)
             if column in encoding.categories:
-                fitted = [str(c) for c in encoding.categories[column]]
+                known = [str(c) for c in encoding.categories[column]]
                 batch = column in encoding.categorical
                 extra = [str(c) for c in learnt.categories] if batch else []
-                keys = tf.constant(fitted + extra)
-                values = tf.range(len(fitted) + len(extra), dtype=tf.int64)
+                keys = tf.constant(known + extra)
+                values = tf.range(len(known) + len(extra), dtype=tf.int64)
                 initializer = tf.lookup.KeyValueTensorInitializer(keys, values)
                 self.tables[column] = tf.lookup.StaticHashTable(initializer, -1)
-                self.columns.append((column, name, fitted))
+                self.unknown[column] = (
+                    f"{name}: a category the model does not know (known: "
+                    f"{', '.join(known + extra)}); map_query learns new batches before an export"
+                )
+                self.columns.append((column, name, known))
             else:
                 location, scale = encoding.location[column], encoding.scale[column]
                 self.numbers[column] = (location, scale)
@@ -113,8 +119,7 @@ class CellServing(tf.Module):
                 continue
             codes = self.tables[column].lookup(values)
             known = tf.reduce_all(codes >= 0)
-            message = f"{name}: a category the model does not know (known: {categories}"
-            check = tf.debugging.Assert(known, [message + " and those map_query learnt)"])
+            check = tf.debugging.Assert(known, [self.unknown[column]])
             with tf.control_dependencies([check]):
                 fitted = len(categories)
                 parts.append(tf.one_hot(codes, fitted, dtype=default_float()))
@@ -188,44 +193,40 @@ class CellServing(tf.Module):
 
 
 def export_cells(
-    face: Any,
+    fitted: FittedCells,
     path: str | Path,
     version: int = 1,
     overwrite: bool = False,
     iterations: int = 50,
     dtype: tf.DType = tf.float64,
 ) -> Path:
-    """Export ``face`` (see the module) to ``path/<version>/`` and return that folder."""
-    if face.model is None:
-        raise ValueError("Fit the model first: only a fitted SingleCellGPLVM can be exported.")
+    """Export the ``fitted`` state (see the module) to ``path/<version>/`` and return that
+    folder."""
     version = check_integer(version, "version", hint="TensorFlow Serving's model version, e.g. 1")
+    overwrite = check_bool(overwrite, "overwrite", "replace an earlier export at that version")
     dtype = check_serving_dtype(dtype)  # an integer type would round the embedding
     base = check_path(path, "path (the export's base folder)")
     target = base / str(version)
     check_destination(target, overwrite)
     if base.exists() and not base.is_dir():
         raise ValueError(f"{base} is a file: give the base folder of the export's versions.")
-    module = CellServing(face, iterations, dtype)
+    module = CellServing(fitted, iterations, dtype)
     check_writable_folder(base.parent if not base.exists() else base, "The export's folder")
-    base.mkdir(parents=True, exist_ok=True)
     concrete = module.embed.get_concrete_function()
     signatures = {"embed": concrete, "serving_default": concrete}
-    staging = make_staging(target)
-    try:
+
+    def fill(staging: Path) -> dict[str, Any]:
         tf.saved_model.save(module, str(staging), signatures=signatures)
-        record = {
+        return {
             "kind": "single-cell model",
             "signatures": ["embed", "serving_default"],
-            "genes": list(face.registration.gene_names),
+            "genes": list(fitted.registration.gene_names),
             "inputs": {column: name for column, name, _ in module.columns},
             "categories": {c: cats for c, _, cats in module.columns if cats is not None},
-            "learnt_batches": [str(c) for c in face.batch_offsets.categories],
+            "learnt_batches": [str(c) for c in fitted.offsets.categories],
             "size_factors": module.size_factors,
             "dtype": module.dtype.name,
-            "latent_dim": int(face.model.latent_dim),
+            "latent_dim": int(fitted.model.latent_dim),
         }
-        write_marker(staging, record)
-        replace_folder(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return write_staged(target, fill)
