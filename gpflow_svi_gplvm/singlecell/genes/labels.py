@@ -4,9 +4,11 @@ probability the user sets.
 
 The class density of type t is a kernel density over its reference cells, each reference cell
 n a Gaussian :math:`N(x \mid \mu_n, \mathrm{diag}(v_n + h^2))`, its q(x) widened by a
-bandwidth h, summed over the k reference cells of each type nearest the query (the others weigh
-nothing); with the types' shares as prior that gives the density's class posterior, floored by
-the shares :math:`\pi_t` (no type is ever impossible),
+bandwidth h, summed over the k reference cells nearest the query (the others weigh nothing; the
+k nearest of each type, tried, cost 6-10 times the CPU for the same accuracy, calibration and
+rare-type recall on held-out real cells: benchmarks/results/labels.md); with the types' shares
+as prior that gives the density's class posterior, floored by the shares :math:`\pi_t` (no type
+is ever impossible),
 
 .. math::
 
@@ -82,8 +84,8 @@ _UNLABELLED_NAMES = {"unlabelled", "unlabeled", "unknown", "unassigned", "nan", 
 
 class LabelTransfer:
     """Class probabilities from labelled reference cells' q(x) (see the module): :meth:`fit`,
-    then :meth:`predict_proba`; ``classes_`` names the columns. ``num_neighbours``: k (of each
-    type); ``n_samples``: draws of each cell's q(x); ``bandwidth`` (in latent units) and
+    then :meth:`predict_proba`; ``classes_`` names the columns. ``num_neighbours``: k;
+    ``n_samples``: draws of each cell's q(x); ``bandwidth`` (in latent units) and
     ``floor``: fixed values instead of the held-out choice (``bandwidth_`` and ``floor_`` once
     fitted); ``calibration``: the map fitted on the held-out cells, "bias" (a and b),
     "temperature" (a) or None (``temperature_`` = 1/a and ``biases_`` once fitted)."""
@@ -135,13 +137,9 @@ class LabelTransfer:
         self._mean, self._variance, self._codes = mean, variance, codes
         self.shares_ = np.bincount(codes) / len(codes)
         self._members = [np.flatnonzero(codes == t) for t in range(len(self.classes_))]
-        self._indexes = [
-            NearestNeighbors(n_neighbors=min(self.num_neighbours, len(m))).fit(mean[m])
-            for m in self._members
-        ]
+        self._index = NearestNeighbors(n_neighbors=min(self.num_neighbours, len(mean))).fit(mean)
         k = min(self.num_neighbours, len(mean) - 1)
-        distances = NearestNeighbors(n_neighbors=k + 1).fit(mean)
-        spacing = distances.kneighbors(mean[: min(len(mean), 5000)], k + 1)[0][:, -1]
+        spacing = self._index.kneighbors(mean[: min(len(mean), 5000)], k + 1)[0][:, -1]
         scale = float(np.median(spacing)) or 1.0
         self.bandwidth_, self.floor_, self.temperature_, self.biases_ = self._choose(
             scale, self._held_out_groups(groups)
@@ -163,21 +161,17 @@ class LabelTransfer:
         return mean[:, None] + np.sqrt(variance)[:, None] * noise
 
     def _neighbours(self, points: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-        """The k reference cells of each type nearest each of ``points`` [n, Q] among the
-        ``allowed`` ones [N] (bool): indices [n, T k], -1 where a type has fewer."""
+        """The k reference cells nearest each of ``points`` [n, Q] among the ``allowed`` ones
+        [N] (bool): indices [n, k], -1 where fewer are allowed."""
         from sklearn.neighbors import NearestNeighbors
 
-        k = self.num_neighbours
-        out = np.full((len(points), len(self._members) * k), -1, dtype=np.int64)
-        for t, members in enumerate(self._members):
-            kept = members[allowed[members]]
-            if len(kept) == 0:
-                continue
-            index = self._indexes[t]
-            if len(kept) < len(members):
-                index = NearestNeighbors(n_neighbors=min(k, len(kept))).fit(self._mean[kept])
-            found = index.kneighbors(points, return_distance=False)
-            out[:, t * k : t * k + found.shape[1]] = kept[found]
+        k, kept = self.num_neighbours, np.flatnonzero(allowed)
+        index = self._index
+        if len(kept) < len(self._mean):
+            index = NearestNeighbors(n_neighbors=min(k, len(kept))).fit(self._mean[kept])
+        found = kept[index.kneighbors(points, return_distance=False)]
+        out = np.full((len(points), k), -1, dtype=np.int64)
+        out[:, : found.shape[1]] = found
         return out
 
     def _posteriors(self, draws: np.ndarray, neighbours: np.ndarray, bandwidth: float):
@@ -247,7 +241,7 @@ class LabelTransfer:
         bandwidths = [m * scale for m in BANDWIDTHS] if self.bandwidth is None else [self.bandwidth]
         floors = FLOORS if self.floor is None else (self.floor,)
         cells, weights = self._calibration_cells()
-        neighbours = np.empty((len(cells), len(self._members) * self.num_neighbours), np.int64)
+        neighbours = np.empty((len(cells), self.num_neighbours), np.int64)
         for group in np.unique(held_out[cells]):
             mine = held_out[cells] == group
             neighbours[mine] = self._neighbours(self._mean[cells[mine]], held_out != group)
