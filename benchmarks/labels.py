@@ -183,6 +183,13 @@ def check(args: argparse.Namespace) -> None:
     print("| statistic | GPLVM | no cell state (Poisson at the library size) |\n|---|---|---|")
     for name, value in result.summary().items():
         print(f"| {name} | {value:.3f} | {baseline.summary()[name]:.3f} |")
+    genes = result.genes[result.genes["cv_observed"] > 0]
+    logs = np.log(genes[["cv_observed", "cv_generated"]].to_numpy())
+    print(
+        f"\n{len(result.genes) - len(genes)} genes without a count in these cells; over the "
+        f"{len(genes)} others, log CV correlation {np.corrcoef(logs.T)[0, 1]:.3f}, median "
+        f"generated / observed CV {np.median(np.exp(logs[:, 1] - logs[:, 0])):.3f}"
+    )
     print("\n| nominal interval | coverage, GPLVM | coverage, no cell state |\n|---|---|---|")
     for nominal, value in result.coverage.items():
         print(f"| {nominal:.2f} | {value:.3f} | {baseline.coverage[nominal]:.3f} |")
