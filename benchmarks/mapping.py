@@ -5,6 +5,8 @@ weights alone).
     python benchmarks/mapping.py atlas [--iterations 3000] [--scvi-epochs N] [--query-epochs 200]
     python benchmarks/mapping.py kang  [--iterations 3000] [--scvi-epochs N] [--folder F]
     python benchmarks/mapping.py speed [--cells 20000] [--compare 1000]
+    python benchmarks/mapping.py versus [--cells 10000] [--before COMMIT] [--folder F]
+    python benchmarks/mapping.py missing [atlas] [kang] [--fractions 0 0.1 0.3 0.5] [--folder F]
 
 ``atlas``: the hard simulated atlas of benchmarks/single_cell.py (``--hard --de-scale 0.5
 --batch-scale 1.0``, 10,000 cells of 10 types, 4 batches, 2,000 genes); batches 0-2 are the
@@ -28,6 +30,14 @@ cell's embedding.
 compiled call) at 2,000 genes on the default simulated atlas, and, on ``--compare`` of them,
 the q(x*) of the package's general new-row inference (``infer_latents``: 300 Adam steps of the
 bound, as ``transform`` did before) beside it: k-means ARI and batch ASW of both.
+``versus``: ``transform``'s speed on the same kind of model and cells, the package as checked
+out beside the package at ``--before`` (``git archive``), the same saved model and cells, each
+run a process of its own, alternating for ``--rounds``; k-means ARI and batch ASW of both, and
+how far each cell's q(x*) moved (the model and cells are kept in ``--folder`` and reused).
+``missing``: the query of ``atlas`` or ``kang`` (as above) lacking each share ``--fractions`` of
+the reference's genes (drawn at random), mapped with ``missing_genes="marginalise"`` and with
+those genes filled with zeros (as scArches' ``prepare_query_anndata`` does): accuracy of label
+transfer, batch ASW, ARI.
 """
 
 from __future__ import annotations
@@ -240,17 +250,50 @@ def compare(args: argparse.Namespace) -> None:
         print(f"| {name} | " + " | ".join(f"{record[c]:.3g}" for c in columns) + " |")
 
 
-def speed(args: argparse.Namespace) -> None:
-    """Cells a second of transform, and its embedding beside infer_latents' on a subset."""
+def versus_data(folder: Path, reference: int, cells: int, iterations: int) -> tuple[Path, Path]:
+    """The ``versus`` run's model (B-SVI NB, batch as covariate, fitted to ``reference`` cells of
+    the default simulated atlas at 2,000 genes, 3 batches) and ``cells`` new cells of the same
+    batches, made once in ``folder`` and reused."""
+    model, query = folder / "speed", folder / "speed_query.h5ad"
+    if model.exists() and query.exists():
+        return model, query
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    adata = default_atlas(reference + cells)
+    fitted, new = adata[:reference].copy(), adata[reference:].copy()
+    face = SingleCellGPLVM(batch_key="batch").fit(fitted, iterations, progress=False)
+    face.save(model, adata=fitted)
+    new.write_h5ad(query)
+    return model, query
+
+
+def embed_timing(model: str, query: str, cells: str, out: str) -> None:
+    """One contender's run (a process of its own): ``transform`` of the first ``cells`` cells of
+    ``query`` by the saved ``model``, after a first call on 100 of them (the traces); its CPU
+    and wall seconds and q(x*) written to ``out`` (.npz)."""
+    import anndata
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    face = SingleCellGPLVM.load(model)
+    adata = anndata.read_h5ad(query)[: int(cells)].copy()
+    face.transform(adata[:100].copy())
+    start, wall = time.process_time(), time.perf_counter()
+    face.transform(adata)
+    cpu, wall = time.process_time() - start, time.perf_counter() - wall
+    np.savez(
+        out, mean=adata.obsm["X_gplvm"], variance=adata.obsm["X_gplvm_var"], cpu=cpu, wall=wall
+    )
+
+
+def default_atlas(total: int):
+    """``total`` cells of the default simulated atlas (3 batches, 2,000 genes) as an AnnData
+    (counts in X, obs batch and cell_type)."""
     import anndata
     import pandas as pd
 
     from gpflow_svi_gplvm.datasets import simulate_atlas
-    from gpflow_svi_gplvm.metrics import embedding_scores
-    from gpflow_svi_gplvm.prediction.functions import infer_latents
-    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
-    total = args.reference + args.cells
     atlas = simulate_atlas(total, GENES, num_batches=3, seed=0)
     obs = pd.DataFrame(
         {"batch": pd.Categorical([f"b{b}" for b in atlas.batch]), "cell_type": atlas.cell_type},
@@ -258,6 +301,17 @@ def speed(args: argparse.Namespace) -> None:
     )
     adata = anndata.AnnData(X=atlas.counts, obs=obs)
     adata.var_names = [f"gene{j}" for j in range(GENES)]
+    return adata
+
+
+def speed(args: argparse.Namespace) -> None:
+    """Cells a second of transform, and its embedding beside infer_latents' on a subset."""
+
+    from gpflow_svi_gplvm.metrics import embedding_scores
+    from gpflow_svi_gplvm.prediction.functions import infer_latents
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    adata = default_atlas(args.reference + args.cells)
     reference, query = adata[: args.reference].copy(), adata[args.reference :].copy()
     face = SingleCellGPLVM(batch_key="batch").fit(reference, args.iterations, progress=False)
     face.transform(query[:100].copy())  # traces
@@ -282,9 +336,138 @@ def speed(args: argparse.Namespace) -> None:
         print(f"{name}: ARI {found['ARI']:.3f}, batch ASW {found['batch ASW']:.3f}")
 
 
+def versus(args: argparse.Namespace) -> None:
+    """Cells a second of ``transform`` at the commit ``--before`` and as checked out, on the
+    same saved model and cells, alternating processes; how far apart their q(x*) are."""
+    import anndata
+
+    from gpflow_svi_gplvm.metrics import embedding_scores
+
+    folder = Path(args.folder or tempfile.mkdtemp())
+    folder.mkdir(parents=True, exist_ok=True)
+    model, query = versus_data(folder, args.reference, args.cells, args.iterations)
+    before = folder / f"package_{args.before}"
+    if not before.exists():
+        before.mkdir()
+        archive = subprocess.run(
+            ["git", "archive", args.before, "gpflow_svi_gplvm"],
+            cwd=HERE.parent,
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+    contenders = {f"before ({args.before})": str(before), "now": str(HERE.parent)}
+    found: dict[str, list] = {name: [] for name in contenders}
+    for round_ in range(args.rounds):
+        for name, package in contenders.items():
+            out = folder / f"timing_{round_}_{len(found[name])}_{name.split()[0]}.npz"
+            env = dict(os.environ, PYTHONPATH=package)
+            command = [sys.executable, __file__, "timing", str(model), str(query)]
+            subprocess.run(command + [str(args.cells), str(out)], env=env, check=True)
+            run = dict(np.load(out))
+            found[name].append(run)
+            ms = 1e3 * float(run["cpu"]) / args.cells
+            rate = args.cells / float(run["wall"])
+            print(f"round {round_} {name}: {ms:.3f} ms CPU a cell, {rate:.0f} cells/s wall")
+    obs = anndata.read_h5ad(query, backed="r").obs.iloc[: args.cells]
+    types, batches = obs["cell_type"].to_numpy(), obs["batch"].astype(str).to_numpy()
+    print("| transform | CPU a cell | cells/s (CPU) | cells/s (wall) | k-means ARI | batch ASW |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, runs in found.items():
+        cpu = np.median([float(r["cpu"]) for r in runs])
+        wall = np.median([float(r["wall"]) for r in runs])
+        scores = embedding_scores(runs[0]["mean"], types, batches)
+        print(
+            f"| {name} | {1e3 * cpu / args.cells:.3f} ms | {args.cells / cpu:.0f} | "
+            f"{args.cells / wall:.0f} | {scores['ARI']:.3f} | {scores['batch ASW']:.3f} |"
+        )
+    old, now = (runs[0] for runs in found.values())
+    moved = np.abs(now["mean"] - old["mean"]) / np.sqrt(old["variance"])
+    ratio = np.abs(now["variance"] / old["variance"] - 1.0)
+    print(
+        "|mean now - mean before| / sd before: median "
+        f"{np.median(moved):.2g}, 99th percentile {np.quantile(moved, 0.99):.2g}, "
+        f"max {moved.max():.2g}; |variance ratio - 1|: median {np.median(ratio):.2g}, "
+        f"99th percentile {np.quantile(ratio, 0.99):.2g}"
+    )
+
+
+QUERY_BATCH = {"atlas": "batch3", "kang": "stimulated"}
+
+
+def missing_data(folder: Path, name: str, iterations: int) -> tuple[Path, Path, Path]:
+    """The ``missing`` run's reference model of data set ``name`` (fitted to all batches but
+    the query's), its cells with their embedding, and the query's cells, made once in
+    ``folder`` and reused."""
+    model = folder / name
+    reference, query = folder / f"{name}_ref.h5ad", folder / f"{name}_query.h5ad"
+    if model.exists() and reference.exists() and query.exists():
+        return model, reference, query
+    import anndata
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    data = folder / f"{name}.h5ad"
+    if not data.exists():
+        (hard_atlas if name == "atlas" else kang)(data)
+    fitted, new = split(anndata.read_h5ad(data), QUERY_BATCH[name])
+    face = SingleCellGPLVM(batch_key="batch").fit(fitted, iterations, progress=False)
+    face.save(model, adata=fitted, overwrite=True)
+    fitted.write_h5ad(reference)
+    new.write_h5ad(query)
+    return model, reference, query
+
+
+def missing(args: argparse.Namespace) -> None:
+    """Label transfer of a query lacking a share of the reference's genes: ``map_query`` with
+    ``missing_genes="marginalise"`` beside the query's lacking genes filled with zeros."""
+    import anndata
+    import scipy.sparse as sp
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    folder = Path(args.folder or tempfile.mkdtemp(prefix="mapping-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in args.rest or ["atlas"]:
+        model, reference_path, query_path = missing_data(folder, name, args.iterations)
+        reference, query = anndata.read_h5ad(reference_path), anndata.read_h5ad(query_path)
+        print(f"## {name}: {query.n_obs} query cells, {query.n_vars} genes")
+        print("| genes removed | query | accuracy | batch ASW | ARI | CPU s |")
+        print("|---:|---|---:|---:|---:|---:|")
+        for fraction in args.fractions:
+            rng = np.random.default_rng(int(round(100 * fraction)))
+            lacking = rng.random(query.n_vars) < fraction
+            kept = query[:, ~lacking].copy()
+            zeroed = query.copy()
+            mask = (~lacking).astype(zeroed.X.dtype)
+            if sp.issparse(zeroed.X):
+                zeroed.X = sp.csr_matrix(zeroed.X.multiply(mask[None]))
+            else:
+                zeroed.X = zeroed.X * mask
+            ways = {"marginalised": (kept, "marginalise"), "zeros": (zeroed, None)}
+            for way, (cells, option) in ways.items():
+                if not lacking.any() and way == "zeros":
+                    continue  # the full query: one run
+                face = SingleCellGPLVM.load(model)
+                start = time.process_time()
+                face.map_query(cells, progress=False, missing_genes=option)
+                cpu = time.process_time() - start
+                found = scores(
+                    reference.obsm["X_gplvm"], cells.obsm["X_gplvm"], reference.obs, cells.obs
+                )
+                print(
+                    f"| {lacking.mean():.0%} | {way if lacking.any() else 'full'} | "
+                    f"{found['accuracy']:.3f} | {found['batch ASW']:.3f} | {found['ARI']:.3f} | "
+                    f"{cpu:.0f} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["atlas", "kang", "speed", "one"])
+    parser.add_argument(
+        "command", choices=["atlas", "kang", "speed", "versus", "missing", "one", "timing"]
+    )
     parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=3000)
     parser.add_argument("--scvi-epochs", type=int, default=None)
@@ -293,6 +476,9 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=20_000)
     parser.add_argument("--reference", type=int, default=5000)
     parser.add_argument("--compare", type=int, default=1000)
+    parser.add_argument("--before", default="dd3f107", help="the commit to compare speed with")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--fractions", type=float, nargs="+", default=[0.0, 0.1, 0.3, 0.5])
     args = parser.parse_args()
     if args.command == "one":
         name, data, query_batch, out = args.rest
@@ -300,8 +486,14 @@ def main() -> None:
             run_scarches(Path(data), query_batch, args.scvi_epochs, args.query_epochs, Path(out))
         else:
             run_gplvm(Path(data), query_batch, args.iterations, Path(out))
+    elif args.command == "timing":
+        embed_timing(*args.rest)
     elif args.command == "speed":
         speed(args)
+    elif args.command == "versus":
+        versus(args)
+    elif args.command == "missing":
+        missing(args)
     else:
         compare(args)
 

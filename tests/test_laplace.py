@@ -75,6 +75,17 @@ def test_the_mode_and_its_curvature_match_an_optimiser_and_finite_differences(mo
         model.likelihood = masked
 
 
+def test_the_steps_shortcuts_reach_the_exact_steps_q_x(model):
+    """The steps on a Hessian summing half of the outputs (scaled), the likelihood's terms in
+    tiles compiled by XLA, find the q(x*) of exact Newton steps on every output."""
+    rows = _counts(6)[:5]
+    rows[2, 0] = np.nan
+    exact = LaplaceLatents(model, tolerance=1e-10, hessian_outputs=D, tiled=False).infer(rows)
+    found = LaplaceLatents(model, tolerance=1e-10, hessian_outputs=D // 2, tiled=True).infer(rows)
+    np.testing.assert_allclose(found[0], exact[0], atol=5e-4)
+    np.testing.assert_allclose(found[1], exact[1], rtol=1e-3)
+
+
 def test_point_and_map_families_return_their_modes_without_spread():
     Y = _counts(0)
     for family in (PointGPLVM, MAPGPLVM):

@@ -10,11 +10,13 @@ import pytest
 anndata = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sp = pytest.importorskip("scipy.sparse")
+optimize = pytest.importorskip("scipy.optimize")
 
 from gpflow.utilities import parameter_dict  # noqa: E402
 
+from gpflow_svi_gplvm.likelihoods import masked  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import CellMapper  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS, CellMapper  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
 
 N, D, Q = 120, 30, 2
@@ -129,3 +131,69 @@ def test_what_cannot_be_mapped_is_refused_by_name(mapped):
     with pytest.raises(ValueError, match="Fit the model first"):
         SingleCellGPLVM(Q, batch_key="batch").map_query(query)
     assert new_batch_prior_variance(face.model, 2) > 0
+
+
+def test_genes_a_query_lacks_are_left_out_of_each_cells_likelihood(mapped):
+    """Reference: each cell's mode of phi(x) = -sum over its measured genes of GPflow's
+    variational expectations (the masked likelihood, NaN for the genes lacking) at predict_f
+    + |x|^2 / 2, by scipy; its size factor the measured genes' counts over their share of the
+    typical expression (the module's formula)."""
+    face, _, _, _, query = mapped
+    cells = query[(query.obs["batch"] == "a").to_numpy()][:2].copy()
+    lacking = ["g3", "g7", "g25"]
+    present = np.array([g not in lacking for g in cells.var_names])
+    kept = cells[:, present].copy()
+    with pytest.raises(ValueError, match="lack 3 of the fitted genes.*missing_genes='marginalise'"):
+        face.transform(kept.copy())
+    with pytest.raises(ValueError, match="missing_genes must be one of"):
+        face.transform(kept.copy(), missing_genes="zeros")
+    with pytest.raises(ValueError, match="share 5 of the 30 fitted genes"):
+        face.transform(cells[:, :5].copy(), missing_genes="marginalise")
+    silent = kept.copy()
+    silent.X = sp.csr_matrix(np.asarray(silent.X.todense()) * (np.arange(2) == 1)[:, None])
+    with pytest.raises(
+        ValueError, match=r"cell 'c1-.*' has no counts in the fitted genes the query"
+    ):
+        face.transform(silent, missing_genes="marginalise")
+    found = face.transform(kept, missing_genes="marginalise")
+    spread = kept.obsm["X_gplvm_var"]
+    typical = face.fitted.mapper(INFERENCE_STEPS).typical_rate()
+    share = typical[present].sum() / typical.sum()
+    full = face.fitted.read_query(cells, learn=False)
+    inputs = full.inputs[:]
+    Y = np.asarray(cells.X.todense(), dtype=np.float64)
+    Y[:, ~present] = np.nan
+    library = np.nansum(Y, axis=1) / share
+    inputs[:, -1] = np.log(library / float(face.model.size_factor_reference.numpy()))
+    likelihood = masked(face.model.likelihood)
+    for y, c, mode, variance in zip(Y, inputs, found, spread):
+
+        def phi(x: np.ndarray, y: np.ndarray = y, c: np.ndarray = c) -> float:
+            X = np.concatenate([x, c])[None]
+            mean, var = face.model.predict_f(X)
+            terms = likelihood.variational_expectations(X, mean, var, y[None])
+            return float(-np.sum(terms)) + 0.5 * float(x @ x)
+
+        best = optimize.minimize(phi, mode + 0.3, method="BFGS", tol=1e-10).x
+        # The steps stop at a relative decrease of 1e-4: the mode to a small share of its spread.
+        assert np.all(np.abs(mode - best) < 0.05 * np.sqrt(variance)), (mode, best, variance)
+
+
+def test_a_new_batch_lacking_genes_is_learnt_from_the_genes_it_has(mapped, tmp_path):
+    """The batch "new" mapped again under another name, lacking three genes: its offsets on the
+    genes it has are those learnt from every gene, within the noise of a fit from 60 cells."""
+    face, _, _, _, query = mapped
+    loaded = SingleCellGPLVM.load(face.save(tmp_path / "model"))
+    cells = query[(query.obs["batch"] == "new").to_numpy()].copy()
+    cells.obs["batch"] = pd.Categorical(["newer"] * cells.n_obs)
+    lacking = ["g3", "g12", "g25"]
+    present = np.array([g not in lacking for g in cells.var_names])
+    found = loaded.map_query(cells[:, present].copy(), progress=False, missing_genes="marginalise")
+    assert loaded.batch_offsets.categories == ["new", "newer"]
+    full, partial = loaded.batch_offsets.offsets
+    assert np.all(np.isfinite(partial))
+    np.testing.assert_allclose(partial[present], full[present], atol=0.25)
+    before = query.obsm["X_gplvm"][(query.obs["batch"] == "new").to_numpy()]
+    assert np.median(np.linalg.norm(found - before, axis=1)) < 0.25 * np.median(
+        np.linalg.norm(before - before.mean(0), axis=1)
+    )

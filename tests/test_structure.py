@@ -373,10 +373,9 @@ def test_the_single_cell_wing_names_are_its_own():
     assert not shared, f"singlecell modules named as others elsewhere: {sorted(shared)}"
 
 
-def test_the_readme_layout_names_every_module():
-    """README's Layout section names each module (those of a sub-package under its folder)."""
-    readme = (PACKAGE.parent / "README.md").read_text()
-    layout = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+def test_the_layout_page_names_every_module():
+    """docs/layout.md names each module (those of a sub-package under its folder)."""
+    layout = (PACKAGE.parent / "docs" / "layout.md").read_text()
     unnamed = [
         path.relative_to(PACKAGE).as_posix()
         for path in sorted(PACKAGE.rglob("*.py"))
@@ -386,7 +385,7 @@ def test_the_readme_layout_names_every_module():
             and (path.parent == PACKAGE or f"{path.parent.name}/" in layout)
         )
     ]
-    assert not unnamed, f"README's Layout section does not name: {', '.join(unnamed)}"
+    assert not unnamed, f"docs/layout.md does not name: {', '.join(unnamed)}"
 
 
 # --------------------------------------------------------------------------------------------

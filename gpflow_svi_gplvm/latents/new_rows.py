@@ -27,6 +27,7 @@ within a handful of steps, where first-order steps take tens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -35,7 +36,14 @@ import tensorflow_probability as tfp
 from ..training.optimizers import adam_moments_and_step
 from .batch import LatentBatch, NewRowFit
 
-__all__ = ["fit_rows", "newton_rows", "newton_minimum", "MAX_DAMPING"]
+__all__ = [
+    "fit_rows",
+    "newton_rows",
+    "newton_minimum",
+    "newton_decrement",
+    "NewtonResult",
+    "MAX_DAMPING",
+]
 
 MAX_DAMPING = 1e6
 """Relative damping beyond which a row stops: its steps are then at most about a millionth of the
@@ -133,7 +141,19 @@ def newton_rows(
     def derivatives(theta: tf.Tensor, rows: tf.Tensor) -> Derivatives:
         return _derivatives(loss, tables, theta, rows)
 
-    return tables(newton_minimum(derivatives, flat, tolerance, iterations)[0])
+    return tables(newton_minimum(derivatives, flat, tolerance, iterations).point)
+
+
+class NewtonResult(NamedTuple):
+    """Where :func:`newton_minimum` left each row: its lowest-loss point [B, P], the loss [B]
+    and Hessian [B, P, P] there, whether it stopped [B] (else its steps ran out), and the point
+    its next step would take it to [B, P] (not evaluated)."""
+
+    point: tf.Tensor
+    value: tf.Tensor
+    hessian: tf.Tensor
+    stopped: tf.Tensor
+    next_point: tf.Tensor
 
 
 def newton_minimum(
@@ -141,10 +161,10 @@ def newton_minimum(
     start: tf.Tensor,
     tolerance: float,
     iterations: int,
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """The lowest-loss point [B, P] each row reached from ``start`` [B, P] by the steps of
-    :func:`newton_rows`, and the Hessian there [B, P, P]; ``derivatives(theta [A, P], rows
-    [A])`` gives the loss of those rows [A], its gradient [A, P] and Hessian [A, P, P]."""
+) -> NewtonResult:
+    """Each row's lowest-loss point reached from ``start`` [B, P] by the steps of
+    :func:`newton_rows` (:class:`NewtonResult`); ``derivatives(theta [A, P], rows [A])`` gives
+    the loss of those rows [A], its gradient [A, P] and Hessian [A, P, P]."""
     flat = start
 
     def step(count, theta, proposal, value, gradient, hessian, damping, done):
@@ -185,7 +205,7 @@ def newton_minimum(
         tf.zeros([rows], tf.bool),
     )
     final = tf.while_loop(more, step, state, parallel_iterations=1)
-    return final[1], final[5]
+    return NewtonResult(final[1], final[3], final[5], final[7], final[2])
 
 
 def _flattened(
@@ -218,6 +238,20 @@ def _derivatives(
             total = tf.reduce_sum(values)
         gradient = inner.gradient(total, theta)
     return values, gradient, outer.batch_jacobian(gradient, theta)
+
+
+def newton_decrement(gradient: tf.Tensor, hessian: tf.Tensor) -> tf.Tensor:
+    """Each row's Newton decrement [A], :math:`g^\\top |H|^{-1} g`, of its gradient [A, P] and
+    Hessian [A, P, P] (absolute eigenvalues, undamped): the test :func:`newton_minimum`'s rows
+    stop at; infinite where either is not finite."""
+    finite = tf.reduce_all(tf.math.is_finite(hessian), axis=[1, 2])
+    finite &= tf.reduce_all(tf.math.is_finite(gradient), axis=1)
+    eye = tf.eye(tf.shape(hessian)[1], batch_shape=tf.shape(hessian)[:1], dtype=hessian.dtype)
+    safe = tf.where(finite[:, None, None], hessian, eye)
+    zero = tf.zeros_like(safe[:, 0, 0])
+    step = _damped_step(tf.where(finite[:, None], gradient, 0.0), safe, zero)
+    decrement = -tf.reduce_sum(gradient * step, axis=1)
+    return tf.where(finite, decrement, tf.constant(np.inf, decrement.dtype))
 
 
 def _damped_step(gradient: tf.Tensor, hessian: tf.Tensor, damping: tf.Tensor) -> tf.Tensor:

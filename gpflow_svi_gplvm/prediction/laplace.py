@@ -1,86 +1,101 @@
-r"""q(x*) of many new rows at once by a Laplace approximation: Gauss-Newton steps to each row's
-mode, the curvature there for its spread.
+r"""q(x*) of many new rows at once by a Laplace approximation: Newton steps to each row's mode,
+the curvature there for its spread.
 
 For a new row y [D] (with its observed GP inputs c and a per-output offset o, e.g. a new batch's
 effect) the frozen model gives, at a latent point x, the predictive
-:math:`q(f_d \mid x) = N(m_d(x), v_d(x))` of every output, with
-:math:`m(x) = K_{x Z} W + \mu_0(x) + o` and :math:`v(x) = k_{xx} - K_{xZ} P K_{Zx}` (whitened:
-:math:`W = L^{-\top} m_u`, :math:`P = L^{-\top}(I - S) L^{-1}`, :math:`K_{ZZ} = L L^\top`). The
-row's mode minimises
+:math:`q(f_d \mid x) = N(m_d(x), v(x))` of every output (:mod:`.frozen_gp`). The row's mode
+minimises
 
 .. math::
 
     \phi(x) = -\sum_{d \in O} E_{q(f_d \mid x)} \log p(y_d \mid f_d) - \log p(x),
 
-over its observed outputs O, by damped Gauss-Newton steps
-(:func:`~gpflow_svi_gplvm.latents.new_rows.newton_rows`, every row its own step, all rows of a
-block in one compiled graph) with
+over its observed outputs O, by damped Newton steps
+(:func:`~gpflow_svi_gplvm.latents.new_rows.newton_minimum`, every row its own step, all rows of
+a block in one compiled graph) with
 
 .. math::
 
     H = \sum_{d \in O} J_d^\top \Lambda_d J_d - \nabla^2 \log p(x), \quad
-    J_d = \partial (m_d, v_d) / \partial x, \quad
-    \Lambda_d = -\nabla^2_{(m_d, v_d)} E \log p(y_d \mid f_d),
+    J_d = \partial (m_d, v) / \partial x, \quad
+    \Lambda_d = -\nabla^2_{(m_d, v)} E \log p(y_d \mid f_d),
 
-the Jacobians from Q forward-mode passes through the kernel (no [D, Q] reverse pass per output),
-the likelihood's derivatives in (m, v) elementwise. At the mode :math:`\hat x` the Gaussian
-:math:`q(x^*) = N(\hat x, H^{-1})` gives the marginal variances :math:`\mathrm{diag}(H^{-1})`
-(a full-covariance family, the encoder's, a flow's), or :math:`1 / \mathrm{diag}(H)` for a
-mean-field Gaussian (B-SVI's q(x) family: the mean-field optimum for a Gaussian posterior);
-point and MAP families return the mode with zero variance. Rows start at their encoder's mean
-(amortised families) or at the best of a few candidate latents (those whose decoded means fit
-the row's observed entries best, then the lowest :math:`\phi`).
+plus the curvature of (m, v) themselves, the likelihood's derivatives in (m, v) elementwise.
+At the mode :math:`\hat x` the Gaussian :math:`q(x^*) = N(\hat x, H^{-1})` gives the marginal
+variances :math:`\mathrm{diag}(H^{-1})` (a full-covariance family, the encoder's, a flow's), or
+:math:`1 / \mathrm{diag}(H)` for a mean-field Gaussian (B-SVI's q(x) family: the mean-field
+optimum for a Gaussian posterior); point and MAP families return the mode with zero variance.
+
+**Where the work goes.** A row's Jacobian of the means, Q x D numbers each a product of M, is
+the largest piece; the likelihood's terms are D elementwise expressions. So:
+
+- Rows start at their encoder's mean (amortised families) or at one of the fitted rows' latents:
+  the few whose decoded rates fit the row's values best (taken in the rates' leading principal
+  directions, :class:`_RateSummary`), then the one of lowest :math:`\phi`.
+- The steps use a Hessian whose Gauss-Newton part sums the outputs that carry most of it
+  (:func:`hessian_outputs`, scaled for the rest); the gradient is exact, so the steps still go
+  to the mode, and stop at a decrement :data:`COARSE` times the tolerance. The point one step
+  further is then evaluated exactly, with the whole Hessian, and accepted where the Newton
+  decrement meets the tolerance, the test a row's steps stop at; the rows it fails take exact
+  steps from there. The curvature given is the exact one at the point returned.
+- With many outputs each evaluation runs in tiles of :data:`TILE_ROWS` rows compiled by XLA
+  (a few fused loops over the D outputs, not dozens of passes), inside the steps' graph.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import cast
 
 import numpy as np
 import tensorflow as tf
-from gpflow.base import Parameter
-from gpflow.config import default_float, default_jitter
+from gpflow.config import default_float
 from gpflow.inducing_variables import InducingPoints
-from gpflow.kernels import Kernel
-from gpflow.mean_functions import MeanFunction
 
 from ..compiled import GraphFunction
 from ..latents import GaussianLatent, MAPLatent, PointLatent
-from ..latents.new_rows import Derivatives, newton_minimum
-from ..likelihoods import expectation_derivatives, masked
+from ..latents.new_rows import Derivatives, NewtonResult, newton_decrement, newton_minimum
+from ..likelihoods import ExpectationDerivatives, expectation_derivatives, masked
 from ..validation import check_integer, check_seed
+from .frozen_gp import LOW, LaplaceModel, frozen_gp
 from .latent_inference import TOLERANCE
-from .new_row_model import NewRowModel, candidate_rows, check_new_row_model
+from .new_row_model import candidate_rows, check_new_row_model
 
-__all__ = ["LaplaceLatents", "laplace_applies"]
+__all__ = ["LaplaceLatents", "LaplaceModel", "laplace_applies", "hessian_outputs", "LOW"]
 
 STARTS_TRIED = 3
 r"""Candidate latents per row (those whose decoded means fit its observed entries best) at which
 :math:`\phi` is evaluated; the row starts at the lowest."""
 
-_ZERO = tf.UnconnectedGradients.ZERO  # a point estimate's prior is 0 everywhere
+START_COMPONENTS = 64
+"""The principal directions of the candidates' decoded rates in which each row's distance to
+them is taken (:class:`_RateSummary`)."""
 
-LOW = tf.float32
-r"""The precision of the work over the D outputs (their means, Jacobians and the likelihood's
-terms), which CPUs with wide vector units run at several times double precision's throughput;
-the latents, the steps and q(x*) stay in the model's. A row's :math:`\phi` is then known to about
-:math:`10^{-7}` of its terms' size, which places its mode to a small fraction of q(x*)'s spread
-(steps below that cannot be judged)."""
+COARSE = 10.0
+"""The Newton steps on the approximate Hessian stop once their decrement falls below this many
+times the tolerance; the point one step further then meets the tolerance for most rows, which
+an exact evaluation checks (:meth:`LaplaceLatents._coarse`)."""
+
+INFORMATION_POINTS = 256
+"""Fitted latents over which the outputs' shares of the Hessian are measured, at most."""
+
+TILE_ROWS = 32
+"""Rows per tile of an evaluation compiled by XLA (one compilation serves every block)."""
+
+TILED_OUTPUTS = 256
+"""Models of at least this many outputs evaluate rows in tiles compiled by XLA by default (below
+it the compilation costs more than it saves)."""
 
 ROW_NUMBERS = 1e7
 """The Jacobians of a block of rows, Q x rows x D numbers, stay near this size (rows per block)."""
 
+_ZERO = tf.UnconnectedGradients.ZERO  # a point estimate's prior is 0 everywhere
 
-class LaplaceModel(NewRowModel, Protocol):
-    """What :class:`LaplaceLatents` reads of a trained model, such as
-    :class:`~gpflow_svi_gplvm.SVIGPLVM`: new-row inference's reads, and the SVGP's prior and
-    q(u), which it projects once."""
 
-    kernel: Kernel
-    mean_function: MeanFunction
-    q_mu: Parameter
-    q_sqrt: Parameter
-    whiten: bool
+def hessian_outputs(num_outputs: int) -> int:
+    """The outputs whose terms the Newton steps' Gauss-Newton Hessian sums by default: all of up
+    to 512, else a fifth, at least 512 (on a simulated atlas of 2,000 genes, a fifth held about
+    three quarters of the Hessian's trace at the fitted latents)."""
+    return num_outputs if num_outputs <= 512 else max(512, num_outputs // 5)
 
 
 def laplace_applies(model: LaplaceModel) -> str | None:
@@ -94,16 +109,19 @@ def laplace_applies(model: LaplaceModel) -> str | None:
 
 
 class LaplaceLatents(tf.Module):
-    """Compiled Laplace inference of q(x*) for new rows of a trained model (see the module).
+    """Compiled Laplace inference of q(x*) for new rows of a trained model (see the module), the
+    model as it is when this is made (its parameters are read once).
 
-    ``iterations``: the most Gauss-Newton steps a row takes; ``tolerance``: a row stops once a step
+    ``iterations``: the most Newton steps a row takes; ``tolerance``: a row stops once a step
     would lower :math:`\\phi` by less than this relative amount. ``candidates`` [C, Q] and
     ``candidate_inputs`` [C, R] (default: the inducing inputs and the training rows' latents with
     their observed inputs of :func:`~gpflow_svi_gplvm.prediction.new_row_model.candidate_rows`
     drawn from ``seed``) are where rows of a latent-table model may start; the
-    :data:`~gpflow_svi_gplvm.prediction.latent_inference.START_CANDIDATES` whose decoded means fit a
-    row's observed entries best are tried, and it starts at the one of lowest :math:`\\phi`.
-    ``chunk_size``: rows per compiled call (default: Q x rows x D near :data:`ROW_NUMBERS`)."""
+    :data:`STARTS_TRIED` whose decoded means fit a row's observed entries best are tried, and it
+    starts at the one of lowest :math:`\\phi`. ``chunk_size``: rows per compiled call (default:
+    Q x rows x D near :data:`ROW_NUMBERS`). ``hessian_outputs``: the outputs the steps' Hessian
+    sums (default :func:`hessian_outputs`); ``tiled``: evaluate rows in tiles compiled by XLA
+    (default: with at least :data:`TILED_OUTPUTS` outputs)."""
 
     def __init__(
         self,
@@ -114,6 +132,8 @@ class LaplaceLatents(tf.Module):
         candidate_inputs: np.ndarray | None = None,
         chunk_size: int | None = None,
         seed: int = 0,
+        hessian_outputs: int | None = None,
+        tiled: bool | None = None,
     ):
         super().__init__()
         self.seed = check_seed(seed)
@@ -135,11 +155,23 @@ class LaplaceLatents(tf.Module):
         width = 0 if model.row_inputs is None else int(model.row_inputs.shape[1])
         self.width = width
         self.chunk_size = chunk_size or max(16, int(ROW_NUMBERS // (Q * D)))
+        self.gp = frozen_gp(model)
         if not latent.amortised:
             candidates, candidate_inputs = self._candidates(candidates, candidate_inputs)
             self._candidates_at = tf.constant(candidates, default_float())
             self._candidate_inputs = tf.constant(candidate_inputs, default_float())
+            rates = self.gp.rate(self._candidates_at, self._unit_size_inputs(), self.likelihood)
+            self._rates = _RateSummary(tf.cast(rates, default_float()).numpy(), self.seed)
+        self.hessian_genes, self.hessian_scale = self._hessian_outputs(hessian_outputs)
+        self.tiled = D >= TILED_OUTPUTS if tiled is None else bool(tiled)
         dtype = default_float()
+        tile = [
+            tf.TensorSpec([TILE_ROWS, D], LOW),  # values, NaN where missing
+            tf.TensorSpec([TILE_ROWS, D], LOW),  # means of f
+            tf.TensorSpec([TILE_ROWS, 1], LOW),  # its variance
+        ]
+        self._tile_terms = GraphFunction(self._row_terms, tile, jit_compile=True)
+        self._tile_values = GraphFunction(self._row_values, tile, jit_compile=True)
         spec = [
             tf.TensorSpec([None, D], dtype),  # rows, NaN where missing
             tf.TensorSpec([None, width], dtype),  # their observed inputs (covariates, log s)
@@ -180,10 +212,7 @@ class LaplaceLatents(tf.Module):
         family, which has no candidates)."""
         if self.model.latent.amortised:
             return None
-        rates = _Predictive(self.model).rate(
-            self._candidates_at, self._unit_size_inputs(), self.likelihood
-        )
-        return tf.reduce_mean(tf.cast(rates, default_float()), axis=0).numpy()
+        return self._rates.typical.copy()
 
     def _unit_size_inputs(self) -> tf.Tensor:
         """The candidates' observed inputs [C, R] with a size factor of one."""
@@ -211,6 +240,37 @@ class LaplaceLatents(tf.Module):
             np.concatenate([Z[:, Q : Q + self.width], inputs]),
         )
 
+    def _hessian_outputs(self, count: int | None) -> tuple[tf.Tensor | None, float]:
+        r"""The outputs whose terms the steps' Gauss-Newton Hessian sums (None: all) and its
+        scale: the ``count`` (default :func:`hessian_outputs`) carrying the most of
+        :math:`w_d \sum_q J_{qd}^2` (the Hessian's trace, with the Fisher weights
+        :math:`w_d = -\partial^2_m E \log p(y_d \mid f_d)` at the likelihood's mean) over up to
+        :data:`INFORMATION_POINTS` fitted latents (an amortised model's: the inducing inputs),
+        and the median over them of the whole trace over the chosen outputs' share."""
+        model = self.model
+        D = model.data_dim
+        count = hessian_outputs(D) if count is None else check_integer(count, "hessian_outputs")
+        if count >= D:
+            return None, 1.0
+        if model.latent.amortised:
+            at = model.inducing_variable.Z.numpy()
+            Q = model.latent_dim
+            x = tf.constant(at[:, :Q], default_float())
+            inputs = tf.constant(at[:, Q : Q + self.width], default_float())
+        else:
+            x = self._candidates_at[:INFORMATION_POINTS]
+            inputs = self._unit_size_inputs()[:INFORMATION_POINTS]
+        (mean, variance), slopes = self.gp.with_jacobians(x, inputs, tf.zeros([1, 1], LOW))
+        wide = tf.broadcast_to(variance, tf.shape(mean))
+        rate = self.gp.rate(x, inputs, self.likelihood)
+        fisher = -expectation_derivatives(self.likelihood, rate, mean, wide).mean_mean
+        jacobian = self.gp.mean_jacobian(slopes)
+        information = tf.reduce_sum(tf.square(jacobian), axis=1) * fisher  # [C, D]
+        information = tf.cast(information, default_float()).numpy()
+        chosen = np.sort(np.argsort(-information.sum(axis=0))[:count])
+        share = information[:, chosen].sum(axis=1) / information.sum(axis=1)
+        return tf.constant(chosen, tf.int64), float(1.0 / np.median(share))
+
     def _fit(
         self,
         Y: tf.Tensor,
@@ -218,54 +278,83 @@ class LaplaceLatents(tf.Module):
         offsets: tf.Tensor,
         start: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean and marginal variance [B, Q] of q(x*) of a block of rows (from ``start``, or
-        from :meth:`_start`'s)."""
-        observed = tf.logical_not(tf.math.is_nan(Y))
-        values = tf.cast(tf.where(observed, Y, tf.zeros_like(Y)), LOW)
-        block = _Rows(values, observed, inputs, tf.cast(offsets, LOW))
-        gp = _Predictive(self.model)
+        """Mean and marginal variance [B, Q] of q(x*) of a block of rows, their steps from
+        ``start`` (default :meth:`_start`'s): Newton steps on :meth:`_derivatives` until their
+        decrement falls below :data:`COARSE` times the tolerance, then one step further, where
+        the point is accepted if its decrement meets the tolerance; the rows it fails step on
+        until it does. The curvature there is exact (:meth:`_evaluate`)."""
+        block = _Rows.of(Y, inputs, offsets)
+        if start is None:
+            start = self._start(block)
+        steps = self._newton(block, start, COARSE * self.tolerance)
+        mode = tf.where(steps.stopped[:, None], steps.next_point, steps.point)
+        value, gradient, hessian, curvature = self._evaluate(mode, block, curvature=True)
+        decrement = newton_decrement(gradient, hessian)
+        # (Comparisons that hold for NaN as no other value: the graph's optimiser may turn a
+        # negated comparison into its opposite, which is not one with NaN.)
+        finite = tf.math.is_finite(value)
+        accepted = finite & (decrement < self.tolerance * (1.0 + tf.abs(value)))
+        rest = tf.where(tf.logical_not(accepted))[:, 0]
+        # A point one step further that is worse than the best evaluated (or not finite) is
+        # dropped: those rows go on from their best point.
+        better = finite & (value <= steps.value)
+        restart = tf.where(better[:, None], mode, steps.point)
+
+        def finish() -> tuple[tf.Tensor, tf.Tensor]:
+            rows = block.gathered(rest)
+            found = self._newton(rows, tf.gather(restart, rest), self.tolerance).point
+            at = rest[:, None]
+            exact = self._evaluate(found, rows, curvature=True)[3]
+            return (
+                tf.tensor_scatter_nd_update(mode, at, found),
+                tf.tensor_scatter_nd_update(curvature, at, exact),
+            )
+
+        more = tf.size(rest) > 0
+        mode, curvature = tf.cond(more, finish, lambda: (mode, curvature))
+        return self._moments(mode, curvature)
+
+    def _newton(self, block: _Rows, start: tf.Tensor, tolerance: float) -> NewtonResult:
+        """:func:`~gpflow_svi_gplvm.latents.new_rows.newton_minimum` of the rows of ``block``
+        from ``start`` on :meth:`_derivatives`, to ``tolerance``."""
 
         def derivatives(theta: tf.Tensor, rows: tf.Tensor) -> Derivatives:
-            return self._derivatives(gp, theta, block.gathered(rows))
+            return self._derivatives(theta, block.gathered(rows))
 
-        if start is None:
-            start = self._start(gp, block)
-        mode, hessian = newton_minimum(derivatives, start, self.tolerance, self.iterations)
+        return newton_minimum(derivatives, start, tolerance, self.iterations)
+
+    def _moments(self, mode: tf.Tensor, curvature: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """q(x*)'s mean and marginal variance [B, Q] from its mode and :meth:`_evaluate`'s
+        curvature there."""
         if self.point:
             return mode, tf.zeros_like(mode)
         if self.mean_field:
-            return mode, 1.0 / tf.linalg.diag_part(hessian)
-        return mode, tf.linalg.diag_part(tf.linalg.inv(hessian))
+            return mode, 1.0 / curvature
+        return mode, tf.linalg.diag_part(tf.linalg.inv(curvature))
 
-    def _start(self, gp: _Predictive, rows: _Rows) -> tf.Tensor:
+    def _start(self, rows: _Rows) -> tf.Tensor:
         """Each row's start [B, Q]: its encoder's mean, or the best of its candidates."""
         model = self.model
         if model.latent.amortised:
             idx = tf.zeros(tf.shape(rows.values)[:1], tf.int64)
             Y = tf.cast(rows.targets(), default_float())
             return cast(tf.Tensor, model.latent.moments(idx, Y)[0])
-        decoded = gp.rate(self._candidates_at, self._unit_size_inputs(), self.likelihood)  # [C, D]
         scale = tf.cast(tf.exp(_log_size(model, rows.inputs)), LOW)
-        mask = tf.cast(rows.observed, LOW)
-        scaled = rows.values / scale * mask
-        errors = (
-            tf.reduce_sum(tf.square(scaled), axis=1, keepdims=True)
-            - 2.0 * tf.matmul(scaled, decoded, transpose_b=True)
-            + tf.matmul(mask, tf.square(decoded), transpose_b=True)
-        )  # [B, C], the squares expanded: no [B, C, D] tensor
+        errors = self._rates.distances(rows.values / scale, rows.observed)  # [B, C]
         count = min(STARTS_TRIED, int(self._candidates_at.shape[0]))
         starts = tf.gather(self._candidates_at, tf.math.top_k(-errors, count).indices)  # [B, K, Q]
-        flat = tf.reshape(starts, [-1, model.latent_dim])
-        losses = tf.reshape(self._loss(gp, flat, rows.repeated(count)), [-1, count])
+        losses = tf.stack([self._loss(starts[:, k], rows) for k in range(count)], axis=1)
         return tf.gather(starts, tf.argmin(losses, axis=1), batch_dims=1)
 
-    def _loss(self, gp: _Predictive, x: tf.Tensor, rows: _Rows) -> tf.Tensor:
+    def _loss(self, x: tf.Tensor, rows: _Rows) -> tf.Tensor:
         r""":math:`\phi` [A] (up to a term of each row's values alone) at latent points x [A, Q]."""
-        mean, variance = gp.at(x, rows.inputs, rows.offsets)
-        wide = tf.broadcast_to(variance, tf.shape(mean))
-        # Only the value is read: the derivatives are pruned from the graph.
-        terms = expectation_derivatives(self.likelihood, rows.targets(), mean, wide).value
-        return -tf.cast(tf.reduce_sum(terms, axis=1), x.dtype) - self._log_prior(x)
+        mean, variance = self.gp.at(x, rows.inputs, rows.offsets)
+        targets = rows.targets()
+        if self.tiled:
+            value = self._in_tiles(self._tile_values, targets, mean, variance)[0]
+        else:
+            value = self._row_values(targets, mean, variance)[0]
+        return -tf.cast(value, x.dtype) - self._log_prior(x)
 
     def _log_prior(self, x: tf.Tensor) -> tf.Tensor:
         latent = self.model.latent
@@ -273,13 +362,21 @@ class LaplaceLatents(tf.Module):
             return latent.row_term(x)  # log p(x), or 0 for a point estimate
         return -0.5 * tf.reduce_sum(tf.square(x), axis=1)  # N(0, I), up to a constant
 
-    def _derivatives(self, gp: _Predictive, x: tf.Tensor, rows: _Rows) -> Derivatives:
-        r""":math:`\phi` [A], its gradient [A, Q] and Hessian [A, Q, Q] at x [A, Q]: the
-        likelihood's part through the Jacobians of (m, v) [A, Q, D] and [A, Q] (v is one for
-        every output) plus the curvature of (m, v) themselves, and the prior's."""
-        (mean, variance), (mean_jac, variance_jac) = gp.with_jacobians(x, rows.inputs, rows.offsets)
-        wide = tf.broadcast_to(variance, tf.shape(mean))
-        d = expectation_derivatives(self.likelihood, rows.targets(), mean, wide)
+    def _derivatives(self, x: tf.Tensor, rows: _Rows) -> Derivatives:
+        """:meth:`_evaluate`'s value, gradient and Hessian, for the steps."""
+        return cast(Derivatives, self._evaluate(x, rows)[:3])
+
+    def _evaluate(self, x: tf.Tensor, rows: _Rows, curvature: bool = False):
+        r""":math:`\phi` [A], its gradient [A, Q] and a Hessian [A, Q, Q] at x [A, Q] of
+        ``rows``, and with ``curvature`` the exact Hessian: its diagonal [A, Q] for a mean-field
+        family (zeros for a point estimate), else whole [A, Q, Q] (without: None). The
+        likelihood's part goes through the Jacobians of (m, v) (v is one for every output) plus
+        the curvature of (m, v) themselves; the gradient is exact, and the Hessian's
+        Gauss-Newton part, :math:`\sum_d w_d J_d J_d^\top`, sums :attr:`hessian_genes` alone,
+        scaled by :attr:`hessian_scale`."""
+        gp = self.gp
+        (mean, variance), slopes = gp.with_jacobians(x, rows.inputs, rows.offsets)
+        d = self._terms(rows.targets(), mean, variance)
         with tf.GradientTape() as outer:
             outer.watch(x)
             with tf.GradientTape() as inner:
@@ -289,27 +386,135 @@ class LaplaceLatents(tf.Module):
             prior_gradient = inner.gradient(prior_total, x, unconnected_gradients=_ZERO)
         prior_hessian = outer.batch_jacobian(prior_gradient, x, unconnected_gradients=_ZERO)
         high = x.dtype
-
-        def summed(terms: tf.Tensor) -> tf.Tensor:  # over the outputs, in the model's precision
-            return tf.cast(tf.reduce_sum(terms, axis=-1), high)
-
-        def along(weights: tf.Tensor) -> tf.Tensor:  # sum_d J_qd w_d [A, Q], no [A, Q, D] product
-            return tf.cast(tf.linalg.matvec(mean_jac, weights), high)
-
-        v_first, v_curve = summed(d.variance), summed(-d.variance_variance)  # [A]
-        vj = variance_jac  # [A, Q]
-        gradient = -along(d.mean) - vj * v_first[:, None]
-        cross = along(-d.mean_variance)  # [A, Q]
-        weighted = mean_jac * -d.mean_mean[:, None, :]
-        hessian = (
-            tf.cast(tf.matmul(weighted, mean_jac, transpose_b=True), high)
-            + cross[:, :, None] * vj[:, None, :]
+        first, cross_weights = d.mean, -d.mean_variance
+        reduced = gp.reduced(tf.concat([first, cross_weights], axis=0))  # [2A, M]
+        reduced_first, reduced_cross = tf.split(reduced, 2)
+        v_first, v_curve = tf.cast(d.variance, high), -tf.cast(d.variance_variance, high)  # [A]
+        vj = slopes.variance  # [A, Q]
+        gradient = -gp.along(slopes, reduced_first, first) - vj * v_first[:, None]
+        cross = gp.along(slopes, reduced_cross, cross_weights)  # [A, Q]
+        others = (  # the Hessian but for its Gauss-Newton part
+            cross[:, :, None] * vj[:, None, :]
             + vj[:, :, None] * cross[:, None, :]
             + v_curve[:, None, None] * vj[:, :, None] * vj[:, None, :]
-            - gp.curvature(x, rows.inputs, d.mean, v_first)
+            - gp.curvature(x, rows.inputs, first, reduced_first, v_first)
             - prior_hessian
         )
-        return -summed(d.value) - log_prior, gradient - prior_gradient, hessian
+        genes, weights = self.hessian_genes, -d.mean_mean
+        whole = gp.mean_jacobian(slopes) if curvature or genes is None else None  # [A, Q, D]
+        if genes is None:
+            jacobian, chosen = whole, weights
+        elif whole is None:
+            jacobian, chosen = gp.mean_jacobian(slopes, genes), tf.gather(weights, genes, axis=1)
+        else:
+            jacobian, chosen = tf.gather(whole, genes, axis=2), tf.gather(weights, genes, axis=1)
+        products = tf.matmul(jacobian * chosen[:, None, :], jacobian, transpose_b=True)
+        hessian = self.hessian_scale * tf.cast(products, high) + others
+        value = -tf.cast(d.value, high) - log_prior
+        exact = None
+        if curvature and self.point:
+            exact = tf.zeros_like(x)  # a point estimate has no spread
+        elif curvature:
+            if self.mean_field:  # diag(J^T diag(w) J) without the off-diagonal products
+                gauss_newton = tf.linalg.matvec(tf.square(whole), weights)
+                exact = tf.cast(gauss_newton, high) + tf.linalg.diag_part(others)
+            elif genes is None:
+                exact = hessian
+            else:
+                products = tf.matmul(whole * weights[:, None, :], whole, transpose_b=True)
+                exact = tf.cast(products, high) + others
+        return value, gradient - prior_gradient, hessian, exact
+
+    def _terms(
+        self, targets: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+    ) -> ExpectationDerivatives:
+        """The likelihood's terms of rows (:meth:`_row_terms`), in tiles compiled by XLA where
+        :attr:`tiled`."""
+        if self.tiled:
+            return ExpectationDerivatives(
+                *self._in_tiles(self._tile_terms, targets, mean, variance)
+            )
+        return self._row_terms(targets, mean, variance)
+
+    def _row_terms(
+        self, targets: tf.Tensor, mean: tf.Tensor, variance: tf.Tensor
+    ) -> ExpectationDerivatives:
+        """:func:`~gpflow_svi_gplvm.likelihoods.expectation_derivatives` of rows' ``targets``
+        [A, D] (NaN where missing) at q(f) = N(``mean`` [A, D], ``variance`` [A, 1]), those of
+        the variance summed over the outputs (one variance serves them all) [A], the others
+        [A, D]."""
+        wide = tf.broadcast_to(variance, tf.shape(mean))
+        d = expectation_derivatives(self.likelihood, targets, mean, wide)
+        sums = [tf.reduce_sum(t, axis=1) for t in (d.value, d.variance, d.variance_variance)]
+        return ExpectationDerivatives(
+            sums[0], d.mean, sums[1], d.mean_mean, d.mean_variance, sums[2]
+        )
+
+    def _row_values(self, targets, mean, variance) -> tuple[tf.Tensor]:
+        """The likelihood's expectations summed over each row's observed outputs [A]."""
+        wide = tf.broadcast_to(variance, tf.shape(mean))
+        # Only the value is read: the derivatives are pruned from the graph.
+        value = expectation_derivatives(self.likelihood, targets, mean, wide).value
+        return (tf.reduce_sum(value, axis=1),)
+
+    def _in_tiles(self, function: GraphFunction, *parts: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """``function`` of tiles of :data:`TILE_ROWS` rows of ``parts`` [A, ...] (the last tile
+        padded with NaN: nothing observed), joined: its results [A, ...]."""
+        count = tf.shape(parts[0])[0]
+        tiles = (count + TILE_ROWS - 1) // TILE_ROWS  # may be 0: the shapes say so, not -1
+        padding = tiles * TILE_ROWS - count
+        tiled = []
+        for part in parts:
+            widths = [[0, padding]] + [[0, 0]] * (part.shape.rank - 1)
+            padded = tf.pad(part, widths, constant_values=tf.constant(np.nan, part.dtype))
+            shape = tf.concat([[tiles, TILE_ROWS], tf.shape(part)[1:]], axis=0)
+            tiled.append(tf.reshape(padded, shape))
+        outputs = function.get_concrete_function().structured_outputs
+        signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)
+        found = tf.map_fn(lambda tile: function(*tile), tuple(tiled), fn_output_signature=signature)
+        return tuple(
+            tf.reshape(f, tf.concat([[tiles * TILE_ROWS], tf.shape(f)[2:]], axis=0))[:count]
+            for f in tf.nest.flatten(found)
+        )
+
+
+class _RateSummary:
+    r"""The candidates' decoded rates [C, D] as the starts are chosen by them: each row's
+    squared distance to every candidate's rates, :math:`\lVert y / s - \mu_c \rVert^2` over
+    its observed entries, taken in the span of the rates' :data:`START_COMPONENTS` leading
+    principal directions V [D, k] (a product of k, not C, numbers a gene per row), plus each
+    candidate's own remainder outside it; a missing entry counts as the candidates' mean."""
+
+    def __init__(self, rates: np.ndarray, seed: int):
+        self.typical = rates.mean(axis=0)  # [D]
+        centred = rates - self.typical
+        basis = _leading_directions(centred, START_COMPONENTS, seed)  # [D, k]
+        features = centred @ basis  # [C, k]
+        self.centre = tf.constant(self.typical, LOW)
+        self.basis = tf.constant(basis, LOW)
+        self.features = tf.constant(features, LOW)
+        self.constant = tf.constant(np.sum(np.square(centred), axis=1), LOW)
+
+    def distances(self, scaled: tf.Tensor, observed: tf.Tensor) -> tf.Tensor:
+        """Each row's distance [B, C] to every candidate (up to a term of the row alone), from
+        its values over its size factor ``scaled`` [B, D] and their mask ``observed``."""
+        centred = tf.where(observed, scaled - self.centre, tf.zeros_like(scaled))
+        features = tf.matmul(centred, self.basis)  # [B, k]
+        return self.constant - 2.0 * tf.matmul(features, self.features, transpose_b=True)
+
+
+def _leading_directions(centred: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """The ``count`` leading right singular vectors [D, k] of ``centred`` [C, D], by a randomised
+    range finder with two power iterations (Halko, Martinsson & Tropp 2011, algorithm 4.4)."""
+    C, D = centred.shape
+    k = min(count, C, D)
+    sketch = centred.T @ np.random.default_rng(seed).normal(size=(C, min(k + 10, C)))
+    for _ in range(2):
+        sketch = np.linalg.qr(sketch)[0]
+        sketch = centred.T @ (centred @ sketch)
+    basis = np.linalg.qr(sketch)[0]  # [D, k + p], orthonormal
+    _, _, vt = np.linalg.svd(centred @ basis, full_matrices=False)
+    return basis @ vt[:k].T
 
 
 class _Rows:
@@ -319,19 +524,32 @@ class _Rows:
     def __init__(self, values, observed, inputs, offsets):
         self.values, self.observed, self.inputs, self.offsets = values, observed, inputs, offsets
 
+    @classmethod
+    def of(cls, Y: tf.Tensor, inputs: tf.Tensor, offsets: tf.Tensor) -> _Rows:
+        """Rows Y [A, D] (NaN where missing) with their ``inputs`` and ``offsets``."""
+        observed = tf.logical_not(tf.math.is_nan(Y))
+        values = tf.cast(tf.where(observed, Y, tf.zeros_like(Y)), LOW)
+        return cls(values, observed, inputs, tf.cast(offsets, LOW))
+
     def gathered(self, rows: tf.Tensor) -> _Rows:
-        return _Rows(*(tf.gather(t, rows) for t in self._parts()))
+        return _Rows(*(tf.gather(t, rows) for t in self.parts()))
 
     def repeated(self, count: int) -> _Rows:
-        return _Rows(*(tf.repeat(t, count, axis=0) for t in self._parts()))
+        return _Rows(*(tf.repeat(t, count, axis=0) for t in self.parts()))
 
     def targets(self) -> tf.Tensor:
         """The values with NaN where missing."""
-        missing = tf.fill(tf.shape(self.values), tf.constant(np.nan, self.values.dtype))
-        return tf.where(self.observed, self.values, missing)
+        return _targets(self.values, self.observed)
 
-    def _parts(self) -> tuple[tf.Tensor, ...]:
+    def parts(self) -> tuple[tf.Tensor, ...]:
+        """Values, observed, inputs and offsets, in that order."""
         return self.values, self.observed, self.inputs, self.offsets
+
+
+def _targets(values: tf.Tensor, observed: tf.Tensor) -> tf.Tensor:
+    """Values [A, D] with NaN where not ``observed``."""
+    missing = tf.fill(tf.shape(values), tf.constant(np.nan, values.dtype))
+    return tf.where(observed, values, missing)
 
 
 def _log_size(model: LaplaceModel, inputs: tf.Tensor) -> tf.Tensor:
@@ -339,102 +557,3 @@ def _log_size(model: LaplaceModel, inputs: tf.Tensor) -> tf.Tensor:
     if model.size_factor_reference is None:
         return tf.zeros_like(inputs[:, :1]) if inputs.shape[1] else tf.zeros([1, 1], inputs.dtype)
     return inputs[:, -1:]
-
-
-class _Predictive:
-    """The frozen model's q(f | x) at GP inputs [x, c]: mean [A, D] in :data:`LOW` precision
-    and one variance [A, 1]."""
-
-    def __init__(self, model: LaplaceModel):
-        self.model = model
-        Z = model.inducing_variable.Z
-        Kzz = model.kernel.K(Z) + default_jitter() * tf.eye(tf.shape(Z)[0], dtype=Z.dtype)
-        L = tf.linalg.cholesky(Kzz)
-        q_mu = tf.convert_to_tensor(model.q_mu)
-        S_factor = tf.convert_to_tensor(model.q_sqrt)[0]  # [M, M], shared by the outputs
-        eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
-        L_inv = tf.linalg.triangular_solve(L, eye, lower=True)  # L^-1
-        if model.whiten:
-            W = tf.linalg.matmul(L_inv, q_mu, transpose_a=True)  # L^-T m_u
-            inner = eye - tf.matmul(S_factor, S_factor, transpose_b=True)
-        else:
-            W = tf.linalg.cholesky_solve(L, q_mu)  # Kzz^-1 m_u
-            S = tf.matmul(S_factor, S_factor, transpose_b=True)
-            inner = eye - tf.matmul(L_inv, tf.matmul(S, L_inv, transpose_b=True))
-        self.P = tf.matmul(L_inv, tf.matmul(inner, L_inv), transpose_a=True)  # [M, M]
-        self.W = tf.cast(W, LOW)  # [M, D]
-        self.Z = Z
-
-    def _parts(self, X: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        model = self.model
-        return model.kernel.K(X, self.Z), model.kernel.K_diag(X), model.mean_function(X)
-
-    def _joined(self, x: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
-        return tf.concat([x, inputs], axis=1) if inputs.shape[1] else x
-
-    def at(
-        self, x: tf.Tensor, inputs: tf.Tensor, offsets: tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        """Mean [A, D] and variance [A, 1] of f at latent points x [A, Q] of rows with observed
-        ``inputs`` [A, R] and ``offsets`` [A, D]."""
-        K, diag, prior_mean = self._parts(self._joined(x, inputs))
-        return self._moments(K, diag, prior_mean, offsets)
-
-    def _moments(self, K, diag, prior_mean, offsets) -> tuple[tf.Tensor, tf.Tensor]:
-        mean = tf.matmul(tf.cast(K, LOW), self.W) + tf.cast(prior_mean, LOW) + offsets
-        variance = diag - tf.reduce_sum(tf.matmul(K, self.P) * K, axis=1)
-        return mean, tf.cast(tf.maximum(variance, 1e-12), LOW)[:, None]
-
-    def rate(self, x: tf.Tensor, inputs: tf.Tensor, likelihood) -> tf.Tensor:
-        """The likelihood's predictive mean [C, D] at latent points x [C, Q] with ``inputs``."""
-        mean, variance = self.at(x, inputs, tf.zeros([1, 1], LOW))
-        wide = tf.cast(tf.broadcast_to(variance, tf.shape(mean)), x.dtype)
-        return tf.cast(likelihood.predict_mean_and_var(x, tf.cast(mean, x.dtype), wide)[0], LOW)
-
-    def curvature(
-        self, x: tf.Tensor, inputs: tf.Tensor, mean_weights: tf.Tensor, variance_weight: tf.Tensor
-    ) -> tf.Tensor:
-        r""":math:`\sum_d a_d \nabla^2 m_d(x) + b \nabla^2 v(x)` [A, Q, Q] per row, for weights
-        a [A, D] (``mean_weights``) and b [A] (``variance_weight``): the second-order part of
-        the Hessian of :math:`\sum_d \ell_d(m_d(x), v(x))`, of a scalar per row whose cost is
-        the kernel's, not the D outputs' (:math:`\sum_d a_d m_d = K_{xZ} W a + \mu_0^\top a`)."""
-        high = x.dtype
-        reduced = tf.cast(tf.matmul(mean_weights, self.W, transpose_b=True), high)  # [A, M]
-        with tf.GradientTape() as outer:
-            outer.watch(x)
-            with tf.GradientTape() as inner:
-                inner.watch(x)
-                K, diag, prior_mean = self._parts(self._joined(x, inputs))
-                variance = diag - tf.reduce_sum(tf.matmul(K, self.P) * K, axis=1)
-                weighted = (
-                    tf.reduce_sum(K * reduced, axis=1)
-                    + tf.reduce_sum(prior_mean * tf.cast(mean_weights, high), axis=1)
-                    + variance_weight * variance
-                )
-                total = tf.reduce_sum(weighted)
-            gradient = inner.gradient(total, x)
-        return outer.batch_jacobian(gradient, x)
-
-    def with_jacobians(self, x: tf.Tensor, inputs: tf.Tensor, offsets: tf.Tensor):
-        """:meth:`at` and the Jacobians in x of its mean [A, Q, D] (in :data:`LOW` precision)
-        and variance [A, Q]: the kernel's and the mean function's by one forward-mode pass per
-        latent dimension, then the mean's in one product with W [M, D]."""
-        X = self._joined(x, inputs)
-        K, diag, prior_mean = self._parts(X)
-        mean, variance = self._moments(K, diag, prior_mean, offsets)
-        kernel_rows, diag_rows, prior_rows = [], [], []
-        for q in range(self.model.latent_dim):
-            tangent = tf.one_hot(tf.fill(tf.shape(x)[:1], q), tf.shape(X)[1], dtype=X.dtype)
-            with tf.autodiff.ForwardAccumulator(X, tangent) as accumulator:
-                K_q, diag_q, prior_q = self._parts(X)
-            kernel_rows.append(accumulator.jvp(K_q))
-            diag_rows.append(accumulator.jvp(diag_q))
-            prior_rows.append(accumulator.jvp(prior_q))
-        dK = tf.stack(kernel_rows, axis=1)  # [A, Q, M]
-        mean_jac = tf.matmul(tf.cast(dK, LOW), self.W)  # [A, Q, D]
-        if all(row is not None for row in prior_rows):  # a mean function that reads x
-            mean_jac += tf.cast(tf.stack(prior_rows, axis=1), LOW)
-        variance_jac = -2.0 * tf.reduce_sum(dK * tf.matmul(K, self.P)[:, None, :], axis=2)
-        if all(row is not None for row in diag_rows):  # a kernel whose k(x, x) moves with x
-            variance_jac += tf.stack(diag_rows, axis=1)
-        return (mean, variance), (mean_jac, variance_jac)

@@ -223,15 +223,21 @@ class SingleCellGPLVM(GenesMixin):
         return adata, registration
 
     def transform(
-        self, adata, iterations: int = INFERENCE_STEPS, progress: bool = False
+        self,
+        adata,
+        iterations: int = INFERENCE_STEPS,
+        progress: bool = False,
+        missing_genes: str | None = None,
     ) -> np.ndarray:
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name in any
         order, and the fitted ``obs`` columns) with the model frozen, each cell's the Laplace
         approximation at its mode, ``iterations`` Newton steps at most
         (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`;
         returns the means [N*, Q]. Cells of batches the model was not fitted with are refused
-        unless :meth:`map_query` has learnt them."""
-        return self._embed(adata, iterations, progress)
+        unless :meth:`map_query` has learnt them. ``missing_genes``: None refuses cells lacking
+        fitted genes, naming them; "marginalise" leaves those genes out of each cell's
+        likelihood (:mod:`~gpflow_svi_gplvm.singlecell.mapping.query`)."""
+        return self._embed(adata, iterations, progress, missing_genes=missing_genes)
 
     def map_query(
         self,
@@ -239,18 +245,25 @@ class SingleCellGPLVM(GenesMixin):
         iterations: int = INFERENCE_STEPS,
         fit_cells: int = FIT_CELLS,
         progress: bool = True,
+        missing_genes: str | None = None,
     ) -> np.ndarray:
         """Map a query onto the fitted reference: its cells of batches the model was not fitted
         with get their batch's effect, an offset per gene fitted by MAP with every parameter of
         the model frozen from up to ``fit_cells`` cells of each new batch, kept for later
         :meth:`transform`, :meth:`save` and :meth:`export_saved_model`; then every cell is
         embedded as :meth:`transform` does (the reference cells' embedding is unchanged:
-        :mod:`~gpflow_svi_gplvm.singlecell.mapping`). Returns the means [N*, Q]."""
+        :mod:`~gpflow_svi_gplvm.singlecell.mapping`; ``missing_genes`` as there). Returns the
+        means [N*, Q]."""
         fit_cells = check_integer(fit_cells, "fit_cells", hint="e.g. 2000 cells of each batch")
-        return self._embed(adata, iterations, progress, fit_cells)
+        return self._embed(adata, iterations, progress, fit_cells, missing_genes)
 
     def _embed(
-        self, adata, iterations: int, progress: bool, fit_cells: int | None = None
+        self,
+        adata,
+        iterations: int,
+        progress: bool,
+        fit_cells: int | None = None,
+        missing_genes: str | None = None,
     ) -> np.ndarray:
         """:meth:`transform`, and :meth:`map_query` with ``fit_cells``."""
         iterations = check_integer(iterations, "iterations", hint="e.g. 50 Newton steps")
@@ -258,8 +271,9 @@ class SingleCellGPLVM(GenesMixin):
         check_anndata(adata)
         if adata.n_obs == 0:
             raise ValueError("adata holds no cells to embed: give at least one cell.")
-        learnt, query = fitted.offsets, fitted.read_query(adata, fit_cells is not None)
         mapper = fitted.mapper(iterations)
+        learn, typical = fit_cells is not None, mapper.typical_rate()
+        learnt, query = fitted.offsets, fitted.read_query(adata, learn, missing_genes, typical)
         if query.new:
             encoding, seed = fitted.registration.encoding, fitted.options.seed
             learnt.add(query.new, mapper.learn_offsets(query, encoding, fit_cells or 0, seed))

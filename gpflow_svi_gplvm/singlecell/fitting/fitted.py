@@ -20,10 +20,10 @@ from ...defaults import CELL_LIKELIHOOD_NAMES
 from ...models import SVIGPLVM
 from ...training.trainer import History
 from ...validation import check_bool, check_integer, check_seed
-from ..cells.encoding import obs_column
 from ..cells.registration import CellRegistration
-from ..mapping.cell_mapper import CellMapper, Query, query_inputs
+from ..mapping.cell_mapper import CellMapper
 from ..mapping.offsets import BatchOffsets
+from ..mapping.query import Query, read_query
 from .distilled import ENCODER_TRAINING
 
 __all__ = ["CellModelOptions", "FittedCells", "fitted_state"]
@@ -156,23 +156,19 @@ class FittedCells:
         batches = obs[self.batch_key].to_numpy(dtype=object)
         return self.offsets.of(batches, self.model.data_dim)
 
-    def read_query(self, adata, learn: bool) -> Query:
+    def read_query(
+        self,
+        adata,
+        learn: bool,
+        missing_genes: str | None = None,
+        typical: np.ndarray | None = None,
+    ) -> Query:
         """The cells of ``adata`` as the model reads new cells; with ``learn``, the batch
         categories unseen in training (and not learnt before) are to be learnt, else they are a
-        ``ValueError``."""
-        registration, learnt = self.registration, self.offsets
-        rows, library = registration.read_new(adata)
-        key, batches, new = registration.batch_key, None, []
-        if key is not None:
-            values = obs_column(adata.obs, key)
-            known = set(registration.encoding.categories[key]) | set(learnt.categories)
-            unseen = sorted({v for v in values.dropna().unique() if v not in known}, key=str)
-            new = unseen if learn else []
-            batches = values.to_numpy(dtype=object)
-        covariates = registration.encoding.transform(adata.obs, mapped=learnt.categories + new)
-        sizes = registration.new_size_factors(adata.obs, library)
-        inputs = query_inputs(self.model, rows, covariates, sizes)
-        return Query(rows, inputs, batches, key, new)
+        ``ValueError``; ``missing_genes`` and ``typical``:
+        :func:`~gpflow_svi_gplvm.singlecell.mapping.query.read_query`."""
+        model, registration, learnt = self.model, self.registration, self.offsets
+        return read_query(model, registration, learnt, adata, learn, missing_genes, typical)
 
     def check_moments(self, mean: np.ndarray, variance: np.ndarray, cells) -> None:
         """A ``ValueError`` unless ``mean`` and ``variance`` [n, Q] (``obsm["X_<key>"]`` and

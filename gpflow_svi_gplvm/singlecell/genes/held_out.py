@@ -86,9 +86,7 @@ def marginal_log_likelihood(
     numbered = 0
     for start in range(0, adata.n_obs, block_size):
         block = slice(start, min(start + block_size, adata.n_obs))
-        scored, Y, inputs = _scored_cells(
-            fitted, adata.obs.iloc[block], rows[block], library[block]
-        )
+        scored, Y, inputs = scored_cells(fitted, adata.obs.iloc[block], rows[block], library[block])
         if not scored.any():
             continue
         found = estimator(Y, inputs, first_row=numbered)
@@ -98,7 +96,7 @@ def marginal_log_likelihood(
     return pd.DataFrame(columns, index=pd.Index(adata.obs.index))
 
 
-def _scored_cells(
+def scored_cells(
     fitted: FittedCells, obs: pd.DataFrame, rows: np.ndarray, library: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, tf.Tensor | None]:
     """Of a block of cells (``obs``, their counts ``rows`` [B, G] and library sizes [B]), which

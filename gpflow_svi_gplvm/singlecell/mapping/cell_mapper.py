@@ -1,6 +1,7 @@
 r"""Cells embedded with a fitted model left as it is: their q(x*), a block of cells per compiled
-call, and new cells as the model reads them (a :class:`Query`, new batches among them, which
-:meth:`~gpflow_svi_gplvm.singlecell.fitting.fitted.FittedCells.read_query` makes).
+call, and new batches among a query's cells (a :class:`~.query.Query`, which
+:meth:`~gpflow_svi_gplvm.singlecell.fitting.fitted.FittedCells.read_query` makes with
+:func:`.query.read_query`).
 
 Each cell's q(x*) is the Laplace approximation at the mode of its posterior under the frozen GP
 (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`: Newton steps for a block of cells at
@@ -17,22 +18,20 @@ cells' embedding, do not change.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ...components.covariates import new_row_inputs
 from ...components.initialisation import initial_offset
 from ...models import SVIGPLVM
 from ...prediction.laplace import LaplaceLatents, laplace_applies
 from ...prediction.latent_inference import TOLERANCE, LatentInference
 from ...rows.sparse import RowReader
 from ..cells.encoding import CovariateEncoding
-from .offsets import BatchOffsets, OffsetUpdates, new_batch_prior_variance
+from .offsets import OffsetUpdates, new_batch_prior_variance
+from .query import Query, QueryInputs
 
-__all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS", "Query", "query_inputs"]
+__all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS"]
 
 INFERENCE_STEPS = 50
 """The most Newton steps a cell's q(x*) takes when it is embedded; most stop after a few."""
@@ -67,10 +66,15 @@ class CellMapper:
             tolerance = TOLERANCE if model.latent.amortised else "auto"
             self.inference = LatentInference(model, iterations, seed=seed, tolerance=tolerance)
 
+    def typical_rate(self) -> np.ndarray | None:
+        """The fitted cells' typical rate of each gene [D] at a size factor of one (None where
+        the inference has none: :meth:`LaplaceLatents.typical_rate`)."""
+        return self.inference.typical_rate() if isinstance(self.inference, LaplaceLatents) else None
+
     def blocks(
         self,
         rows: RowReader | np.ndarray,
-        inputs: np.ndarray | None,
+        inputs: np.ndarray | QueryInputs | None,
         offsets=None,
         progress: bool = False,
         desc: str = "embed q(x)",
@@ -104,7 +108,7 @@ class CellMapper:
     def embed(
         self,
         rows: RowReader | np.ndarray,
-        inputs: np.ndarray | None,
+        inputs: np.ndarray | QueryInputs | None,
         offsets=None,
         progress: bool = False,
         start: np.ndarray | None = None,
@@ -147,7 +151,7 @@ class CellMapper:
         :math:`\log(\sum_n y_{nd} / \sum_n s_n) - \log \bar\mu_d`). From zero, the first
         q(x*) reads a strong batch effect as biology, and the alternation settles with a share
         of the cells misplaced (``benchmarks/results/mapping.md``)."""
-        typical = self.inference.typical_rate() if self.laplace else None
+        typical = self.typical_rate()
         if typical is None:
             return np.zeros((count, self.model.data_dim))
         sizes = np.ones(len(which))
@@ -161,57 +165,3 @@ class CellMapper:
             pooled = np.nansum(values[mine], axis=0) / sizes[mine].sum()
             starts.append(initial_offset(self.model.likelihood, pooled) - level)
         return np.stack(starts)
-
-
-def query_inputs(model: SVIGPLVM, rows: RowReader, covariates, sizes) -> np.ndarray | None:
-    """The observed GP inputs [n, R] of cells (covariates, log size factor), read a block at a
-    time."""
-    if model.row_inputs is None:
-        return None
-    parts = []
-    for start in range(0, rows.shape[0], BLOCK):
-        part = slice(start, start + BLOCK)
-        block = rows[part]
-        found = new_row_inputs(
-            model,
-            block,
-            None if covariates is None else covariates[part],
-            None if sizes is None else sizes[part],
-        )
-        parts.append(cast(np.ndarray, found))
-    return np.concatenate(parts)
-
-
-class _RowOffsets:
-    """The offsets [n, D] of n cells, sliced by rows: row ``codes[i]`` of ``table`` [K + 1, D]
-    (its last row zero, for cells of the fitted batches)."""
-
-    def __init__(self, table: np.ndarray, codes: np.ndarray):
-        self.table, self.codes = table, codes
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        return self.table[self.codes[rows]]
-
-
-@dataclass
-class Query:
-    """New cells as the model reads them: their ``rows`` of the fitted genes, observed GP
-    ``inputs`` [n, R], batch category of each (``batches`` [n], in ``obs[key]``) and the batch
-    categories to learn (``new``)."""
-
-    rows: RowReader
-    inputs: np.ndarray | None
-    batches: np.ndarray | None
-    key: str | None
-    new: list = field(default_factory=list)
-
-    def offsets(self, learnt: BatchOffsets) -> _RowOffsets | None:
-        """Each cell's offsets on f (sliced by rows), or None when no cell has any."""
-        if self.batches is None or not learnt.categories:
-            return None
-        index = {c: k for k, c in enumerate(learnt.categories)}
-        codes = np.array([index.get(b, len(index)) for b in self.batches])
-        if (codes == len(index)).all():
-            return None
-        table = np.concatenate([learnt.offsets, np.zeros((1, learnt.offsets.shape[1]))])
-        return _RowOffsets(table, codes)
