@@ -238,11 +238,14 @@ sc.pl.umap(adata, color=["raw", "corrected"], title=[f"{gene}: raw", f"{gene}: b
 # %% [markdown]
 # ## Differential expression with a posterior FDR: a volcano plot
 #
-# `differential_expression` follows scVI's change mode: log2 fold changes sampled from the two
-# groups' q(x) and q(f | x) (with the batch set to each batch in turn), the probability that
-# a gene's |LFC| exceeds `delta` (0.25), and the genes declared while the posterior expected
-# FDR stays at most `fdr_target` (0.05). The simulator's truth colours the volcano: a gene is
-# truly DE when the two types' mean batch-free shares differ by more than delta.
+# `differential_expression` compares the two groups' expression as a whole: the model's
+# batch-corrected expression averaged over each group's cells (the batch set to each batch in
+# turn), with the groups' observed counts entering its posterior, so the size of a change comes
+# from the counts; the probability that a gene's |LFC| exceeds `delta` (0.25) under a prior the
+# genes share, and the genes declared while the posterior expected FDR stays at most
+# `fdr_target` (0.05). (`estimator="pairs"` is scVI's change mode, pairs of single cells.) The
+# simulator's truth colours the volcano: a gene is truly DE when the two types' mean
+# batch-free shares differ by more than delta.
 
 # %%
 de = model.differential_expression(adata, "cell_type", "type 0", "type 1")

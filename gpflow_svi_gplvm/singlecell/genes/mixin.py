@@ -1,6 +1,6 @@
 """The methods of :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM` that read genes once it
 is fitted (as scvi-tools' ``RNASeqMixin`` gives its models): normalised, batch-corrected
-expression, change-mode differential expression, label transfer and the held-out likelihood of
+expression, differential expression, label transfer and the held-out likelihood of
 cells, each a few lines handing the fitted state
 (:class:`~gpflow_svi_gplvm.singlecell.fitting.fitted.FittedCells`) to its module."""
 
@@ -33,7 +33,8 @@ class GenesMixin:
 
     @takes_options_of(differential.differential_expression, omit=("fitted",))
     def differential_expression(self, adata, *args: Any, **options: Any):
-        """Change-mode DE between groups of ``obs[groupby]`` with a posterior expected FDR
+        """DE between groups of ``obs[groupby]`` with a posterior expected FDR: group expression
+        with the observed counts, or scVI's change mode
         (:mod:`~gpflow_svi_gplvm.singlecell.genes.differential`): a DataFrame, a row a gene."""
         return differential.differential_expression(
             fitted_state(self.fitted), adata, *args, **options
