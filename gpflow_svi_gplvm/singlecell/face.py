@@ -23,7 +23,7 @@ from ..models import SVIGPLVM
 from ..rows.h5ad import DiskRows
 from ..rows.shard import worker_rows
 from ..training.trainer import History
-from ..validation import check_integer
+from ..validation import check_bools, check_integer
 from .cells.encoding import CovariateEncoding
 from .cells.reading import check_anndata, opened
 from .cells.registration import CellRegistration
@@ -187,6 +187,7 @@ class SingleCellGPLVM(GenesMixin):
         already. A new :attr:`fitted` state replaces the earlier one (batches ``map_query``
         learnt and :attr:`reference` cells go with it)."""
         options = self.options
+        check_bools(progress=progress, resume=resume, overwrite=overwrite)
         workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
         adata, registration = self._opened(adata, output, workers, bool(overwrite or resume))
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
@@ -254,6 +255,7 @@ class SingleCellGPLVM(GenesMixin):
     ) -> np.ndarray:
         """:meth:`transform`, and :meth:`map_query` with ``fit_cells``."""
         iterations = check_integer(iterations, "iterations", hint="e.g. 50 Newton steps")
+        check_bools(progress=progress)
         fitted = fitted_state(self.fitted)
         check_anndata(adata)
         if adata.n_obs == 0:

@@ -26,7 +26,7 @@ from ..models import SVIGPLVM
 from ..options import takes_options_of
 from ..rows.shard import RowShard
 from ..rows.sparse import RowStream
-from ..validation import check_device, check_integer, check_seed
+from ..validation import check_bools, check_device, check_integer, check_seed
 from .batches import BAD_BATCH, TrainingRows, make_dataset, minibatch_indices
 from .checkpoints import Checkpoints, TrainingData
 from .schedules import StepSize
@@ -146,6 +146,7 @@ class Trainer:
         workers: Workers | None = None,
     ) -> None:
         _check_kinds(model, optimizer, strategy)
+        check_bools(jit_compile=jit_compile, allow_new_data=allow_new_data, overwrite=overwrite)
         seed, self.device = check_seed(seed), check_device(device)
         learning_rate = StepSize.of(learning_rate)
         natgrad_gamma = StepSize.of(natgrad_gamma, gamma=True)
@@ -483,6 +484,7 @@ def fit(
     ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh;
     without either, a folder holding a run's checkpoints is a ``ValueError``."""
     iterations = check_integer(iterations, "iterations", minimum=0)
+    check_bools(progress=progress, resume=resume)
     _check_resume(resume, bool(options.get("overwrite")), options.get("checkpoint_dir"))
     trainer = Trainer(model, data, **options)
     with trainer:  # agreed first: a worker restoring alone would wait for the others forever
