@@ -210,8 +210,11 @@ def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier run's outputs in OUTPUT (metrics.json, figures, the embedding "
-        "and checkpoints; without it a folder holding them is refused before training)",
+        help="replace an earlier run's outputs in OUTPUT: this run's outputs replace theirs, and "
+        "once they are written the earlier run's others (figures, embedding, checkpoints/, "
+        "model/, saved_model/ that this run did not write) are removed, if the package wrote "
+        "them and they hold nothing else; without it a folder holding them is refused before "
+        "training",
     )
     parser.add_argument(
         "--export",
