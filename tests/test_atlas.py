@@ -3,13 +3,15 @@ types, checked by statistics of large draws."""
 
 from __future__ import annotations
 
-import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import chi2_contingency
 
 from gpflow_svi_gplvm.datasets import atlas_blocks, simulate_atlas
+
+DATA = Path(__file__).parent / "data"
 
 
 def _table(atlas) -> np.ndarray:
@@ -20,12 +22,17 @@ def _table(atlas) -> np.ndarray:
 
 
 def test_the_defaults_draw_the_atlas_they_drew_before_the_options_for_harder_atlases():
-    # The digest of this small atlas before type shares, composition and programmes existed:
-    # seeds of the defaults keep giving the atlases that results were reported on.
+    # The atlas these defaults drew before type shares, composition and programmes existed, so
+    # seeds keep giving the atlases results were reported on. Compared by value, not by a digest
+    # of the bytes: NumPy's exp and log differ in the last bit between CPUs (AVX-512 or not),
+    # and a library size one ulp off is the same atlas.
     atlas = simulate_atlas(300, 50, seed=3, de_scale=0.7, block=128)
-    arrays = (atlas.counts.toarray(), atlas.cell_type, atlas.batch, atlas.library_size)
-    digest = hashlib.sha256(b"".join(a.tobytes() for a in arrays)).hexdigest()
-    assert digest == "910ddcc0f81952da3b34fdfdf6e06e38b004f7e561e7c416a2ddffff68a49474"
+    drawn = np.load(DATA / "atlas_300x50_seed3.npz")
+    np.testing.assert_array_equal(atlas.cell_type, drawn["cell_type"])
+    np.testing.assert_array_equal(atlas.batch, drawn["batch"])
+    np.testing.assert_allclose(atlas.library_size, drawn["library_size"], rtol=1e-9)
+    differ = atlas.counts.toarray() != drawn["counts"]
+    assert differ.mean() < 1e-3  # a Poisson draw at a rate one ulp off may rarely flip
     assert not atlas.programme.any()
 
 
