@@ -579,3 +579,11 @@ def test_every_boolean_option_of_the_package_refuses_a_string():
         option = name.split("(")[-1].rstrip(")")
         with pytest.raises(ValueError, match=rf"{option} must be True or False, got 'no'"):
             call("no")
+
+
+def test_an_importance_count_too_large_for_memory_is_refused_with_the_size_it_needs():
+    Y = complete_data("gaussian", seed=5)
+    model = sg.BayesianSVIGPLVM(Y, Q, M, num_importance=10**8)
+    with pytest.raises(ValueError, match=r"num_importance=100000000 .* GiB for the draws alone"):
+        sg.Trainer(model, Y)
+    sg.Trainer(sg.BayesianSVIGPLVM(Y, Q, M, num_importance=20), Y)  # a typical count is fine

@@ -18,6 +18,7 @@ from gpflow.keras import tf_keras
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
+from ..components.importance import check_draws_fit_in_memory
 from ..defaults import BATCH_SIZE
 from ..distributed.replicas import check_strategy
 from ..distributed.workers import LOST_WORKER_ERRORS, WorkerLostError, Workers, lost_worker_message
@@ -163,6 +164,8 @@ class Trainer:
         self.model = model
         self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
         self.rows = TrainingRows(model, data, mask, batch_size, seed, self.strategy, self.workers)
+        sizes = (model.num_samples, model.num_importance, self.rows.replica_batch)
+        check_draws_fit_in_memory(*sizes, model.data_dim, model.latent_dim)
         step_sizes = (learning_rate, natgrad_gamma, q_u_optimizer, dense_entries)
         self.steps = TrainingStep(model, self.rows, optimizer, *step_sizes, jit_compile)
         self.elbo: list[np.ndarray] = []
