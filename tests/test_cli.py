@@ -504,3 +504,17 @@ def test_the_options_name_what_the_package_has():
     assert fit_defaults["batch_size"].default == defaults.CELL_BATCH_SIZE
     trainer_defaults = inspect.signature(Trainer.__init__).parameters
     assert trainer_defaults["batch_size"].default == defaults.BATCH_SIZE
+
+
+def test_the_training_steps_left_unset_are_the_data_kinds_and_the_help_says_why():
+    from gpflow_svi_gplvm.cli.run import _fill_defaults
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    parser = arguments.build_parser()
+    for cells, steps in ((False, defaults.ITERATIONS), (True, defaults.CELL_ITERATIONS)):
+        args = parser.parse_args([])
+        _fill_defaults(args, cells)
+        assert args.iterations == steps
+    fit_default = inspect.signature(SingleCellGPLVM.fit).parameters["iterations"].default
+    assert fit_default == defaults.CELL_ITERATIONS
+    assert "3000 for a table, 2000 for an .h5ad" in " ".join(parser.format_help().split())

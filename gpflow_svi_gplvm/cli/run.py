@@ -71,6 +71,8 @@ def _fill_defaults(args: argparse.Namespace, cells: bool) -> None:
         args.latent_dim = defaults.CELL_LATENT_DIM if cells else defaults.LATENT_DIM
     if args.batch_size is None:
         args.batch_size = defaults.CELL_BATCH_SIZE if cells else defaults.BATCH_SIZE
+    if args.iterations is None:
+        args.iterations = defaults.CELL_ITERATIONS if cells else defaults.ITERATIONS
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import tensorflow as tf
 from ..defaults import (
     CELL_BATCH_SIZE,
     CELL_ENCODER_LEARNING_RATE,
+    CELL_ITERATIONS,
     CELL_LATENT_DIM,
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
@@ -159,7 +160,7 @@ class SingleCellGPLVM(GenesMixin):
     def fit(
         self,
         adata,
-        iterations: int = 2000,
+        iterations: int = CELL_ITERATIONS,
         batch_size: int = BATCH_SIZE,
         learning_rate: float | None = None,
         progress: bool = True,
