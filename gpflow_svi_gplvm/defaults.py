@@ -1,5 +1,6 @@
-"""Every default and name registry of the package, in one place: the models, the command line
-and the single-cell face read them from here.
+"""The defaults that the models, the command line and the single-cell face share, and the name
+registries the command line prints before TensorFlow loads. Defaults that one module alone
+reads (a tolerance, a step count of new rows' inference) stay beside it, named in capitals.
 
 This module imports nothing: the command line reads it to print its help before TensorFlow
 loads. What the numbers buy is measured on the results pages they link to.
