@@ -152,7 +152,9 @@ def _served(lab, request: dict, rows, finite: bool = False):
         if rows is None:
             check_finite(result["mean"], "served mean")
         else:
-            check_close(result["mean"], lab.baseline[rows], "served mean")
+            # A cell served in another request stops its Newton steps at another step: the
+            # export's documented tolerance (a thousandth of a posterior standard deviation).
+            check_close(result["mean"], lab.baseline[rows], "served mean", atol=1e-6)
         return result
 
     return run

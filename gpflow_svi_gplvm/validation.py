@@ -9,7 +9,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -207,6 +207,12 @@ def check_bool(value, name: str, meaning: str = "") -> bool:
         does = f" ({meaning})" if meaning else ""
         raise ValueError(f"{name} must be True or False{does}, got {value!r}.")
     return bool(value)
+
+
+def check_bools(**options: Any) -> None:
+    """Each keyword's value a ``bool`` (:func:`check_bool`), or a ``ValueError`` naming it."""
+    for name, value in options.items():
+        check_bool(value, name)
 
 
 SEED_LIMIT = 2**63

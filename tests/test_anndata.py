@@ -514,3 +514,16 @@ def test_new_cells_numeric_covariates_that_are_not_finite_numbers_are_named():
     ]:
         with pytest.raises(ValueError, match=message):
             encoding.transform(pd.DataFrame({"depth": values}, index=obs.index))
+
+
+def test_a_new_category_is_sent_to_map_query_only_when_it_is_a_batch():
+    from gpflow_svi_gplvm.singlecell.cells.encoding import CovariateEncoding
+
+    obs = pd.DataFrame({"batch": ["a", "b"], "donor": ["x", "y"]}, index=["c1", "c2"])
+    encoding = CovariateEncoding(["batch", "donor"], ["batch"]).fit(obs)
+    new = pd.DataFrame({"batch": ["c", "a"], "donor": ["x", "x"]}, index=obs.index)
+    with pytest.raises(ValueError, match=r"'batch' .* \['c'\] .* with map_query\(adata\)"):
+        encoding.transform(new)
+    new = pd.DataFrame({"batch": ["a", "a"], "donor": ["z", "x"]}, index=obs.index)
+    with pytest.raises(ValueError, match=r"'donor' .* \['z'\] .* the batch key only"):
+        encoding.transform(new)

@@ -138,6 +138,8 @@ def test_requests_the_model_cannot_read_are_refused_by_name(exported):
             "depth must hold one value per cell",
         ),
     ]
+    deep = tf.constant(counts[:, :, None])  # as many values as [cells, genes], one axis more
+    cases.append((dict(counts=deep, **good), r"counts must have shape \[cells, \d+\]"))
     wide = tf.reshape(good["batch"], [5, 2])  # as many values as cells, but not one per cell
     cases.append((dict(counts=tf.constant(counts), batch=wide, depth=good["depth"]), "shape"))
     for inputs, message in cases:
@@ -175,3 +177,18 @@ def test_expression_that_overflows_is_refused_naming_the_cell_and_its_obs(export
     cell = far.obs_names[0]
     with pytest.raises(ValueError, match=rf"expression of cell '{cell}' overflows .*'depth'"):
         face.normalized_expression(far, n_samples=2)
+
+
+def test_the_loaded_embedding_takes_counts_of_the_natural_dtypes_of_counts(exported):
+    import tensorflow as tf
+
+    face, query, _, folder = exported
+    served = tf.saved_model.load(str(folder))
+    counts = query[:, face.gene_names].layers["counts"].toarray()
+    columns = (tf.constant(query.obs["batch"].astype(str)), tf.constant(query.obs["depth"]))
+    expected = served.signatures["embed"](
+        counts=tf.constant(counts, tf.float64), batch=columns[0], depth=columns[1]
+    )["mean"]
+    for dtype in (tf.float32, tf.float64, tf.int32, tf.int64):
+        got = served.embed(tf.constant(counts, dtype), *columns)["mean"]
+        np.testing.assert_array_equal(got, expected)

@@ -256,6 +256,45 @@ def test_an_earlier_run_s_outputs_are_replaced_only_with_overwrite(tmp_path, cap
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["settings"]["seed"] == 3
 
 
+def test_overwrite_leaves_no_output_of_the_earlier_run_beside_the_new_one(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["--data", str(small_csv(tmp_path / "ok.csv")), "--iterations", "0", "--no-progress"]
+    args += ["--latent-dim", "2", "--num-inducing", "4", "--output", str(out)]
+    assert main([*args, "--save"]) == 0
+    assert (out / "checkpoints").is_dir()
+    (out / "notes.txt").write_text("the user's")
+    capsys.readouterr()
+    assert main([*args, "--seed", "3", "--overwrite"]) == 0  # without --save
+    assert "removed an earlier run's checkpoints/ (--overwrite)" in capsys.readouterr().out
+    assert not (out / "checkpoints").exists()
+    assert (out / "notes.txt").read_text() == "the user's"  # never the user's files
+
+
+def test_the_earlier_runs_folders_are_removed_only_when_the_package_wrote_them(tmp_path):
+    from gpflow_svi_gplvm.cli.outputs import remove_earlier_outputs
+    from gpflow_svi_gplvm.export.folder import write_marker
+    from gpflow_svi_gplvm.singlecell.storage.saving import SAVED_MODEL
+
+    def written_folder(path, kind=None):
+        path.mkdir(parents=True)
+        (path / "saved_model.pb").write_bytes(b"")
+        write_marker(path, {}, *([kind] if kind else []))
+
+    written_folder(tmp_path / "model", SAVED_MODEL)
+    written_folder(tmp_path / "saved_model" / "1")  # a single-cell run's served versions
+    for name in ("X_gplvm.npy", "X_gplvm_var.npy", "ard.png", "data.csv"):
+        (tmp_path / name).write_bytes(b"")
+    removed = remove_earlier_outputs(tmp_path, ["metrics.json", "elbo.png", "checkpoints/"])
+    assert removed == ["ard.png", "X_gplvm.npy", "X_gplvm_var.npy", "model/", "saved_model/"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv"]
+    written_folder(tmp_path / "saved_model")  # a table run's export, with a user's file in it
+    (tmp_path / "saved_model" / "mine.txt").write_text("the user's")
+    assert remove_earlier_outputs(tmp_path, []) == []
+    assert (tmp_path / "saved_model" / "mine.txt").read_text() == "the user's"
+    written_folder(tmp_path / "model")  # a table export's marker is not a saved model's
+    assert remove_earlier_outputs(tmp_path, []) == []
+
+
 def labelled_csv(path, counts=False):
     """A 40 x 4 CSV with a header, a text column "kind" and (unless ``counts``) some gaps."""
     rng = np.random.default_rng(2)
@@ -465,3 +504,17 @@ def test_the_options_name_what_the_package_has():
     assert fit_defaults["batch_size"].default == defaults.CELL_BATCH_SIZE
     trainer_defaults = inspect.signature(Trainer.__init__).parameters
     assert trainer_defaults["batch_size"].default == defaults.BATCH_SIZE
+
+
+def test_the_training_steps_left_unset_are_the_data_kinds_and_the_help_says_why():
+    from gpflow_svi_gplvm.cli.run import _fill_defaults
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    parser = arguments.build_parser()
+    for cells, steps in ((False, defaults.ITERATIONS), (True, defaults.CELL_ITERATIONS)):
+        args = parser.parse_args([])
+        _fill_defaults(args, cells)
+        assert args.iterations == steps
+    fit_default = inspect.signature(SingleCellGPLVM.fit).parameters["iterations"].default
+    assert fit_default == defaults.CELL_ITERATIONS
+    assert "3000 for a table, 2000 for an .h5ad" in " ".join(parser.format_help().split())

@@ -674,6 +674,7 @@ def test_bad_held_out_likelihood_requests_are_named(fitted):
     face, cells = fitted
     for options, message in [
         (dict(n_samples=0), "n_samples"),
+        (dict(n_samples=1), r"n_samples must be an integer >= 2"),  # no standard error of one
         (dict(widening=0.5), "widening must be a number >= 1"),
         (dict(iterations=-1), "iterations"),
     ]:

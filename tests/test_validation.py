@@ -549,3 +549,41 @@ def test_a_boolean_option_takes_true_or_false_only():
     for value in ("no", "False", 0, 1, None, np.array([True])):
         with pytest.raises(ValueError, match=r"overwrite must be True or False \(replace\)"):
             check_bool(value, "overwrite", "replace")
+
+
+def test_every_boolean_option_of_the_package_refuses_a_string():
+    # "no" is truthy: read as a bool it would do what the user declined.
+    from gpflow_svi_gplvm.datasets.files import fetch
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    Y = complete_data("gaussian", seed=5)
+    model = sg.PointGPLVM(Y, Q, M)
+    built = {
+        "whiten": lambda v: sg.PointGPLVM(Y, Q, M, whiten=v),
+        "doubly_reparameterised": lambda v: sg.PointGPLVM(Y, Q, M, doubly_reparameterised=v),
+        "shared_covariance": lambda v: sg.BayesianSVIGPLVM(Y, Q, M, shared_covariance=v),
+        "missing_aware": lambda v: sg.AmortisedBayesianGPLVM(Y, Q, M, missing_aware=v),
+        "standardise_inputs": lambda v: sg.AmortisedBayesianGPLVM(Y, Q, M, standardise_inputs=v),
+        "jit_compile": lambda v: sg.Trainer(model, Y, jit_compile=v),
+        "allow_new_data": lambda v: sg.Trainer(model, Y, allow_new_data=v),
+        "overwrite": lambda v: sg.Trainer(model, Y, overwrite=v),
+        "progress": lambda v: sg.fit(model, Y, iterations=1, progress=v),
+        "resume": lambda v: sg.fit(model, Y, iterations=1, resume=v),
+        "download": lambda v: fetch("qpcr/guo_qpcr.csv", download=v),
+        "verify": lambda v: fetch("qpcr/guo_qpcr.csv", verify=v),
+    }
+    face = SingleCellGPLVM()
+    built["fit(progress)"] = lambda v: face.fit(None, progress=v)
+    built["transform(progress)"] = lambda v: face.transform(None, progress=v)
+    for name, call in built.items():
+        option = name.split("(")[-1].rstrip(")")
+        with pytest.raises(ValueError, match=rf"{option} must be True or False, got 'no'"):
+            call("no")
+
+
+def test_an_importance_count_too_large_for_memory_is_refused_with_the_size_it_needs():
+    Y = complete_data("gaussian", seed=5)
+    model = sg.BayesianSVIGPLVM(Y, Q, M, num_importance=10**8)
+    with pytest.raises(ValueError, match=r"num_importance=100000000 .* GiB for the draws alone"):
+        sg.Trainer(model, Y)
+    sg.Trainer(sg.BayesianSVIGPLVM(Y, Q, M, num_importance=20), Y)  # a typical count is fine

@@ -29,8 +29,10 @@ from pathlib import Path
 from ..defaults import (
     BATCH_SIZE,
     CELL_BATCH_SIZE,
+    CELL_ITERATIONS,
     CELL_LATENT_DIM,
     CELL_NUM_INDUCING,
+    ITERATIONS,
     LATENT_DIM,
     LIKELIHOOD_NAMES,
     MODEL_NAMES,
@@ -118,7 +120,12 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     """The model's sizes and how it is trained."""
     parser.add_argument("--latent-dim", type=int, help=LATENT_HELP)
     parser.add_argument("--num-inducing", type=int, help=INDUCING_HELP)
-    parser.add_argument("--iterations", type=int, default=3000, help="training steps")
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        help=f"training steps (default {ITERATIONS} for a table, {CELL_ITERATIONS} for an .h5ad, "
+        "as SingleCellGPLVM.fit)",
+    )
     parser.add_argument("--batch-size", type=int, help=BATCH_HELP)
     parser.add_argument(
         "--learning-rate",
@@ -210,8 +217,11 @@ def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier run's outputs in OUTPUT (metrics.json, figures, the embedding "
-        "and checkpoints; without it a folder holding them is refused before training)",
+        help="replace an earlier run's outputs in OUTPUT: this run's outputs replace theirs, and "
+        "once they are written the earlier run's others (figures, embedding, checkpoints/, "
+        "model/, saved_model/ that this run did not write) are removed, if the package wrote "
+        "them and they hold nothing else; without it a folder holding them is refused before "
+        "training",
     )
     parser.add_argument(
         "--export",

@@ -34,10 +34,11 @@ from ..rows.shard import RowShard, worker_rows
 from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder
+from .outputs import OUTPUTS, finish_outputs
 from .report import described, print_summary, run_metrics, save_figures, standardised
 from .single_cell import check_cell_options, run_single_cell
 
-__all__ = ["run", "OUTPUTS"]
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +71,8 @@ def _fill_defaults(args: argparse.Namespace, cells: bool) -> None:
         args.latent_dim = defaults.CELL_LATENT_DIM if cells else defaults.LATENT_DIM
     if args.batch_size is None:
         args.batch_size = defaults.CELL_BATCH_SIZE if cells else defaults.BATCH_SIZE
+    if args.iterations is None:
+        args.iterations = defaults.CELL_ITERATIONS if cells else defaults.ITERATIONS
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -136,11 +139,7 @@ def _write_outputs(
     if args.save:
         written.append("checkpoints/")
     print_summary(args, metrics, seconds, len(history.elbo))
-    print(f"wrote {', '.join(written)} to {args.output}/")
-
-
-OUTPUTS = ("metrics.json", "latent_space.png", "ard.png", "elbo.png", "X_gplvm.npy")
-"""What a run writes to ``--output`` (and ``X_gplvm_var.npy`` beside the embedding)."""
+    finish_outputs(args, written)
 
 
 def _check_same_call(args: argparse.Namespace, workers: Workers, Y: np.ndarray) -> None:

@@ -18,6 +18,7 @@ from ..distributed.workers import Workers
 from ..export.folder import check_destination, is_export
 from ..models import SVIGPLVM
 from ..training.trainer import History
+from .outputs import finish_outputs
 from .report import settings, versions
 
 if TYPE_CHECKING:
@@ -89,10 +90,9 @@ def run_single_cell(
     if args.export:
         face.export_saved_model(args.output / "saved_model", overwrite=True)
         written.append("saved_model/1/")
-    print(
-        f"{metrics['cells']} cells x {metrics['genes']} genes, {metrics['steps']} steps in "
-        f"{seconds:.1f} s; wrote {', '.join(written)} to {args.output}/"
-    )
+    steps = f"{metrics['steps']} steps in {seconds:.1f} s"
+    print(f"{metrics['cells']} cells x {metrics['genes']} genes, {steps}")
+    finish_outputs(args, written)
     return 0
 
 

@@ -47,6 +47,8 @@ draw is multiplied by its normalised weight on its way on to :math:`\phi`
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
@@ -55,7 +57,13 @@ from ..latents import LatentBatch, LatentVariables
 from ..latents.flows import log_prior
 from ..validation import check_integer
 
-__all__ = ["WeightedDraws", "check_num_importance", "importance_weighted_rows", "log_weights"]
+__all__ = [
+    "WeightedDraws",
+    "check_draws_fit_in_memory",
+    "check_num_importance",
+    "importance_weighted_rows",
+    "log_weights",
+]
 
 
 def check_num_importance(
@@ -82,6 +90,25 @@ def check_num_importance(
             "num_importance > 1) or 'monte-carlo', or num_importance=1."
         )
     return K
+
+
+def check_draws_fit_in_memory(
+    num_samples: int, num_importance: int, batch_size: int, data_dim: int, latent_dim: int
+) -> None:
+    """A ``ValueError`` naming the size when one step's draws, S K of x [B, Q] and of f's mean
+    and variance [B, D] each, cannot fit in this machine's memory (a step would fail deep inside
+    TensorFlow instead)."""
+    draws = num_samples * num_importance
+    needed = draws * batch_size * (latent_dim + 2 * data_dim) * 8
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise ValueError(
+            f"num_importance={num_importance} with num_samples={num_samples} draws {draws} x "
+            f"per row: a step of batch_size={batch_size} rows of D={data_dim} needs about "
+            f"{needed / 2**30:,.0f} GiB for the draws alone, more than this machine's "
+            f"{memory / 2**30:,.0f} GiB: lower num_importance (5 to 20 is typical) or "
+            "batch_size."
+        )
 
 
 class WeightedDraws:

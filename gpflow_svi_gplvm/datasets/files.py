@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..validation import check_bools
+
 logger = logging.getLogger(__name__)
 
 DATA_ENV_VAR = "GPFLOW_SVI_GPLVM_DATA"
@@ -293,6 +295,7 @@ def fetch(
     and where to put it. ``verify=False`` skips the checksum of files already on disk (downloads are
     always verified).
     """
+    check_bools(download=download, verify=verify)
     entry = _entry(name)
     found = locate(name, data_home, verify)
     if found is not None:

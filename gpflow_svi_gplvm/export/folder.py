@@ -40,6 +40,7 @@ __all__ = [
     "STAGING_MARKER",
     "DELETING",
     "is_export",
+    "holds_only_its_own",
     "check_destination",
     "write_staged",
     "make_staging",
@@ -78,6 +79,12 @@ def is_export(path: Path, kind: FolderKind = EXPORT) -> bool:
     """Whether ``path`` is a folder (not a link) holding ``kind``'s folder written by this
     package (an export by default)."""
     return not path.is_symlink() and path.is_dir() and (path / kind.marker).is_file()
+
+
+def holds_only_its_own(path: Path, kind: FolderKind = EXPORT) -> bool:
+    """Whether ``path`` is ``kind``'s folder written by this package and holds nothing else, so
+    that deleting it deletes nothing a user put there."""
+    return is_export(path, kind) and not _foreign_files(path, kind)
 
 
 def check_destination(path: Path, overwrite: bool, kind: FolderKind = EXPORT) -> None:

@@ -59,7 +59,7 @@ from ..options import takes_options_of
 from ..prediction import functions
 from ..rows.shard import RowShard
 from ..rows.sparse import RowReader
-from ..validation import check_observations, check_seed, takes_a_batch
+from ..validation import check_bools, check_observations, check_seed, takes_a_batch
 from .building import HeldRows, check_latent, check_owned, held_rows, outline, row_inputs
 from .data_term import DataTermSVGP
 from .parameters import with_model_parameters
@@ -142,6 +142,9 @@ class SVIGPLVM(DataTermSVGP):
         workers: Workers | None = None,
     ):
         seed = self.seed = check_seed(seed)
+        check_bools(whiten=whiten, doubly_reparameterised=doubly_reparameterised)
+        if shared_covariance is not None:
+            check_bools(shared_covariance=shared_covariance)
         held = held_rows(data, mask, workers)
         inputs = row_inputs(covariates, size_factors, held)
         D, workers = held.Y.shape[1], held.workers

@@ -28,6 +28,7 @@ from ..latents.flows import check_flow_options, flow_latent
 from ..options import takes_options_of
 from ..rows.facts import facts_of
 from ..rows.shard import RowShard
+from ..validation import check_bools
 from .base import DEFAULT_NUM_INDUCING, SVIGPLVM, LatentFactory, with_model_parameters
 
 __all__ = [
@@ -155,6 +156,7 @@ class AmortisedBayesianGPLVM(SVIGPLVM):
         standardise_inputs: bool = True,
         **options: Any,
     ):
+        check_bools(missing_aware=missing_aware, standardise_inputs=standardise_inputs)
         # Read by _build_latent, which SVIGPLVM.__init__ calls once the data is checked.
         self._encoder_options = _EncoderOptions(
             hidden_sizes,

@@ -14,6 +14,7 @@ import tensorflow as tf
 from ..defaults import (
     CELL_BATCH_SIZE,
     CELL_ENCODER_LEARNING_RATE,
+    CELL_ITERATIONS,
     CELL_LATENT_DIM,
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
@@ -23,7 +24,7 @@ from ..models import SVIGPLVM
 from ..rows.h5ad import DiskRows
 from ..rows.shard import worker_rows
 from ..training.trainer import History
-from ..validation import check_integer
+from ..validation import check_bools, check_integer
 from .cells.encoding import CovariateEncoding
 from .cells.reading import check_anndata, opened
 from .cells.registration import CellRegistration
@@ -159,7 +160,7 @@ class SingleCellGPLVM(GenesMixin):
     def fit(
         self,
         adata,
-        iterations: int = 2000,
+        iterations: int = CELL_ITERATIONS,
         batch_size: int = BATCH_SIZE,
         learning_rate: float | None = None,
         progress: bool = True,
@@ -187,6 +188,7 @@ class SingleCellGPLVM(GenesMixin):
         already. A new :attr:`fitted` state replaces the earlier one (batches ``map_query``
         learnt and :attr:`reference` cells go with it)."""
         options = self.options
+        check_bools(progress=progress, resume=resume, overwrite=overwrite)
         workers = workers or (Workers.of(strategy) if strategy is not None else Workers())
         adata, registration = self._opened(adata, output, workers, bool(overwrite or resume))
         cells = worker_rows(adata.n_obs, workers.index, workers.count)
@@ -267,6 +269,7 @@ class SingleCellGPLVM(GenesMixin):
     ) -> np.ndarray:
         """:meth:`transform`, and :meth:`map_query` with ``fit_cells``."""
         iterations = check_integer(iterations, "iterations", hint="e.g. 50 Newton steps")
+        check_bools(progress=progress)
         fitted = fitted_state(self.fitted)
         check_anndata(adata)
         if adata.n_obs == 0:

@@ -18,6 +18,7 @@ from gpflow.keras import tf_keras
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
+from ..components.importance import check_draws_fit_in_memory
 from ..defaults import BATCH_SIZE
 from ..distributed.replicas import check_strategy
 from ..distributed.workers import LOST_WORKER_ERRORS, WorkerLostError, Workers, lost_worker_message
@@ -26,7 +27,7 @@ from ..models import SVIGPLVM
 from ..options import takes_options_of
 from ..rows.shard import RowShard
 from ..rows.sparse import RowStream
-from ..validation import check_device, check_integer, check_seed
+from ..validation import check_bools, check_device, check_integer, check_seed
 from .batches import BAD_BATCH, TrainingRows, make_dataset, minibatch_indices
 from .checkpoints import Checkpoints, TrainingData
 from .schedules import StepSize
@@ -146,6 +147,7 @@ class Trainer:
         workers: Workers | None = None,
     ) -> None:
         _check_kinds(model, optimizer, strategy)
+        check_bools(jit_compile=jit_compile, allow_new_data=allow_new_data, overwrite=overwrite)
         seed, self.device = check_seed(seed), check_device(device)
         learning_rate = StepSize.of(learning_rate)
         natgrad_gamma = StepSize.of(natgrad_gamma, gamma=True)
@@ -162,6 +164,8 @@ class Trainer:
         self.model = model
         self.step_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="step_count")
         self.rows = TrainingRows(model, data, mask, batch_size, seed, self.strategy, self.workers)
+        sizes = (model.num_samples, model.num_importance, self.rows.replica_batch)
+        check_draws_fit_in_memory(*sizes, model.data_dim, model.latent_dim)
         step_sizes = (learning_rate, natgrad_gamma, q_u_optimizer, dense_entries)
         self.steps = TrainingStep(model, self.rows, optimizer, *step_sizes, jit_compile)
         self.elbo: list[np.ndarray] = []
@@ -483,6 +487,7 @@ def fit(
     ``batch_size`` unless ``allow_new_data``; ``overwrite=True`` deletes them and starts afresh;
     without either, a folder holding a run's checkpoints is a ``ValueError``."""
     iterations = check_integer(iterations, "iterations", minimum=0)
+    check_bools(progress=progress, resume=resume)
     _check_resume(resume, bool(options.get("overwrite")), options.get("checkpoint_dir"))
     trainer = Trainer(model, data, **options)
     with trainer:  # agreed first: a worker restoring alone would wait for the others forever

@@ -89,8 +89,8 @@ class CovariateEncoding:
                     "leave the column out of the covariates."
                 )
             if column in self.categories:
-                extra = mapped if column in self.categorical else ()
-                parts.append(_one_hot(values, column, self.categories[column], extra))
+                batch = column in self.categorical
+                parts.append(_one_hot(values, column, self.categories[column], batch, mapped))
             else:
                 numbers = _numbers(column, values)
                 parts.append(((numbers - self.location[column]) / self.scale[column])[:, None])
@@ -173,16 +173,25 @@ def _codes(values, categories: list):
     return values.astype(object).map({c: i for i, c in enumerate(categories)})
 
 
-def _one_hot(values, column: str, categories: list, mapped: Sequence = ()) -> np.ndarray:
-    """[N, K] one-hot of ``values`` over ``categories`` (zeros for those ``mapped``); an unseen
-    category is a ValueError."""
-    codes = _codes(values, list(categories) + list(mapped))
+def _one_hot(
+    values, column: str, categories: list, batch: bool, mapped: Sequence = ()
+) -> np.ndarray:
+    """[N, K] one-hot of ``values`` over ``categories`` (zeros for the ``mapped`` categories of
+    the ``batch`` column); an unseen category is a ValueError saying what can embed it."""
+    codes = _codes(values, list(categories) + list(mapped if batch else []))
     if codes.isna().any():
         unseen = sorted({str(v) for v in values[codes.isna()]})
+        remedy = (
+            "Embed cells of new batches with map_query(adata), which learns their effects with "
+            "the fitted model unchanged; or fit with those cells too."
+            if batch
+            else "map_query learns new categories of the batch key only: give those cells a "
+            "fitted category, fit with those cells too, or fit without this column in "
+            "covariate_keys."
+        )
         raise ValueError(
             f"obs column {column!r} holds categories the model was not fitted with: {unseen} "
-            f"(fitted: {categories}). Embed cells of new batches with map_query(adata), which "
-            "learns their effects with the fitted model unchanged; or fit with those cells too."
+            f"(fitted: {categories}). {remedy}"
         )
     return np.eye(len(categories) + 1)[np.minimum(codes.to_numpy(dtype=int), len(categories))][
         :, : len(categories)

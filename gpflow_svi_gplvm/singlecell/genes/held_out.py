@@ -70,8 +70,8 @@ def marginal_log_likelihood(
     import pandas as pd
 
     model = fitted.model
-    n_samples = check_integer(
-        n_samples, "n_samples", hint="draws of each cell's proposal, e.g. 256"
+    n_samples = check_integer(  # a standard error needs two draws at least
+        n_samples, "n_samples", minimum=2, hint="draws of each cell's proposal, e.g. 256"
     )
     options = NewRowOptions(
         iterations=check_integer(iterations, "iterations", hint="e.g. 300"), seed=check_seed(seed)

@@ -3,18 +3,25 @@ SavedModel that embeds cells from their raw counts, served by TensorFlow alone.
 
 The signature ``embed`` (also ``serving_default``) takes
 
-- ``counts`` [None, G]: each cell's counts of the model's G genes, in the registered order (the
+- ``counts`` [None, G] (declared without a shape, as every input, and checked in the graph):
+  each cell's counts of the model's G genes, in the registered order (the
   export's marker file lists them);
 - one input per ``obs`` column of the GP input, named after the column (letters, digits and
   underscores; another character becomes an underscore): a category as text [None] (a batch
-  learnt by ``map_query`` included), or a number [None]; a column [None, 1] is read alike (these
-  inputs are declared without a shape and checked in the graph);
+  learnt by ``map_query`` included), or a number [None]; a column [None, 1] is read alike;
 - ``size_factor`` [None] where the model reads size factors from an ``obs`` column (with
   ``size_factors="library"`` they are the cells' totals over the training reference);
 
 and returns ``mean`` and ``variance`` [None, Q] of each cell's q(x*), found inside the graph as
-``transform`` finds it (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`), the same
-numbers. Counts that are not non-negative integers, a cell without counts (under library size
+``transform`` finds it (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`): the same
+numbers to within a thousandth of each cell's posterior standard deviation in the mean and 1e-4
+relative in the variance (the graph sums each cell's counts in another order; differences of
+about 2e-5 are usual). The signature's counts and numbers are of the export's ``dtype``
+(float64 by default; TensorFlow Serving's REST API converts JSON numbers to it); the loaded
+module's ``embed`` function also takes counts as float32, float64, int32 or int64, cast inside
+the graph (``tf.saved_model.load(folder).embed(counts, *columns)``, in the signature's order).
+``saved_model_cli show --dir FOLDER --tag_set serve --signature_def embed`` lists the inputs.
+Counts that are not non-negative integers, a cell without counts (under library size
 factors), a category the model does not know, a missing number, or another width of ``counts`` are
 errors that name the problem. The export goes to ``path/<version>/`` (TensorFlow Serving's layout: a
 model's versions side by side under its base path), written whole or not at all
@@ -36,7 +43,10 @@ from ...prediction.laplace import LaplaceLatents
 from ...validation import check_bool, check_integer, check_path, check_writable_folder
 from ..fitting.fitted import FittedCells
 
-__all__ = ["CellServing", "export_cells", "input_name"]
+__all__ = ["CellServing", "export_cells", "input_name", "COUNT_DTYPES"]
+
+COUNT_DTYPES = (tf.float64, tf.float32, tf.int64, tf.int32)
+"""The dtypes of counts the loaded module's ``embed`` takes (the natural dtypes of counts)."""
 
 
 def input_name(column: str) -> str:
@@ -96,12 +106,20 @@ class CellServing(tf.Module):
         zeros = np.zeros((1, width))
         offsets = learnt.offsets if learnt.categories else np.zeros((0, width))
         self.offsets = tf.constant(np.concatenate([zeros, offsets]), default_float())
-        self.embed = tf.function(self._embed, input_signature=self._signature())
+        checked = [tf.TensorSpec([None, self.genes], self.dtype), *self.signature()[1:]]
+        self._embed_checked = tf.function(self._embed, input_signature=checked)
+        # Counts of any of COUNT_DTYPES, checked and cast in a small graph before the one traced
+        # embedding.
+        self.embed = tf.function(self._check_counts_then_embed)
+        for counts_dtype in COUNT_DTYPES:
+            self.embed.get_concrete_function(*self.signature(counts_dtype))
 
-    def _signature(self) -> list[tf.TensorSpec]:
-        specs = [tf.TensorSpec([None, self.genes], self.dtype, name="counts")]
-        # A column's shape is checked in the graph (_one_per_cell): a loaded signature does not
-        # enforce a declared [None], and its graph optimiser would trust it.
+    def signature(self, counts_dtype: tf.DType | None = None) -> list[tf.TensorSpec]:
+        """The inputs of :attr:`embed`: counts [B, G] of ``counts_dtype`` (the export's dtype
+        by default), then each obs column [B] and the size factors [B] if given."""
+        # Every input's shape is checked in the graph (_checked_counts, _one_per_cell): a loaded
+        # signature does not enforce a declared shape, and its graph optimiser would trust it.
+        specs = [tf.TensorSpec(None, counts_dtype or self.dtype, name="counts")]
         for _, name, categories in self.columns:
             kind = tf.string if categories is not None else self.dtype
             specs.append(tf.TensorSpec(None, kind, name=name))
@@ -109,8 +127,11 @@ class CellServing(tf.Module):
             specs.append(tf.TensorSpec(None, self.dtype, name="size_factor"))
         return specs
 
+    def _check_counts_then_embed(self, counts: tf.Tensor, *columns: tf.Tensor) -> dict:
+        return self._embed_checked(tf.cast(self._checked_counts(counts), self.dtype), *columns)
+
     def _embed(self, counts: tf.Tensor, *columns: tf.Tensor) -> dict[str, tf.Tensor]:
-        counts = self._checked_counts(counts)
+        counts = tf.cast(counts, default_float())
         parts, offset_rows = [], tf.zeros(tf.shape(counts)[:1], tf.int64)
         for (column, name, categories), values in zip(self.columns, columns):
             values = self._one_per_cell(values, name, counts)
@@ -135,24 +156,24 @@ class CellServing(tf.Module):
         return {"mean": tf.cast(mean, self.dtype), "variance": tf.cast(variance, self.dtype)}
 
     def _checked_counts(self, counts: tf.Tensor) -> tf.Tensor:
-        """``counts`` [B, G] in the model's precision, after run-time checks of its width and
-        values."""
-        fits = tf.equal(tf.size(counts), tf.shape(counts)[0] * self.genes)
+        """``counts`` (of any shape) as [B, G] in the model's precision, after run-time checks of
+        its shape and values."""
+        shape = tf.shape(counts)
+        fits = tf.equal(tf.size(shape), 2) & tf.equal(tf.size(counts), shape[0] * self.genes)
         expected = f"counts must have shape [cells, {self.genes}] (the fitted genes); got"
-        width = tf.debugging.Assert(
-            fits, [expected, tf.shape(counts)], name="wrong_width_of_counts"
-        )
+        width = tf.debugging.Assert(fits, [expected, shape], name="wrong_width_of_counts")
         values = tf.cast(counts, default_float())
-        valid = tf.math.is_finite(values)
+        flat = tf.reshape(values, [-1])
+        valid = tf.math.is_finite(flat)
         if self.counts:
-            valid &= (values >= 0) & tf.equal(values, tf.round(values))
+            valid &= (flat >= 0) & tf.equal(flat, tf.round(flat))
         check = tf.debugging.Assert(
             tf.reduce_all(valid),
             ["counts must be finite" + (" non-negative integers" if self.counts else "")],
             name="counts_that_are_not_counts",
         )
         with tf.control_dependencies([width, check]):
-            return tf.identity(values)
+            return tf.reshape(values, [-1, self.genes])
 
     @staticmethod
     def _one_per_cell(values: tf.Tensor, name: str, counts: tf.Tensor) -> tf.Tensor:
@@ -212,7 +233,7 @@ def export_cells(
         raise ValueError(f"{base} is a file: give the base folder of the export's versions.")
     module = CellServing(fitted, iterations, dtype)
     check_writable_folder(base.parent if not base.exists() else base, "The export's folder")
-    concrete = module.embed.get_concrete_function()
+    concrete = module.embed.get_concrete_function(*module.signature())
     signatures = {"embed": concrete, "serving_default": concrete}
 
     def fill(staging: Path) -> dict[str, Any]:
