@@ -192,3 +192,12 @@ def test_the_loaded_embedding_takes_counts_of_the_natural_dtypes_of_counts(expor
     for dtype in (tf.float32, tf.float64, tf.int32, tf.int64):
         got = served.embed(tf.constant(counts, dtype), *columns)["mean"]
         np.testing.assert_array_equal(got, expected)
+
+
+def test_a_query_without_a_covariate_column_is_refused_naming_it(exported):
+    face, query, _, _ = exported
+    lacking = query.copy()
+    del lacking.obs["depth"]
+    for embed in (face.transform, face.map_query):
+        with pytest.raises(ValueError, match="obs has no column 'depth'"):
+            embed(lacking.copy())

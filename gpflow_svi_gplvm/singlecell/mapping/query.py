@@ -73,7 +73,7 @@ class QueryInputs:
     def __init__(self, model: SVIGPLVM, obs, encoding, mapped: list, sizes: np.ndarray | None):
         self.model, self.obs, self.encoding, self.mapped = model, obs, encoding, mapped
         self.sizes = sizes
-        columns = list(encoding.columns)
+        columns = [obs_column(obs, column).name for column in encoding.columns]  # each named
         if columns:  # every cell's values checked now, on their distinct combinations
             encoding.transform(obs[columns].drop_duplicates(), mapped=mapped)
 
