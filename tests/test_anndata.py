@@ -353,10 +353,12 @@ def test_a_collapsed_embedding_is_written_with_a_warning_and_marked(monkeypatch)
     cells = count_cells()
     model = SingleCellGPLVM(Q, layer="counts", num_inducing=8, seed=1)
 
-    def one_point(rows, block_size=4096):
+    def one_point(fitted, rows, progress=False):
         yield np.full((rows.shape[0], Q), 0.3), np.full((rows.shape[0], Q), 0.5)
 
-    monkeypatch.setattr(model, "_training_moments", one_point)
+    from gpflow_svi_gplvm.singlecell.fitting import assembly
+
+    monkeypatch.setattr(assembly, "training_moments", one_point)
     with pytest.warns(UserWarning, match="The embedding collapsed: across the 48 cells"):
         model.fit(cells, iterations=2, batch_size=16, progress=False)
     assert cells.uns["gplvm"]["collapsed"] and (cells.obsm["X_gplvm"] == 0.3).all()
