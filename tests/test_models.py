@@ -150,7 +150,7 @@ def test_one_default_for_the_inducing_points_everywhere_but_single_cells():
 
     assert build_parser().get_default("num_inducing") is None
     assert GPLVMEmbedding().num_inducing == models.DEFAULT_NUM_INDUCING
-    assert SingleCellGPLVM().num_inducing == NUM_INDUCING > models.DEFAULT_NUM_INDUCING
+    assert SingleCellGPLVM().options.num_inducing == NUM_INDUCING > models.DEFAULT_NUM_INDUCING
 
 
 def test_the_named_models_pass_every_option_on(Y):

@@ -264,7 +264,13 @@ def test_a_folder_saved_by_an_earlier_version_loads_and_transforms_as_it_did(nam
         query.obs["batch"] = "a"
     else:
         assert face.batch_offsets.categories == ["c"] and face.reference.n_obs == 48
-    np.testing.assert_allclose(face.transform(query), np.load(EARLIER / f"{name}.npy"), atol=1e-6)
+    got = face.transform(query)
+    # transform's Newton steps changed since (a start on the genes that carry most of the
+    # curvature, then exact steps; benchmarks/results/mapping.md): each cell's mean moves by a
+    # small part of its posterior standard deviation, not more.
+    moved = np.abs(got - np.load(EARLIER / f"{name}.npy")) / np.sqrt(query.obsm["X_gplvm_var"])
+    print(name, "moved (posterior sds): median", np.median(moved), "largest", moved.max())
+    assert np.median(moved) < 0.1 and moved.max() < 0.5
 
 
 def test_an_earlier_version_s_folder_with_damaged_cells_is_named(tmp_path):

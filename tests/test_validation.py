@@ -561,7 +561,6 @@ def test_every_boolean_option_of_the_package_refuses_a_string():
     built = {
         "whiten": lambda v: sg.PointGPLVM(Y, Q, M, whiten=v),
         "doubly_reparameterised": lambda v: sg.PointGPLVM(Y, Q, M, doubly_reparameterised=v),
-        "shared_covariance": lambda v: sg.BayesianSVIGPLVM(Y, Q, M, shared_covariance=v),
         "missing_aware": lambda v: sg.AmortisedBayesianGPLVM(Y, Q, M, missing_aware=v),
         "standardise_inputs": lambda v: sg.AmortisedBayesianGPLVM(Y, Q, M, standardise_inputs=v),
         "jit_compile": lambda v: sg.Trainer(model, Y, jit_compile=v),

@@ -143,8 +143,6 @@ class SVIGPLVM(DataTermSVGP):
     ):
         seed = self.seed = check_seed(seed)
         check_bools(whiten=whiten, doubly_reparameterised=doubly_reparameterised)
-        if shared_covariance is not None:
-            check_bools(shared_covariance=shared_covariance)
         held = held_rows(data, mask, workers)
         inputs = row_inputs(covariates, size_factors, held)
         D, workers = held.Y.shape[1], held.workers
