@@ -22,7 +22,13 @@ from .reading import genes_of, read_cells, scan_cells, unique_genes
 if TYPE_CHECKING:
     from ...rows.h5ad import DiskRows
 
-__all__ = ["CellRegistration", "size_factors_of", "names_hash", "plain_category"]
+__all__ = [
+    "CellRegistration",
+    "size_factors_of",
+    "names_hash",
+    "plain_category",
+    "check_cells_have_counts",
+]
 
 
 @dataclass
@@ -178,13 +184,9 @@ def size_factors_of(
     workers = workers or Workers()
     if choice == "library":
         with workers.agreeing():
-            empty = np.flatnonzero(library <= 0)
-            if len(empty):
-                raise ValueError(
-                    f"cell {obs.index[empty[0]]!r} has no counts in the chosen genes "
-                    f"({len(empty)} cells in all): its size factor would be 0. Filter such "
-                    "cells first, e.g. scanpy.pp.filter_cells(adata, min_counts=1)."
-                )
+            check_cells_have_counts(
+                obs, library, "the chosen genes", "its size factor would be 0. Filter"
+            )
         total, count = workers.sum([np.sum(library), len(library)])
         return library / (total / count)
     column = obs_column(obs, choice, "size_factors (or 'library', or None)")
@@ -222,3 +224,16 @@ def plain_category(value):
         f"The category {value!r} ({type(value).__name__}) cannot be saved: save categories that "
         "are text or numbers (e.g. adata.obs[key] = adata.obs[key].astype(str))."
     )
+
+
+def check_cells_have_counts(obs, library: np.ndarray, genes: str, consequence: str) -> None:
+    """A ``ValueError`` naming the first cell of ``obs`` whose ``library`` size [n] (its total
+    over ``genes``) is 0, what that means (``consequence``, ending in the verb of the remedy),
+    and how to drop such cells."""
+    empty = np.flatnonzero(library <= 0)
+    if len(empty):
+        raise ValueError(
+            f"cell {obs.index[empty[0]]!r} has no counts in {genes} ({len(empty)} cells in "
+            f"all): {consequence} such cells first, e.g. "
+            "scanpy.pp.filter_cells(adata, min_counts=1)."
+        )

@@ -27,6 +27,7 @@ from ...models import SVIGPLVM
 from ...rows.sparse import RowReader
 from ..cells.encoding import obs_column
 from ..cells.reading import genes_of, read_cells, unique_genes
+from ..cells.registration import check_cells_have_counts
 from .offsets import BatchOffsets
 
 __all__ = ["MISSING_GENES", "MIN_SHARED_GENES", "Query", "read_query"]
@@ -214,11 +215,7 @@ def _measured_share(genes: list, missing: list, typical: np.ndarray | None) -> f
 def _library_size_factors(obs, library: np.ndarray, reference: float) -> np.ndarray:
     """Size factors [n] of cells from their ``library`` sizes and the fitted ``reference``; a
     ``ValueError`` names a cell without counts in the genes read."""
-    empty = np.flatnonzero(library <= 0)
-    if len(empty):
-        raise ValueError(
-            f"cell {obs.index[empty[0]]!r} has no counts in the fitted genes the query holds "
-            f"({len(empty)} cells in all): nothing places it. Drop such cells first, e.g. "
-            "scanpy.pp.filter_cells(adata, min_counts=1)."
-        )
+    check_cells_have_counts(
+        obs, library, "the fitted genes the query holds", "nothing places it. Drop"
+    )
     return library / reference
