@@ -44,9 +44,10 @@ def remove_earlier_outputs(output: Path, written: list[str]) -> list[str]:
         if name not in kept and (output / name).is_file():
             (output / name).unlink()
             deleted.append(name)
-    if "checkpoints" not in kept and RunFolder(output / "checkpoints").holds_checkpoints():
-        RunFolder(output / "checkpoints").clear()
-        _remove_if_empty(output / "checkpoints")
+    checkpoints = RunFolder(output / "checkpoints")
+    if "checkpoints" not in kept and checkpoints.holds_checkpoints():
+        checkpoints.clear()
+        _remove_if_empty(checkpoints.path)
         deleted.append("checkpoints/")
     if "model" not in kept and _remove_folder(output / "model", SAVED_MODEL):
         deleted.append("model/")
