@@ -11,13 +11,17 @@ anndata = pytest.importorskip("anndata")
 pd = pytest.importorskip("pandas")
 sp = pytest.importorskip("scipy.sparse")
 optimize = pytest.importorskip("scipy.optimize")
+tf = pytest.importorskip("tensorflow")
 
 from gpflow.utilities import parameter_dict  # noqa: E402
 
 from gpflow_svi_gplvm.likelihoods import masked  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS, CellMapper  # noqa: E402
-from gpflow_svi_gplvm.singlecell.mapping.offsets import new_batch_prior_variance  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.offsets import (  # noqa: E402
+    OffsetUpdates,
+    new_batch_prior_variance,
+)
 
 N, D, Q = 120, 30, 2
 SHIFT = 1.2  # the new batch's effect on its genes, on the log scale
@@ -87,6 +91,38 @@ def test_a_new_batchs_offsets_start_from_its_pooled_expression(mapped):
     start = mapper._start_offsets(Y, given, np.zeros(len(new), int), 1)[0]
     pooled = Y.sum(0) / np.exp(given[:, -1]).sum()
     np.testing.assert_allclose(start, np.log(pooled) - np.log(typical), rtol=1e-4, atol=1e-4)
+
+
+def test_a_new_batchs_offsets_are_the_map_of_their_objective_from_any_start(mapped):
+    """Reference: scipy's maximum, in double precision, of sum_n GPflow's variational
+    expectations (the masked likelihood at predict_f + gamma) - |gamma|^2 / (2 w). From a start
+    far below it (a gene the fitted cells hardly express: the exp link flat there), the damped
+    steps reach the same offsets, where undamped ones jumped to w * sum_n y and overflowed."""
+    face, _, _, _, query = mapped
+    read = face.fitted.read_query(query, learn=False)
+    new = np.flatnonzero(read.batches == "new")[:30]
+    Y, given = read.rows.take(new), read.inputs[new]
+    latents = query.obsm["X_gplvm"][new]
+    w = new_batch_prior_variance(face.model, 2)
+    updates = OffsetUpdates(face.model, w)
+    which = np.zeros(len(new), int)
+    near = updates(Y, given, latents, which, np.zeros((1, D)))[0]
+    far = updates(Y, given, latents, which, np.full((1, D), -15.0))[0]
+    X = np.concatenate([latents, given], axis=1)
+    mean, var = (t.numpy() for t in face.model.predict_f(X))
+    likelihood = masked(face.model.likelihood)
+
+    def objective(gamma: np.ndarray) -> tuple[float, np.ndarray]:
+        gamma_t = tf.constant(gamma)
+        with tf.GradientTape() as tape:
+            tape.watch(gamma_t)
+            terms = likelihood.variational_expectations(X, mean + gamma_t, var, Y)
+            value = -tf.reduce_sum(terms) + tf.reduce_sum(gamma_t**2) / (2 * w)
+        return float(value), tape.gradient(value, gamma_t).numpy()
+
+    best = optimize.minimize(objective, np.zeros(D), jac=True, method="BFGS", tol=1e-12).x
+    np.testing.assert_allclose(near, best, atol=2e-3)
+    np.testing.assert_allclose(far, best, atol=2e-3)
 
 
 def test_learnt_batches_are_kept_for_transform_and_saved_with_the_model(mapped, tmp_path):

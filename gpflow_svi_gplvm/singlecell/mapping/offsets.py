@@ -8,7 +8,9 @@ in the linear covariate kernel (their effects' prior). :math:`\gamma_b` is fitte
 every parameter of the model frozen, alternating with the q(x*) of up to ``fit_cells`` of the
 batch's cells: given the cells' q(x*), each :math:`\gamma_{bd}` maximises
 :math:`\sum_n E \log p(y_{nd} \mid f_{nd} + \gamma_{bd}) - \gamma_{bd}^2 / (2 \bar w)`, one
-concave problem per gene solved by Newton's method. The offsets start from the batch's pooled
+concave problem per gene solved by Newton's method, each step at most :data:`MAX_STEP` (a gene the
+fitted cells hardly express, whose exp link is flat where the steps start, would otherwise jump to
+:math:`\bar w \sum_n y_{nd}` and overflow). The offsets start from the batch's pooled
 counts per unit size factor against the fitted cells' typical rate.
 """
 
@@ -26,7 +28,10 @@ from ...likelihoods import expectation_derivatives
 from ...models import SVIGPLVM
 from ...prediction.laplace import LOW
 
-__all__ = ["BatchOffsets", "OffsetUpdates", "new_batch_prior_variance"]
+__all__ = ["BatchOffsets", "MAX_STEP", "OffsetUpdates", "new_batch_prior_variance"]
+
+MAX_STEP = 1.0
+"""The largest move of an offset in one Newton step, on f's scale (an e-fold for a log link)."""
 
 
 class BatchOffsets:
@@ -55,7 +60,7 @@ class OffsetUpdates:
     """Newton's method on each new batch's offsets :math:`\\gamma_{kd}` [K, D], given its
     cells' latents (see the module), compiled: one concave problem per gene and batch."""
 
-    def __init__(self, model: SVIGPLVM, prior_variance: float, steps: int = 20):
+    def __init__(self, model: SVIGPLVM, prior_variance: float, steps: int = 60):
         self.model, self.prior_variance, self.steps = model, prior_variance, steps
         dtype, D = default_float(), model.data_dim
         self.update = GraphFunction(
@@ -73,8 +78,8 @@ class OffsetUpdates:
         return self.update(Y, at, which.astype(np.int64), start).numpy()
 
     def _update(self, Y, at, which, start):
-        """The offsets [K, D] after Newton steps from ``start`` [K, D] until none moves by more
-        than 1e-6, the cells' terms (counts Y [n, D], q(f) at their GP inputs ``at``) in single
+        """The offsets [K, D] after damped Newton steps from ``start`` [K, D] until none moves by
+        more than 1e-6, the cells' terms (counts Y [n, D], q(f) at their GP inputs ``at``) in single
         precision (:data:`~gpflow_svi_gplvm.prediction.laplace.LOW`), the offsets in the model's."""
         mean, variance = (tf.cast(t, LOW) for t in self.model.predict_f(at))  # without offsets
         counts, count = tf.cast(Y, LOW), tf.shape(start)[0]
@@ -87,7 +92,9 @@ class OffsetUpdates:
                 tf.cast(tf.math.unsorted_segment_sum(t, which, count), gamma.dtype)
                 for t in (d.mean, d.mean_mean)
             )
-            move = (first - gamma * precision) / (second - precision)
+            move = tf.clip_by_value(
+                (first - gamma * precision) / (second - precision), -MAX_STEP, MAX_STEP
+            )
             return i + 1, gamma - move, tf.reduce_max(tf.abs(move))
 
         def more(i, gamma, moved):
