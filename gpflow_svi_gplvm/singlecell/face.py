@@ -235,7 +235,10 @@ class SingleCellGPLVM(GenesMixin):
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name in any
         order, and the fitted ``obs`` columns) with the model frozen, each cell's the Laplace
         approximation at its mode, ``iterations`` Newton steps at most
-        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`;
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`,
+        and each cell's novelty in [0, 1] to ``obs["<key_added>_novelty"]`` (how isolated it lies
+        from the reference cells, on their own scale: above 0.99, more than 99% of them;
+        :mod:`~gpflow_svi_gplvm.singlecell.mapping.novelty`; not for an amortised model);
         returns the means [N*, Q]. Cells of batches the model was not fitted with are refused
         unless :meth:`map_query` has learnt them. ``missing_genes``: None refuses cells lacking
         fitted genes, naming them; "marginalise" leaves those genes out of each cell's
