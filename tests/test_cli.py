@@ -566,3 +566,19 @@ def test_embed_writes_a_saved_models_embedding_of_an_h5ad_read_in_blocks(tmp_pat
     assert "gpflow_svi_gplvm_model.json" in capsys.readouterr().err
     assert main(["embed", "--model", str(model), "--data", str(model), "--output", str(out)]) == 2
     assert "is not an .h5ad file" in capsys.readouterr().err
+
+
+def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["embed", "--help"])
+    assert stopped.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("--model", "--data", "--output", "--overwrite", "X_<key>_var.npy", "novelty"):
+        assert name in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "embed --help" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as stopped:
+        main(["embed", "--data", "cells.h5ad"])  # no --model, no --output
+    assert stopped.value.code == 2
+    assert "--model" in capsys.readouterr().err

@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line's options, each with its default in ``--help``."""
     parser = argparse.ArgumentParser(
         prog="python -m gpflow_svi_gplvm",
-        description="Train a GPLVM with stochastic variational inference and summarise it.",
+        description="Train a GPLVM with stochastic variational inference and summarise it "
+        "(python -m gpflow_svi_gplvm embed --help: embed an .h5ad with a saved single-cell "
+        "model).",
         epilog=MODEL_HELP,
         formatter_class=_HelpFormatter,
     )
