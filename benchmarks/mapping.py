@@ -7,6 +7,7 @@ weights alone).
     python benchmarks/mapping.py speed [--cells 20000] [--compare 1000]
     python benchmarks/mapping.py versus [--cells 10000] [--before COMMIT] [--folder F]
     python benchmarks/mapping.py missing [atlas] [kang] [--fractions 0 0.1 0.3 0.5] [--folder F]
+    python benchmarks/mapping.py novelty [atlas] [kang] [--folder F]
 
 ``atlas``: the hard simulated atlas of benchmarks/single_cell.py (``--hard --de-scale 0.5
 --batch-scale 1.0``, 10,000 cells of 10 types, 4 batches, 2,000 genes); batches 0-2 are the
@@ -38,6 +39,11 @@ how far each cell's q(x*) moved (the model and cells are kept in ``--folder`` an
 the reference's genes (drawn at random), mapped with ``missing_genes="marginalise"`` and with
 those genes filled with zeros (as scArches' ``prepare_query_anndata`` does): accuracy of label
 transfer, batch ASW, ARI.
+``novelty``: a cell type held out of the reference (``HELD_OUT``: the atlas's type3, Kang's
+dendritic cells), the reference fitted to the other batches' other cells, the query (the query
+batch, every type) mapped with ``map_query``: the AUROC of the novelty it writes
+(``obs["gplvm_novelty"]``) for the held-out type's cells against the rest, and the shares of
+each above 0.99 and 0.9.
 """
 
 from __future__ import annotations
@@ -395,12 +401,15 @@ def versus(args: argparse.Namespace) -> None:
 QUERY_BATCH = {"atlas": "batch3", "kang": "stimulated"}
 
 
-def missing_data(folder: Path, name: str, iterations: int) -> tuple[Path, Path, Path]:
-    """The ``missing`` run's reference model of data set ``name`` (fitted to all batches but
-    the query's), its cells with their embedding, and the query's cells, made once in
-    ``folder`` and reused."""
-    model = folder / name
-    reference, query = folder / f"{name}_ref.h5ad", folder / f"{name}_query.h5ad"
+def reference_data(
+    folder: Path, name: str, iterations: int, held_out: str | None = None
+) -> tuple[Path, Path, Path]:
+    """The reference model of data set ``name`` (fitted to all batches but the query's, without
+    the cells of type ``held_out`` if given), its cells with their embedding, and the query's
+    cells (every type), made once in ``folder`` and reused (by ``missing`` and ``novelty``)."""
+    stem = name if held_out is None else f"{name}_without_{held_out}"
+    model, reference = folder / stem, folder / f"{stem}_ref.h5ad"
+    query = folder / f"{name}_query.h5ad"
     if model.exists() and reference.exists() and query.exists():
         return model, reference, query
     import anndata
@@ -411,6 +420,8 @@ def missing_data(folder: Path, name: str, iterations: int) -> tuple[Path, Path, 
     if not data.exists():
         (hard_atlas if name == "atlas" else kang)(data)
     fitted, new = split(anndata.read_h5ad(data), QUERY_BATCH[name])
+    if held_out is not None:
+        fitted = fitted[(fitted.obs["cell_type"].astype(str) != held_out).to_numpy()].copy()
     face = SingleCellGPLVM(batch_key="batch").fit(fitted, iterations, progress=False)
     face.save(model, adata=fitted, overwrite=True)
     fitted.write_h5ad(reference)
@@ -429,7 +440,7 @@ def missing(args: argparse.Namespace) -> None:
     folder = Path(args.folder or tempfile.mkdtemp(prefix="mapping-"))
     folder.mkdir(parents=True, exist_ok=True)
     for name in args.rest or ["atlas"]:
-        model, reference_path, query_path = missing_data(folder, name, args.iterations)
+        model, reference_path, query_path = reference_data(folder, name, args.iterations)
         reference, query = anndata.read_h5ad(reference_path), anndata.read_h5ad(query_path)
         print(f"## {name}: {query.n_obs} query cells, {query.n_vars} genes")
         print("| genes removed | query | accuracy | batch ASW | ARI | CPU s |")
@@ -463,10 +474,46 @@ def missing(args: argparse.Namespace) -> None:
                 )
 
 
+HELD_OUT = {"atlas": "type3", "kang": "dendritic"}
+
+
+def novelty(args: argparse.Namespace) -> None:
+    """The novelty ``map_query`` writes, for the query's cells of a type held out of the
+    reference against the rest: AUROC, and the share of each above 0.99 and 0.9."""
+    import anndata
+    from sklearn.metrics import roc_auc_score
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    folder = Path(args.folder or tempfile.mkdtemp(prefix="mapping-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(
+        "| data | held out | query cells (held out) | AUROC | > 0.99: held out, rest | "
+        "> 0.9: held out, rest |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for name in args.rest or ["atlas"]:
+        held_out = HELD_OUT[name]
+        model, _, query_path = reference_data(folder, name, args.iterations, held_out)
+        query = anndata.read_h5ad(query_path)
+        SingleCellGPLVM.load(model).map_query(query, progress=False)
+        score = query.obs["gplvm_novelty"].to_numpy()
+        held = (query.obs["cell_type"].astype(str) == held_out).to_numpy()
+        shares = [
+            f"{np.mean(score[held] > t):.2f}, {np.mean(score[~held] > t):.2f}" for t in (0.99, 0.9)
+        ]
+        print(
+            f"| {name} | {held_out} | {len(held)} ({held.sum()}) | "
+            f"{roc_auc_score(held, score):.3f} | {shares[0]} | {shares[1]} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "command", choices=["atlas", "kang", "speed", "versus", "missing", "one", "timing"]
+        "command",
+        choices=["atlas", "kang", "speed", "versus", "missing", "novelty", "one", "timing"],
     )
     parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--iterations", type=int, default=3000)
@@ -494,6 +541,8 @@ def main() -> None:
         versus(args)
     elif args.command == "missing":
         missing(args)
+    elif args.command == "novelty":
+        novelty(args)
     else:
         compare(args)
 

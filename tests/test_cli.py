@@ -520,3 +520,65 @@ def test_the_training_steps_left_unset_are_the_data_kinds_and_the_help_says_why(
     fit_default = inspect.signature(SingleCellGPLVM.fit).parameters["iterations"].default
     assert fit_default == defaults.CELL_ITERATIONS
     assert "3000 for a table, 2000 for an .h5ad" in " ".join(parser.format_help().split())
+
+
+@pytest.mark.processes
+def test_embed_writes_a_saved_models_embedding_of_an_h5ad_read_in_blocks(tmp_path, capsys):
+    """As a user runs it: ``python -m gpflow_svi_gplvm embed`` in a new process on a saved
+    model and an .h5ad read three cells at a time; the outputs are transform's in this process,
+    the .h5ad is unchanged, and a second run, a folder that is not a saved model and a file that
+    is not an .h5ad are refused with a message and exit status 2."""
+    pytest.importorskip("anndata")
+    from builders import count_cells
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    cells = count_cells()
+    face = SingleCellGPLVM(2, layer="counts", batch_key="batch", num_inducing=8)
+    face.fit(cells, iterations=10, progress=False)
+    model, data, out = face.save(tmp_path / "model"), tmp_path / "query.h5ad", tmp_path / "out"
+    query = count_cells(seed=1)[:10].copy()
+    query.write_h5ad(data)
+    written = data.read_bytes()
+    command = [sys.executable, "-m", "gpflow_svi_gplvm", "embed", "--model", str(model)]
+    command += ["--data", str(data), "--output", str(out), "--block", "3"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "embedded 10 cells" in result.stdout
+    face.transform(query)  # all ten cells in one block here: equal but for round-off
+    means, variances = np.load(out / "X_gplvm.npy"), np.load(out / "X_gplvm_var.npy")
+    np.testing.assert_allclose(means, query.obsm["X_gplvm"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(variances, query.obsm["X_gplvm_var"], rtol=1e-5, atol=1e-6)
+    novelty = np.load(out / "gplvm_novelty.npy")  # a share of reference cells: a step in it
+    np.testing.assert_allclose(novelty, query.obs["gplvm_novelty"], atol=0.02)
+    assert json.loads((out / "embed.json").read_text())["cells"] == 10
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["X_gplvm.npy", "X_gplvm_var.npy", "gplvm_novelty.npy", "embed.json"]
+    )
+    assert data.read_bytes() == written
+    again = ["embed", "--model", str(model), "--data", str(data), "--output", str(out)]
+    assert main(again) == 2
+    assert "holds an earlier embedding (X_gplvm.npy" in capsys.readouterr().err
+    assert main([*again, "--overwrite", "--no-progress"]) == 0
+    again_means = np.load(out / "X_gplvm.npy")
+    np.testing.assert_allclose(again_means, query.obsm["X_gplvm"], rtol=1e-5, atol=1e-6)
+    assert main(["embed", "--model", str(tmp_path), "--data", str(data), "--output", str(out)]) == 2
+    assert "gpflow_svi_gplvm_model.json" in capsys.readouterr().err
+    assert main(["embed", "--model", str(model), "--data", str(model), "--output", str(out)]) == 2
+    assert "is not an .h5ad file" in capsys.readouterr().err
+
+
+def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["embed", "--help"])
+    assert stopped.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("--model", "--data", "--output", "--overwrite", "X_<key>_var.npy", "novelty"):
+        assert name in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "embed --help" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as stopped:
+        main(["embed", "--data", "cells.h5ad"])  # no --model, no --output
+    assert stopped.value.code == 2
+    assert "--model" in capsys.readouterr().err

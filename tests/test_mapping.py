@@ -4,6 +4,8 @@ genes aligned by name, and what cannot be mapped refused by name."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -18,6 +20,7 @@ from gpflow.utilities import parameter_dict  # noqa: E402
 from gpflow_svi_gplvm.likelihoods import masked  # noqa: E402
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.cell_mapper import INFERENCE_STEPS, CellMapper  # noqa: E402
+from gpflow_svi_gplvm.singlecell.mapping.novelty import Novelty  # noqa: E402
 from gpflow_svi_gplvm.singlecell.mapping.offsets import (  # noqa: E402
     OffsetUpdates,
     new_batch_prior_variance,
@@ -27,12 +30,17 @@ N, D, Q = 120, 30, 2
 SHIFT = 1.2  # the new batch's effect on its genes, on the log scale
 
 
-def _cells(seed: int, batches: list[str], shifted: str | None = None) -> anndata.AnnData:
-    """Counts of two cell types; the batch ``shifted`` scales the last ten genes by e^SHIFT."""
+def _cells(
+    seed: int, batches: list[str], shifted: str | None = None, kinds: int = 2
+) -> anndata.AnnData:
+    """Counts of ``kinds`` cell types (kind 1 raises the first ten genes, kind 2 the next ten);
+    the batch ``shifted`` scales the last ten genes by e^SHIFT."""
     rng = np.random.default_rng(seed)
-    kind = rng.integers(0, 2, N)
+    kind = rng.integers(0, kinds, N)
     batch = np.array(batches)[np.arange(N) % len(batches)]
-    log_rate = 1.0 + 1.5 * kind[:, None] * (np.arange(D) < 10)
+    genes = np.arange(D)
+    log_rate = 1.0 + 1.5 * ((kind[:, None] == 1) & (genes < 10))
+    log_rate = log_rate + 1.5 * ((kind[:, None] == 2) & (genes >= 10) & (genes < 20))
     log_rate = log_rate + SHIFT * ((batch == shifted)[:, None] & (np.arange(D) >= 20))
     counts = rng.poisson(rng.uniform(0.7, 1.4, N)[:, None] * np.exp(log_rate)).astype(np.float32)
     counts[:, 0] += 1
@@ -233,3 +241,79 @@ def test_a_new_batch_lacking_genes_is_learnt_from_the_genes_it_has(mapped, tmp_p
     assert np.median(np.linalg.norm(found - before, axis=1)) < 0.25 * np.median(
         np.linalg.norm(before - before.mean(0), axis=1)
     )
+
+
+@pytest.fixture(scope="module")
+def one_kind():
+    """A reference of one batch category ("a") holding cells of kinds 0 and 1, and a query of
+    that batch holding kind 2 as well."""
+    cells = _cells(3, ["a"], kinds=3)
+    kind = cells.obs["kind"].to_numpy()
+    reference, query = cells[kind < 2].copy(), _cells(4, ["a"], kinds=3)
+    face = SingleCellGPLVM(Q, batch_key="batch", num_inducing=10, seed=0)
+    face.fit(reference, iterations=200, batch_size=40, progress=False)
+    return face, reference, query
+
+
+def test_a_reference_of_one_batch_or_none_maps_a_new_batch_with_a_warning(one_kind):
+    face, reference, _ = one_kind
+    query = _cells(5, ["a", "new"], shifted="new")
+    with pytest.warns(UserWarning, match=r"one batch category \('a'\).*\['new'\].*two or more"):
+        face.map_query(query, progress=False)
+    assert face.batch_offsets.categories == ["new"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # cells of the fitted batch: nothing to warn of
+        face.transform(_cells(6, ["a"]))
+    plain = SingleCellGPLVM(Q, num_inducing=10, seed=0)
+    plain.fit(reference[:, :10].copy(), iterations=20, batch_size=30, progress=False)
+    with pytest.warns(UserWarning, match=r"without a batch \(batch_key=None\).*batch_key="):
+        plain.map_query(query[:, :10].copy(), progress=False)
+
+
+def test_novelty_is_the_share_of_reference_cells_less_isolated():
+    """Reference: each cell's mean distance to its k nearest reference cells in lengthscale
+    units, and each reference cell's to its k nearest others, by brute force in NumPy."""
+    rng = np.random.default_rng(0)
+    reference, new = rng.normal(size=(60, 3)), rng.normal(size=(25, 3)) * 2.0
+    lengthscales, k = np.array([0.5, 1.0, 4.0]), 4
+    novelty = Novelty(reference, lengthscales, neighbours=k)
+
+    def isolation(cells: np.ndarray, leave_out_self: bool) -> np.ndarray:
+        distances = np.linalg.norm(
+            (cells[:, None] - reference[None]) / lengthscales, axis=-1
+        )  # [n, S]
+        ordered = np.sort(distances, axis=1)[:, int(leave_out_self) :]
+        return ordered[:, :k].mean(axis=1)
+
+    own, found = isolation(reference, True), isolation(new, False)
+    expected = (own[None, :] < found[:, None]).mean(axis=1)
+    np.testing.assert_allclose(novelty.isolation(new), found, rtol=1e-12)
+    np.testing.assert_allclose(novelty(new), expected, rtol=0, atol=0)
+    assert novelty(reference[:1] + 100.0)[0] == 1.0  # beyond every reference cell
+    with pytest.raises(ValueError, match="two or more reference cells"):
+        Novelty(reference[:1], lengthscales)
+
+
+def test_cells_of_a_type_the_reference_lacks_are_more_novel_and_left_unassigned(one_kind, tmp_path):
+    face, reference, query = one_kind
+    query = query.copy()
+    face.transform(query)
+    novelty, kind = query.obs["gplvm_novelty"].to_numpy(), query.obs["kind"].to_numpy()
+    assert np.all((novelty >= 0) & (novelty <= 1))
+    # Ranked: each held-out cell against each known one (the AUROC).
+    auroc = np.mean(novelty[kind == 2][:, None] > novelty[kind < 2][None, :])
+    assert auroc > 0.9, auroc
+    assert np.median(novelty[kind < 2]) < 0.9
+    loaded = SingleCellGPLVM.load(face.save(tmp_path / "model"))
+    again = query.copy()
+    loaded.transform(again)  # the same reference cells after a save: the same novelty
+    np.testing.assert_allclose(again.obs["gplvm_novelty"], novelty, atol=1e-12)
+    reference.obs["type"] = reference.obs["kind"].astype(str)
+    face.transfer_labels(reference, query, "type", novel_above=0.99, unassigned_below=0.0)
+    left = (query.obs["type_transferred"] == "unassigned").to_numpy()
+    np.testing.assert_array_equal(left, novelty > 0.99)
+    with pytest.raises(ValueError, match=r"novel_above must be a novelty in \[0, 1\]"):
+        face.transfer_labels(reference, query, "type", novel_above=99)
+    del query.obs["gplvm_novelty"]
+    with pytest.raises(ValueError, match="no column 'gplvm_novelty'.*transform or map_query"):
+        face.transfer_labels(reference, query, "type", novel_above=0.99)

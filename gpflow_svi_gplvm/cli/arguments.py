@@ -39,7 +39,13 @@ from ..defaults import (
     NUM_INDUCING,
 )
 
-__all__ = ["running_the_command_line", "quiet_standard_error", "quiet_tensorflow", "build_parser"]
+__all__ = [
+    "running_the_command_line",
+    "quiet_standard_error",
+    "quiet_tensorflow",
+    "build_parser",
+    "build_embed_parser",
+]
 
 INDUCING_HELP = f"M (default: {NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
 
@@ -76,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line's options, each with its default in ``--help``."""
     parser = argparse.ArgumentParser(
         prog="python -m gpflow_svi_gplvm",
-        description="Train a GPLVM with stochastic variational inference and summarise it.",
+        description="Train a GPLVM with stochastic variational inference and summarise it "
+        "(python -m gpflow_svi_gplvm embed --help: embed an .h5ad with a saved single-cell "
+        "model).",
         epilog=MODEL_HELP,
         formatter_class=_HelpFormatter,
     )
@@ -109,6 +117,49 @@ def build_parser() -> argparse.ArgumentParser:
     _add_single_cell_options(parser)
     _add_keeping_options(parser)
     _add_cluster_options(parser)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
+    return parser
+
+
+EMBED_HELP = """outputs (--output): X_<key>.npy and X_<key>_var.npy [N, Q], the means and
+variances of q(x) of every cell in the file's order (adata.obsm["X_gplvm"] = np.load(...));
+<key>_novelty.npy [N], each cell's novelty in [0, 1] (the share of the model's reference cells
+less isolated among the others than the cell is among them: above 0.99, more than 99% of them;
+NaN for an amortised model); embed.json (cells, genes, seconds, the model). Each file is written
+under a hidden name and renamed once whole; the .h5ad is read a block of cells at a time and
+never written.
+"""
+
+
+def build_embed_parser() -> argparse.ArgumentParser:
+    """``embed``'s options: new cells embedded by a saved single-cell model."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gpflow_svi_gplvm embed",
+        description="Embed the cells of an .h5ad with a saved SingleCellGPLVM (its transform: "
+        "q(x*) of each cell with the model frozen), reading a block of cells at a time.",
+        epilog=EMBED_HELP,
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument(
+        "--model", type=Path, required=True, help="the folder SingleCellGPLVM.save wrote"
+    )
+    parser.add_argument(
+        "--data", type=Path, required=True, help="the cells' .h5ad (counts of the model's genes)"
+    )
+    parser.add_argument("--output", type=Path, required=True, help="output folder")
+    parser.add_argument("--block", type=int, default=4096, help="cells read and embedded at a time")
+    parser.add_argument(
+        "--missing-genes",
+        choices=["marginalise"],
+        help="cells lacking some of the model's genes: leave those out of each cell's "
+        "likelihood (default: refuse them, naming the genes)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier embedding in OUTPUT"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error"

@@ -2,11 +2,13 @@
 
     python -m gpflow_svi_gplvm                       # B-SVI on scikit-learn's digits
     python -m gpflow_svi_gplvm --model aeb --data my.csv --latent-dim 3 --output runs/mine
+    python -m gpflow_svi_gplvm embed --model DIR --data query.h5ad --output DIR
 
 It prints a short summary and writes ``latent_space.png``, ``ard.png``, ``elbo.png`` and
 ``metrics.json`` (every setting, the results and the package's version) to the output folder;
 ``--save`` keeps the trained model as a checkpoint there (``--resume`` continues it) and
-``--export`` writes a SavedModel that serves with TensorFlow alone.
+``--export`` writes a SavedModel that serves with TensorFlow alone. ``embed`` embeds the cells of an
+``.h5ad`` with a model ``SingleCellGPLVM.save`` wrote (:mod:`.embed`).
 
 Units: for a Gaussian likelihood the data file's columns are standardised, the model trained on
 :math:`(y_{nd} - m_d) / s_d`. ``metrics.json`` records each column's location :math:`m_d` and
@@ -25,8 +27,10 @@ gpflow_svi_gplvm``'s.
 
 from __future__ import annotations
 
+import sys
+
 from .. import defaults
-from .arguments import build_parser, quiet_tensorflow, running_the_command_line
+from .arguments import build_embed_parser, build_parser, quiet_tensorflow, running_the_command_line
 
 __all__ = ["LIKELIHOODS", "build_parser", "main"]
 
@@ -41,9 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     status (2 for a mistake in the data or the options: :mod:`.run`). ``--help``, or a mistyped
     option, exits while reading them, before TensorFlow loads; in the command line's own process
     TensorFlow's log is then quieted (:func:`~.arguments.quiet_tensorflow`)."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    embed = argv[:1] == ["embed"]
+    parser = build_embed_parser() if embed else build_parser()
+    args = parser.parse_args(argv[1:] if embed else argv)
     if running_the_command_line():
         quiet_tensorflow()
     from .run import run  # TensorFlow loads here, after the options are read
 
-    return run(args)
+    return run(args, embed)

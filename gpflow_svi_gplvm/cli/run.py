@@ -34,6 +34,7 @@ from ..rows.shard import RowShard, worker_rows
 from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder
+from .embed import run_embed
 from .outputs import OUTPUTS, finish_outputs
 from .report import described, print_summary, run_metrics, save_figures, standardised
 from .single_cell import check_cell_options, run_single_cell
@@ -41,12 +42,13 @@ from .single_cell import check_cell_options, run_single_cell
 __all__ = ["run"]
 
 
-def run(args: argparse.Namespace) -> int:
-    """The run ``args`` (the parsed options) ask for; its exit status."""
+def run(args: argparse.Namespace, embed: bool = False) -> int:
+    """The run ``args`` (the parsed options) ask for (``embed``: that verb's,
+    :mod:`~gpflow_svi_gplvm.cli.embed`); its exit status."""
     original = warnings.formatwarning
     warnings.formatwarning = _plain_warning
     try:
-        return _run(args)
+        return run_embed(args) if embed else _run(args)
     except (ValueError, OSError, WorkerLostError) as error:
         if args.debug:
             raise

@@ -36,6 +36,7 @@ from .fitting.trained import distils, step_size, train
 from .genes.mixin import GenesMixin
 from .mapping.cell_mapper import FIT_CELLS, INFERENCE_STEPS
 from .mapping.offsets import BatchOffsets
+from .mapping.query import warn_of_few_batches
 from .storage.saving import load_model, save_model
 from .storage.serving import export_cells
 
@@ -234,7 +235,10 @@ class SingleCellGPLVM(GenesMixin):
         """Embed new cells: q(x*) of ``adata``'s cells (the fitted genes, found by name in any
         order, and the fitted ``obs`` columns) with the model frozen, each cell's the Laplace
         approximation at its mode, ``iterations`` Newton steps at most
-        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`;
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping`), written to ``obsm`` as in :meth:`fit`,
+        and each cell's novelty in [0, 1] to ``obs["<key_added>_novelty"]`` (how isolated it lies
+        from the reference cells, on their own scale: above 0.99, more than 99% of them;
+        :mod:`~gpflow_svi_gplvm.singlecell.mapping.novelty`; not for an amortised model);
         returns the means [N*, Q]. Cells of batches the model was not fitted with are refused
         unless :meth:`map_query` has learnt them. ``missing_genes``: None refuses cells lacking
         fitted genes, naming them; "marginalise" leaves those genes out of each cell's
@@ -255,7 +259,16 @@ class SingleCellGPLVM(GenesMixin):
         :meth:`transform`, :meth:`save` and :meth:`export_saved_model`; then every cell is
         embedded as :meth:`transform` does (the reference cells' embedding is unchanged:
         :mod:`~gpflow_svi_gplvm.singlecell.mapping`; ``missing_genes`` as there). Returns the
-        means [N*, Q]."""
+        means [N*, Q].
+
+        A batch's effect is one shift of each gene's level (on f's log scale) for all its cells:
+        it cannot take a response specific to a cell type. Where the query's condition changes
+        some types' expression differently (interferon-stimulated CD14 monocytes against control
+        ones, say), those cells stay apart from their reference type in the embedding: that is
+        the biology the offsets cannot remove, not a failed mapping. A reference fitted without a
+        batch (``batch_key=None``) learns no batch effect, and one fitted with one batch category
+        learns its new batches' prior from no difference between batches: both are mapped with a
+        ``UserWarning`` saying so."""
         fit_cells = check_integer(fit_cells, "fit_cells", hint="e.g. 2000 cells of each batch")
         return self._embed(adata, iterations, progress, fit_cells, missing_genes)
 
@@ -277,11 +290,16 @@ class SingleCellGPLVM(GenesMixin):
         mapper = fitted.mapper(iterations)
         learn, typical = fit_cells is not None, mapper.typical_rate()
         learnt, query = fitted.offsets, fitted.read_query(adata, learn, missing_genes, typical)
+        if learn:
+            warn_of_few_batches(fitted.registration, query)
         if query.new:
             encoding, seed = fitted.registration.encoding, fitted.options.seed
             learnt.add(query.new, mapper.learn_offsets(query, encoding, fit_cells or 0, seed))
         moments = mapper.embed(query.rows, query.inputs, query.offsets(learnt), progress)
         adata.obsm[f"X_{fitted.key}"], adata.obsm[f"X_{fitted.key}_var"] = moments
+        novelty = mapper.novelty(moments[0])
+        if novelty is not None:
+            adata.obs[f"{fitted.key}_novelty"] = novelty
         return adata.obsm[f"X_{fitted.key}"]
 
     def save(self, folder: str | Path, adata=None, overwrite: bool = False) -> Path:

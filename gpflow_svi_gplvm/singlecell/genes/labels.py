@@ -43,7 +43,9 @@ be right less often than its probabilities say.
 
 Cells whose most probable type has a probability below ``unassigned_below`` are "unassigned",
 and so are those a boolean ``query.obs`` column flags (``flagged_key``: e.g. cells a novelty
-score marks as of a type the reference lacks), whatever their probabilities.
+score marks as of a type the reference lacks) and those whose novelty (``obs["<key>_novelty"]``,
+written by ``transform`` and ``map_query``: :mod:`~gpflow_svi_gplvm.singlecell.mapping.novelty`)
+is above ``novel_above``, whatever their probabilities.
 """
 
 from __future__ import annotations
@@ -344,6 +346,7 @@ def transfer_labels(
     key_added: str | None = None,
     unassigned_below: float = 0.0,
     flagged_key: str | None = None,
+    novel_above: float | None = None,
     unlabelled_category: str | Sequence[str] | None = None,
     calibration: str | None = "bias",
     num_neighbours: int = 30,
@@ -362,7 +365,9 @@ def transfer_labels(
     Writes ``query.obs[key_added]`` (default ``<labels_key>_transferred``): the most probable
     label, or "unassigned" where its probability is below ``unassigned_below`` (in [0, 1]; 0:
     none) or the boolean ``query.obs[flagged_key]`` is True (e.g. cells a novelty score marks
-    as of a type the reference lacks); and ``query.obs[key_added + "_probability"]``, the most
+    as of a type the reference lacks) or its novelty ``query.obs["<key>_novelty"]`` is above
+    ``novel_above`` (in [0, 1], e.g. 0.99: further from the reference cells than 99% of them
+    are from each other; None: none); and ``query.obs[key_added + "_probability"]``, the most
     probable label's probability. Returns the probabilities [N*, T], a DataFrame.
     ``calibration``, ``num_neighbours``, ``n_samples``, ``seed``: :class:`LabelTransfer`'s."""
     unassigned_below = check_fraction(
@@ -372,6 +377,9 @@ def transfer_labels(
         "cells whose most probable label is less probable are left unassigned; 0: none, e.g. 0.5",
     )
     flagged = _flags(query, flagged_key)
+    if novel_above is not None:
+        novel = _novel(query, key, novel_above)
+        flagged = novel if flagged is None else flagged | novel
     known = _labelled_cells(reference, labels_key, unlabelled_category)
     labels = reference.obs[labels_key][known].astype(str)
     if UNASSIGNED in set(labels):
@@ -414,6 +422,24 @@ def _flags(query, flagged_key: str | None) -> np.ndarray | None:
             f"unassigned; it is {column.dtype}: e.g. pass a column score > threshold."
         )
     return column.to_numpy(dtype=bool)
+
+
+def _novel(query, key: str, novel_above: float) -> np.ndarray:
+    """The cells [N*] (bool) whose ``query.obs["<key>_novelty"]`` is above ``novel_above``; a
+    ``ValueError`` for a threshold outside [0, 1] or a query without the column."""
+    novel_above = check_fraction(
+        novel_above,
+        "novel_above",
+        "a novelty",
+        "cells more novel are left unassigned, e.g. 0.99 (None: none)",
+    )
+    column = f"{key}_novelty"
+    if column not in query.obs.columns:
+        raise ValueError(
+            f"The query's obs has no column {column!r} (novel_above reads it): embed the query "
+            "with transform or map_query, which write it."
+        )
+    return query.obs[column].to_numpy(dtype=float) > novel_above
 
 
 def _labelled_cells(reference, labels_key: str, unlabelled_category) -> np.ndarray:

@@ -20,14 +20,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+import tensorflow as tf
 from tqdm.auto import tqdm
 
 from ...components.initialisation import initial_offset
 from ...models import SVIGPLVM
 from ...prediction.laplace import LaplaceLatents, laplace_applies
 from ...prediction.latent_inference import TOLERANCE, LatentInference
+from ...prediction.new_row_model import candidate_rows
 from ...rows.sparse import RowReader
 from ..cells.encoding import CovariateEncoding
+from .novelty import Novelty
 from .offsets import OffsetUpdates, new_batch_prior_variance
 from .query import Query, QueryInputs
 
@@ -65,6 +68,22 @@ class CellMapper:
         else:
             tolerance = TOLERANCE if model.latent.amortised else "auto"
             self.inference = LatentInference(model, iterations, seed=seed, tolerance=tolerance)
+        self.seed = seed
+        self._novelty: Novelty | None = None
+
+    def novelty(self, means: np.ndarray) -> np.ndarray | None:
+        """The novelty [n] in [0, 1] of cells whose q(x*) ``means`` [n, Q] are given
+        (:mod:`~gpflow_svi_gplvm.singlecell.mapping.novelty`) against the q(x) means of the
+        fitted cells a saved model keeps (:func:`candidate_rows` of the latent table); None for
+        an amortised model (no table) or a table of one cell."""
+        model = self.model
+        if self._novelty is None:
+            if model.latent.amortised or model.num_table_rows < 2:
+                return None
+            rows = candidate_rows(model.num_table_rows, self.seed)
+            reference = model.latent.moments(tf.constant(rows, tf.int64))[0].numpy()
+            self._novelty = Novelty(reference, 1.0 / model.ard_relevance())
+        return self._novelty(means)
 
     def typical_rate(self) -> np.ndarray | None:
         """The fitted cells' typical rate of each gene [D] at a size factor of one (None where

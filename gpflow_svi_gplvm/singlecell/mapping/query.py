@@ -17,6 +17,7 @@ refused, with the count.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -30,7 +31,7 @@ from ..cells.reading import genes_of, read_cells, unique_genes
 from ..cells.registration import check_cells_have_counts
 from .offsets import BatchOffsets
 
-__all__ = ["MISSING_GENES", "MIN_SHARED_GENES", "Query", "read_query"]
+__all__ = ["MISSING_GENES", "MIN_SHARED_GENES", "Query", "read_query", "warn_of_few_batches"]
 
 MISSING_GENES = (None, "marginalise")
 """The choices of ``missing_genes``: refuse a query lacking fitted genes, or leave those genes
@@ -167,6 +168,37 @@ def read_query(
         mapped = learnt.categories + new
         inputs = QueryInputs(model, adata.obs, registration.encoding, mapped, sizes)
     return Query(rows, inputs, batches, key, new, missing)
+
+
+def warn_of_few_batches(registration, query: Query) -> None:
+    """A ``UserWarning`` when a query is mapped onto a reference fitted with no batch (nothing
+    is learnt of the query's batch) or with one batch category and the query brings new ones
+    (their effects' prior learnt from no difference between batches): what it means and what to
+    do."""
+    key = registration.batch_key
+    if key is None:
+        warnings.warn(
+            "The reference was fitted without a batch (batch_key=None), so map_query learns no "
+            "batch effect: the query's cells are embedded as transform does, and whatever sets "
+            "them apart from the reference's (their batch, their protocol) is read as biology. "
+            "To map a new batch, fit the reference with batch_key= naming the obs column of its "
+            "batches (two or more).",
+            UserWarning,
+            stacklevel=4,
+        )
+        return
+    fitted = list(registration.encoding.categories[key])
+    if len(fitted) == 1 and query.new:
+        warnings.warn(
+            f"The reference was fitted with one batch category ({fitted[0]!r}), so nothing in it "
+            f"says how batches differ: each new batch ({query.new[:5]}) gets an offset per gene "
+            "on f (a shift of each gene's level shared by all its cells) whose prior spread was "
+            "learnt from no difference between batches. Mapped cells may keep a batch effect or "
+            "lose biology; check them against known cell types, or fit the reference with two "
+            "or more batches.",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def _fitted_genes(registration, adata, missing_genes: str | None):
