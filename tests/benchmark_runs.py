@@ -7,8 +7,8 @@ folder), so that TensorFlow and the package are imported once for all of them:
 RUNS_JSON maps a run's name to ``[script, *args]``; OUTPUT_JSON gets, for each run, its exit
 status and everything written to its standard output and error, by the script and by the
 processes it starts (they are captured at the file descriptors). A run still going after
-SECONDS_PER_RUN is stopped (exit status 124) and the next one starts. tests/test_benchmarks.py
-reads it.
+SECONDS_PER_RUN is stopped (exit status 124) and the next one starts. tests/benchmark_quick.py
+starts it and reads it (for test_benchmarks.py and test_benchmarks_data.py).
 """
 
 from __future__ import annotations
