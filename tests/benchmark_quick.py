@@ -159,6 +159,8 @@ def quick_output(quick_runs: dict, test: str, name: str) -> str:
     if lacking:
         pytest.skip(f"needs {', '.join(lacking)}")
     run = quick_runs[name]
+    if "seconds" in run:  # shown with the test's output (pytest -rP, or on failure)
+        print(f"{name}: {run['seconds']:.0f} s wall, {run['cpu_seconds']:.0f} s CPU")
     assert run["returncode"] == 0, run["stdout"][-2000:] + run["stderr"][-3000:]
     return run["stdout"]
 
