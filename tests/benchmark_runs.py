@@ -5,20 +5,24 @@ folder), so that TensorFlow and the package are imported once for all of them:
     python tests/benchmark_runs.py RUNS_JSON OUTPUT_JSON
 
 RUNS_JSON maps a run's name to ``[script, *args]``; OUTPUT_JSON gets, for each run, its exit
-status and everything written to its standard output and error, by the script and by the
-processes it starts (they are captured at the file descriptors). A run still going after
-SECONDS_PER_RUN is stopped (exit status 124) and the next one starts. tests/test_benchmarks.py
-reads it.
+status, everything written to its standard output and error, by the script and by the
+processes it starts (they are captured at the file descriptors), and its wall and CPU seconds
+(the CPU of this process and of the processes it waited for: where a quick run's time goes). A
+run still going after SECONDS_PER_RUN is stopped (exit status 124) and the next one starts.
+tests/benchmark_quick.py starts it and reads it (for test_benchmarks.py and
+test_benchmarks_data.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import runpy
 import signal
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -34,9 +38,16 @@ def _stop(signum, frame):
     raise TooLong(f"stopped after {SECONDS_PER_RUN} s")
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for."""
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(usage.ru_utime + usage.ru_stime for usage in used)
+
+
 def run(script: str, args: list[str]) -> dict:
-    """Run ``script`` with ``args`` as its ``__main__``; its exit status and output."""
+    """Run ``script`` with ``args`` as its ``__main__``; its exit status, output and seconds."""
     sys.argv = [script, *args]
+    started, cpu = time.perf_counter(), _cpu_seconds()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
@@ -66,7 +77,8 @@ def run(script: str, args: list[str]) -> dict:
         for file in (out, err):
             file.seek(0)
             texts.append(file.read().decode(errors="replace"))
-    return {"returncode": status, "stdout": texts[0], "stderr": texts[1]}
+    seconds = {"seconds": time.perf_counter() - started, "cpu_seconds": _cpu_seconds() - cpu}
+    return {"returncode": status, "stdout": texts[0], "stderr": texts[1], **seconds}
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from benchmark_quick import run_quick
 from check_shapes import set_enable_check_shapes
 
 from gpflow_svi_gplvm.distributed.workers import Workers
@@ -57,6 +58,13 @@ def _processes_marked(request):
     yield
     if _started and request.node.get_closest_marker("processes") is None:
         pytest.fail(f"{request.node.nodeid} started {_started[0]}: mark it @pytest.mark.processes")
+
+
+@pytest.fixture(scope="module")
+def quick_runs(request, tmp_path_factory) -> dict:
+    """The benchmark quick runs of this file's selected tests, run once when the first asks
+    (tests/benchmark_quick.py): each run's exit status and output."""
+    return run_quick(request.module, request.session.items, tmp_path_factory)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_benchmarks import benchmark_module
+from benchmark_quick import benchmark_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce_paper.py"
 NEEDED = ("oilflow", "qpcr", "taxi", "mnist", "mocap", "brendan_faces", "movielens100k")
