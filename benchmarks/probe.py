@@ -18,8 +18,8 @@ changed or removed) or hang. Prints a table of the classes by surface and every 
 not clean (``--summarise``: the same of the printed logs of runs, e.g. of some surfaces each).
 The cases live in probe_cells.py, probe_files.py, probe_runs.py and probe_rules.py (the DE
 rule's options and groupings, ``de_rules``; label transfer's calibration inputs,
-``label_calibration``; queries lacking genes, ``missing_genes``); ``save_kill`` SIGKILLs a
-saving process at points of a save.
+``label_calibration``; queries lacking genes, ``missing_genes``); ``save_kill`` and
+``save_kill_points`` SIGKILL a saving process at shares of a save's time and at its steps.
 """
 
 from __future__ import annotations

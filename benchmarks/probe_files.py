@@ -201,7 +201,7 @@ def point_kill_cases(lab) -> list[Case]:
     exchange): checked as :func:`kill_cases`'s."""
     return [
         Case(
-            "save_kill",
+            "save_kill_points",
             f"SIGKILL at '{point}', " + ("over an earlier model" if earlier else "to a new path"),
             _killed_at_point(lab, point, earlier),
             None,

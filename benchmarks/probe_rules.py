@@ -28,6 +28,13 @@ BOOL_BAD = ("yes", "no", "True", 1, 0, 0.5, [True])
 UNASSIGNED = "unassigned"
 
 
+def _not_refused(names, name: str) -> None:
+    """A :class:`Wrong` for a call that answered where it should have been refused (``names``:
+    the words its refusal names; None: an answer is expected)."""
+    if names is not None:
+        raise Wrong(f"{name}: answered, not refused")
+
+
 def _shown(value) -> str:
     """``value`` as a case names it: NumPy's scalars by their type (``np.False_`` is not
     ``False``)."""
@@ -51,12 +58,14 @@ def _de(lab, cells=None, *args, **options):
 
 
 def _de_case(lab, name, args, options, names, cells=None, check=None, *, estimator="groups"):
-    """A DE case: refused naming one of ``names``, or a table that keeps the rule's promises."""
+    """A DE case: refused naming one of ``names`` (a table is then silently wrong: e.g. the
+    string "no" read as True), or (``names`` None) a table that keeps the rule's promises."""
     options = {"estimator": estimator, **options}
 
     def run():
         data = cells() if callable(cells) else cells
         table = _de(lab, data, *args, **options)
+        _not_refused(names, name)
         _check_de_table(table, options, len(lab.face.gene_names))
         if check is not None:
             check(table, data if data is not None else lab.cells)
@@ -278,6 +287,7 @@ def _transfer_case(lab, name, names, reference=None, query=None, **options):
         probabilities = lab.face.transfer_labels(
             ref, target, "kind", **{"n_samples": 5, "num_neighbours": 10, **options}
         )
+        _not_refused(names, name)
         _check_transfer(probabilities, target, ref, options)
         return probabilities
 
@@ -350,7 +360,7 @@ def _flag_cases(lab, groups_key) -> list[Case]:
         ("flags as text", lambda n: np.where(np.arange(n) % 2, "yes", "no"), column),
         ("flags as floats with a NaN", lambda n: np.r_[np.nan, np.ones(n - 1)], column),
         ("flags as objects with a None", lambda n: np.array([None] + [True] * (n - 1)), column),
-        ("flags categorical True/False", lambda n: pd.Categorical(np.arange(n) % 2 == 0), column),
+        ("flags categorical True/False", lambda n: pd.Categorical(np.arange(n) % 2 == 0), None),
     ]
     cases = [
         _transfer_case(
@@ -515,6 +525,7 @@ def _missing_queries(lab, surface: str) -> list[Case]:
     def add(name, make, drop, rows=slice(None), names=None, compare=True):
         def run():
             got = _embed(lab, surface, make(), missing_genes="marginalise")
+            _not_refused(names, name)
             if compare:
                 check_close(got, marginalised(drop)[rows], name, 1e-6, 1e-6)
             else:
@@ -659,7 +670,8 @@ def _missing_options(lab, surface: str) -> list[Case]:
         for drop in ((), (7,)):
 
             def run(v=value, d=drop):
-                return _embed(lab, surface, _drop_genes(lab.query, list(d)), missing_genes=v)
+                _embed(lab, surface, _drop_genes(lab.query, list(d)), missing_genes=v)
+                _not_refused(("missing_genes",), f"missing_genes={v!r}")
 
             cases.append(
                 Case(
@@ -669,12 +681,13 @@ def _missing_options(lab, surface: str) -> list[Case]:
                     ("missing_genes",),
                 )
             )
+    refused = ("lack", "gene7", "marginalise")
+
+    def lacking():
+        _embed(lab, surface, _drop_genes(lab.query, [7]))
+        _not_refused(refused, "a query lacking gene7")
+
     cases.append(
-        Case(
-            "missing_genes",
-            f"{surface}: missing_genes=None, gene 7 missing",
-            lambda: _embed(lab, surface, _drop_genes(lab.query, [7])),
-            ("lack", "gene7", "marginalise"),
-        )
+        Case("missing_genes", f"{surface}: missing_genes=None, gene 7 missing", lacking, refused)
     )
     return cases
