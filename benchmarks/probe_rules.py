@@ -469,8 +469,8 @@ def _reference_cases(lab) -> list[Case]:
         cases.append(
             _transfer_case(
                 lab,
-                f"groups of one cell each, calibration={calibration}",
-                ("group", "cell"),
+                f"groups of one cell each, calibration={calibration}",  # leave-one-out: valid
+                None,
                 reference=one_cell_groups,
                 groups_key="single",
                 calibration=calibration,
