@@ -26,6 +26,7 @@ NOTEBOOKS = [
     "08_flows_and_hmc.py",
     "09_single_cell.py",
     "10_reference_mapping.py",
+    "11_kang_genes.py",
 ]
 # The folders of the data folder ($GPFLOW_SVI_GPLVM_DATA) that a notebook reads; the others
 # use scikit-learn's bundled digits only.
@@ -40,6 +41,7 @@ NEEDED_DATA = {
 NEEDED_MODULES = {
     "09_single_cell.py": ["anndata", "scanpy", "igraph"],
     "10_reference_mapping.py": ["anndata", "scanpy"],
+    "11_kang_genes.py": ["anndata", "scanpy"],
 }
 
 DOCS_SITE = os.environ.get("GPFLOW_SVI_GPLVM_DOCS_SITE")
