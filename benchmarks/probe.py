@@ -16,7 +16,10 @@ served model's failed check), raw or misleading, silently wrong (a result that i
 numbers other than the same cells read correctly give), output lost (a file the user had
 changed or removed) or hang. Prints a table of the classes by surface and every case that is
 not clean (``--summarise``: the same of the printed logs of runs, e.g. of some surfaces each).
-The cases live in probe_cells.py, probe_files.py and probe_runs.py.
+The cases live in probe_cells.py, probe_files.py, probe_runs.py and probe_rules.py (the DE
+rule's options and groupings, ``de_rules``; label transfer's calibration inputs,
+``label_calibration``; queries lacking genes, ``missing_genes``); ``save_kill`` and
+``save_kill_points`` SIGKILL a saving process at shares of a save's time and at its steps.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import probe_cells  # noqa: E402
 import probe_files  # noqa: E402
+import probe_rules  # noqa: E402
 import probe_runs  # noqa: E402
 from probe_kit import CLASSES, CORRECT, HANG, REFUSED, check_close, classify, counts_cells  # noqa: E402
 
@@ -49,6 +53,11 @@ BUILDERS = (
     probe_runs.serving_cases,
     probe_runs.disk_cases,
     probe_runs.cli_cases,
+    probe_rules.rule_cases,
+    probe_rules.label_cases,
+    probe_rules.missing_gene_cases,
+    probe_files.kill_cases,
+    probe_files.point_kill_cases,
 )
 
 

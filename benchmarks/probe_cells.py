@@ -493,7 +493,12 @@ def _de_arguments(lab, add) -> list[Case]:
         _one_group_de(lab),
         ("one", "categor", "group"),
     )
-    add("differential_expression", "groupby with a missing label", _nan_group_de(lab), None)
+    add(
+        "differential_expression",
+        "groupby with a missing label, one against the rest",
+        _nan_group_de(lab),
+        ("without a label", "group1"),  # the rest would silently leave the unlabelled out
+    )
     add("differential_expression", "groupby='kind'", de("kind"), None)
     add(
         "differential_expression",

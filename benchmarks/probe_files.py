@@ -123,6 +123,188 @@ def save_cases(lab) -> list[Case]:
     return cases
 
 
+KILL_FRACTIONS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""The points of a save (shares of its measured time) at which a saving process is killed."""
+
+
+def kill_cases(lab) -> list[Case]:
+    """A process SIGKILLed at each of :data:`KILL_FRACTIONS` of one save, to a new path and over
+    an earlier saved model: the path holds the earlier model intact (or a whole new one, or
+    nothing for a new path), which loads and embeds as fitted, and the next save leaves nothing
+    of the killed one beside it."""
+    return [
+        Case(
+            "save_kill",
+            f"SIGKILL at {fraction:.0%} of a save, "
+            + ("over an earlier model" if earlier else "to a new path"),
+            _killed_at(lab, fraction, earlier),
+            None,
+        )
+        for earlier in (False, True)
+        for fraction in KILL_FRACTIONS
+    ]
+
+
+KILL_POINTS = {
+    # name: (module, or module:class, attribute, which call, kill before or after it runs)
+    "variables.npz written": ("numpy", "savez", 1, "after"),
+    "reference.npz written": ("numpy", "savez", 2, "after"),
+    "cells.h5ad written": ("anndata:AnnData", "write_h5ad", 1, "after"),
+    "the marker written": ("gpflow_svi_gplvm.export.folder", "write_marker", 1, "after"),
+    "the folder about to be put in place": (
+        "gpflow_svi_gplvm.export.folder",
+        "replace_folder",
+        1,
+        "before",
+    ),
+    "the folders exchanged, the old not yet deleted": (
+        "gpflow_svi_gplvm.export.folder",
+        "_exchange",
+        1,
+        "after",
+    ),
+    "the first folder deleted (the old, or the staging's remains)": (
+        "shutil",
+        "rmtree",
+        1,
+        "before",
+    ),
+}
+"""Steps of a save at which a saving process SIGKILLs itself (:func:`point_kill_cases`)."""
+
+
+POINT_SAVER = """
+import importlib, os, signal, sys
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+face = SingleCellGPLVM.load(sys.argv[1])
+where, name, nth, when = sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
+module, _, kind = where.partition(":")
+owner = importlib.import_module(module)
+owner = getattr(owner, kind) if kind else owner
+original, calls = getattr(owner, name), []
+def killing(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == nth and when == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    result = original(*args, **kwargs)
+    if len(calls) == nth and when == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+setattr(owner, name, killing)
+face.save(sys.argv[2], adata=face.reference, overwrite=True)
+print("saved", flush=True)
+"""
+
+
+def point_kill_cases(lab) -> list[Case]:
+    """A saving process SIGKILLed at each of :data:`KILL_POINTS` (a new path does not reach the
+    exchange): checked as :func:`kill_cases`'s."""
+    return [
+        Case(
+            "save_kill_points",
+            f"SIGKILL at '{point}', " + ("over an earlier model" if earlier else "to a new path"),
+            _killed_at_point(lab, point, earlier),
+            None,
+        )
+        for earlier in (False, True)
+        for point in KILL_POINTS
+        if earlier or "exchanged" not in point
+    ]
+
+
+def _killed_at_point(lab, point: str, earlier: bool):
+    def run():
+        parent = lab.folder("killed-point")
+        folder = parent / "model"
+        if earlier:
+            lab.face.save(folder)
+        before = snapshot(folder)
+        where, name, nth, when = KILL_POINTS[point]
+        done = subprocess.run(
+            [sys.executable, "-c", POINT_SAVER, str(lab.saved), str(folder), where, name]
+            + [str(nth), when],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != -signal.SIGKILL:
+            raise Wrong(f"the save was not killed at {point}: {done.stderr[-300:]}")
+        _check_after_kill(lab, parent, before, earlier, finished=False)
+
+    return run
+
+
+TIMED_SAVER = """
+import sys, time
+from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+face = SingleCellGPLVM.load(sys.argv[1])
+for _ in range(2):  # the second save, warm, is the one timed
+    start = time.perf_counter()
+    face.save(sys.argv[3], adata=face.reference, overwrite=True)
+    seconds = time.perf_counter() - start
+print(seconds, flush=True)
+sys.stdin.readline()
+print("saving", flush=True)
+face.save(sys.argv[2], adata=face.reference, overwrite=True)
+print("saved", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _killed_at(lab, fraction: float, earlier: bool):
+    def run():
+        parent = lab.folder("killed-at")
+        folder = parent / "model"
+        if earlier:
+            lab.face.save(folder)  # without cells: the killed save's folder differs from it
+        before = snapshot(folder)
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                TIMED_SAVER,
+                str(lab.saved),
+                str(folder),
+                str(lab.root / f"timing-{os.getpid()}"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            seconds = float(process.stdout.readline())
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            process.stdout.readline()  # "saving"
+            time.sleep(fraction * seconds)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        finished = "saved" in process.stdout.read()
+        print(f"note: save of {seconds:.2f} s killed at {fraction:.0%}; had finished: {finished}")
+        _check_after_kill(lab, parent, before, earlier, finished)
+
+    return run
+
+
+def _check_after_kill(lab, parent: Path, before: dict, earlier: bool, finished: bool) -> None:
+    """After a saving process was killed: ``parent / "model"`` holds the earlier model intact
+    (``before``), or a whole new one, or (a first save) nothing; it loads and embeds as fitted;
+    the next save leaves nothing of the killed one beside it."""
+    folder = parent / "model"
+    after = snapshot(folder)
+    if earlier and after != before and set(after) == set(before):
+        raise Lost("the earlier model's files were changed in place")
+    if after:  # the earlier model, or a whole new one (the killed save's, with its cells)
+        _loads_to_baseline(lab, folder)
+    lab.face.save(folder, overwrite=True)
+    left = [p.name for p in parent.iterdir() if p.name != "model"]
+    if left:
+        raise Lost(f"a killed save's leftovers stay beside the model after the next save: {left}")
+    _loads_to_baseline(lab, folder)
+
+
 def _save_over_user_file(lab, name: str, content: bytes, overwrite: bool):
     def run():
         folder = lab.folder("user") / "model"

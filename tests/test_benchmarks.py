@@ -218,3 +218,44 @@ def test_the_probe_classifies_an_outcome_by_what_was_raised_and_its_words(monkey
     assert kind(raising(kit.Lost("notes.txt"))) == kit.LOST
     assert kind(lambda: time.sleep(2), timeout=0.1) == kit.HANG
     assert kind(raising(kit.Hang("a worker still ran after 420 s"))) == kit.HANG
+
+
+def test_the_probe_checks_what_the_de_rule_and_label_transfer_promise(monkeypatch):
+    """benchmarks/probe_rules.py: a DE table declaring a gene past fdr_target or under
+    min_detection, or a label written that is not the most probable, is silently wrong."""
+    import pandas as pd
+
+    rules = benchmark_module("probe_rules", monkeypatch)
+    kit = sys.modules["probe_kit"]
+    table = pd.DataFrame(
+        {
+            "proba_de": [0.99, 0.5],
+            "proba_not_de": [0.01, 0.5],
+            "lfc_mean": [2.0, 0.1],
+            "non_zeros_proportion1": [0.9, 0.9],
+            "non_zeros_proportion2": [0.01, 0.9],
+            "is_de_fdr_0.05": [True, False],
+            "comparison": ["a vs b"] * 2,
+            "delta": [0.25] * 2,
+            "batch_correction": [True] * 2,
+        }
+    )
+    rules._check_de_table(table, {"fdr_target": 0.05}, 2)
+    with pytest.raises(kit.Wrong, match="min_detection"):
+        rules._check_de_table(table, {"fdr_target": 0.05, "min_detection": 0.95}, 2)
+    with pytest.raises(kit.Wrong, match="fdr_target"):
+        rules._check_de_table(table.assign(**{"is_de_fdr_0.05": True}), {"fdr_target": 0.05}, 2)
+    with pytest.raises(kit.Wrong, match="batch_correction"):
+        rules._check_de_table(table, {"batch_correction": False}, 2)
+
+    class Cells:  # what the check reads of an AnnData
+        def __init__(self, obs):
+            self.obs, self.n_obs = obs, len(obs)
+
+    probabilities = pd.DataFrame({"t0": [0.9, 0.4], "t1": [0.1, 0.6]})
+    reference = Cells(pd.DataFrame({"kind": ["t0", "t1"]}))
+    written = {"kind_transferred": ["t0", "unassigned"], "kind_transferred_probability": [0.9, 0.6]}
+    query = Cells(pd.DataFrame(written))
+    rules._check_transfer(probabilities, query, reference, {"unassigned_below": 0.7})
+    with pytest.raises(kit.Wrong, match="most probable"):
+        rules._check_transfer(probabilities, query, reference, {})

@@ -194,6 +194,19 @@ def test_the_loaded_embedding_takes_counts_of_the_natural_dtypes_of_counts(expor
         np.testing.assert_array_equal(got, expected)
 
 
+def test_a_request_of_no_cells_gets_empty_embeddings(exported):
+    import tensorflow as tf
+
+    face, _, _, folder = exported
+    embed = tf.saved_model.load(str(folder)).signatures["embed"]
+    got = embed(
+        counts=tf.zeros([0, len(face.gene_names)], tf.float64),
+        batch=tf.constant([], tf.string),
+        depth=tf.zeros([0], tf.float64),
+    )
+    assert got["mean"].shape == got["variance"].shape == (0, Q)
+
+
 def test_a_query_without_a_covariate_column_is_refused_naming_it(exported):
     face, query, _, _ = exported
     lacking = query.copy()

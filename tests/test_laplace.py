@@ -86,6 +86,18 @@ def test_the_steps_shortcuts_reach_the_exact_steps_q_x(model):
     np.testing.assert_allclose(found[1], exact[1], rtol=1e-3)
 
 
+def test_no_rows_give_empty_moments(model):
+    """An empty block (a served batch of no cells) gives q(x*) of shape [0, Q], from ``infer``
+    and from the compiled steps themselves, tiled or not."""
+    for tiled in (False, True):
+        laplace = LaplaceLatents(model, tiled=tiled)
+        for mean, variance in (
+            laplace.infer(np.zeros((0, D))),
+            laplace.fit(np.zeros((0, D)), np.zeros((0, 0)), np.zeros((0, D))),
+        ):
+            assert np.shape(mean) == np.shape(variance) == (0, Q)
+
+
 def test_point_and_map_families_return_their_modes_without_spread():
     Y = _counts(0)
     for family in (PointGPLVM, MAPGPLVM):

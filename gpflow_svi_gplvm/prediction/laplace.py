@@ -191,8 +191,10 @@ class LaplaceLatents(tf.Module):
         """Mean and marginal variance [N*, Q] of q(x*) for rows Y [N*, D] (NaN = missing), with
         their observed ``inputs`` [N*, R] (where the model has them) and ``offsets`` [N*, D] on
         f (default 0), in blocks of :attr:`chunk_size` rows; their steps start at ``start``
-        [N*, Q] when given (e.g. a fit's modes before its offsets changed)."""
-        means, variances = [], []
+        [N*, Q] when given (e.g. a fit's modes before its offsets changed). No rows give empty
+        moments [0, Q]."""
+        none = np.zeros((0, self.model.latent_dim))  # the moments of no rows
+        means, variances = [none], [none]
         for first in range(0, len(Y), self.chunk_size):
             part = slice(first, first + self.chunk_size)
             block = np.asarray(Y[part], dtype=np.float64)
@@ -282,8 +284,18 @@ class LaplaceLatents(tf.Module):
         ``start`` (default :meth:`_start`'s): Newton steps on :meth:`_derivatives` until their
         decrement falls below :data:`COARSE` times the tolerance, then one step further, where
         the point is accepted if its decrement meets the tolerance; the rows it fails step on
-        until it does. The curvature there is exact (:meth:`_evaluate`)."""
-        block = _Rows.of(Y, inputs, offsets)
+        until it does. The curvature there is exact (:meth:`_evaluate`). An empty block gives
+        empty moments [0, Q] (a served batch of no cells: the steps' batch Jacobians would
+        divide by its size)."""
+        empty = tf.zeros([0, self.model.latent_dim], default_float())
+        return tf.cond(
+            tf.shape(Y)[0] > 0,
+            lambda: self._fit_rows(_Rows.of(Y, inputs, offsets), start),
+            lambda: (empty, empty),
+        )
+
+    def _fit_rows(self, block: _Rows, start: tf.Tensor | None) -> tuple[tf.Tensor, tf.Tensor]:
+        """:meth:`_fit` of a block of at least one row."""
         if start is None:
             start = self._start(block)
         steps = self._newton(block, start, COARSE * self.tolerance)
