@@ -423,7 +423,7 @@ def _unlabelled_cases(lab, groups_key) -> list[Case]:
         ("'t1' (leaving one label)", None, "t1", ("one", "label")),
         ("['t0', 't1'] (every label)", None, ["t0", "t1"], ("no label", "label")),
         ("'Unknown' on every cell", _unknown_labels(1), "Unknown", ("no label", "label")),
-        ("a number 5", None, 5, ("unlabelled_category", "5")),
+        ("a number 5 (one label no cell has)", None, 5, None),
         ("'unassigned' labels left out", _unknown_labels(4, UNASSIGNED), UNASSIGNED, None),
         ("'unassigned' labels kept as a type", _unknown_labels(4, UNASSIGNED), None, (UNASSIGNED,)),
     ]

@@ -342,6 +342,10 @@ def test_batch_correction_compares_batches_at_one_reference_batch(fitted):
         (("kind", "up"), dict(weights="heavy"), "weights must be one of"),
         (("kind", "up"), dict(prior_counts=-1.0), "prior_counts must be a count"),
         (("kind", "up"), dict(min_detection=1.0), r"min_detection must be a share"),
+        (("kind", "up"), dict(batch_correction="no"), "batch_correction must be True or False"),
+        (("kind", "up"), dict(batch_correction=1), "batch_correction must be True or False"),
+        (("kind", "up"), dict(counts="yes"), "counts must be True or False"),
+        (("kind", "up"), dict(counts=None), "counts must be True or False"),
         (("depth",), {}, "looks continuous"),
         (("label",), {}, r"cell\(s\) without a label"),
         (("single", "one", "many"), {}, "Group 'one' .* holds 1 cell"),
@@ -355,6 +359,16 @@ def test_bad_de_requests_are_named(fitted, arguments, options, message):
     cells.obs["single"] = pd.Categorical(np.where(np.arange(N) == 0, "one", "many"))
     with pytest.raises(ValueError, match=message):
         face.differential_expression(cells, *arguments, **options)
+
+
+def test_numpy_booleans_are_read_as_the_booleans_they_are(fitted):
+    """``np.False_`` (what a comparison of arrays gives) means False, not "given, so True"."""
+    face, cells = fitted
+    options = dict(n_samples=20, seed=0)
+    table = face.differential_expression(cells, "kind", "up", batch_correction=np.False_, **options)
+    assert not table["batch_correction"].any()
+    plain = face.differential_expression(cells, "kind", "up", batch_correction=False, **options)
+    pd.testing.assert_frame_equal(table, plain)
 
 
 def _thinned(cells, gene: int, kept: float, seed: int = 0):

@@ -136,6 +136,9 @@ def test_transfer_labels_writes_assigned_labels_and_names_bad_input():
         reference, query, "with_unknown", unlabelled_category="Unknown", **options
     )
     assert "Unknown" not in table.columns
+    reference.obs["numbered"] = pd.factorize(reference.obs["cell_type"])[0]  # integer labels
+    table = transfer_labels(reference, query, "numbered", unlabelled_category=0, **options)
+    assert list(table.columns) == [str(k) for k in sorted(set(reference.obs["numbered"]) - {0})]
     reference.obs.loc[reference.obs_names[:20], "with_unknown"] = UNASSIGNED
     with pytest.raises(ValueError, match="holds the label 'unassigned'"):
         transfer_labels(reference, query, "with_unknown", **options)

@@ -53,7 +53,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ...prediction.rates import inverse_link
-from ...validation import check_integer, check_seed
+from ...validation import check_bool, check_integer, check_seed
 from ..cells.encoding import obs_column
 from ..cells.reading import opened
 from ..fitting.fitted import FittedCells
@@ -157,6 +157,12 @@ def differential_expression(
     labels = obs_column(adata.obs, groupby, "groupby")
     asked = comparisons(labels, group1, group2, groupby)
     names = check_genes(fitted, genes)
+    if batch_correction is not None:
+        batch_correction = check_bool(
+            batch_correction,
+            "batch_correction",
+            "both groups read at every fitted batch; None lets the design decide",
+        )
     references = [batch_references(fitted, adata.obs, c, batch_correction) for c in asked]
     rng = np.random.default_rng(check_seed(seed))
     draws = _LfcDraws(fitted, adata, labels, names, options, n_samples, rng)
@@ -232,7 +238,7 @@ class _Options:
             )
         return cls(
             estimator,
-            bool(counts),
+            check_bool(counts, "counts", "the groups' observed counts enter their posterior"),
             weights,
             None if delta is None else float(delta),
             float(fdr_target),

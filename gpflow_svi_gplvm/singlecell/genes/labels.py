@@ -356,11 +356,11 @@ def transfer_labels(
     """Carry ``reference.obs[labels_key]`` to the ``query`` cells (AnnDatas embedded by one
     model): q(x) from ``obsm["X_<key>"]`` and ``obsm["X_<key>_var"]``, or from ``moments(adata)``
     where given (a function returning the means and variances [N, Q], e.g. a fitted model's).
-    Reference cells whose label is missing (NaN, None) or one of ``unlabelled_category`` (e.g.
-    "Unknown": a value that means "no label", not a type) are left out. ``groups_key``: the
-    reference's ``obs`` column (e.g. its batch) whose groups are held out in turn to calibrate
-    the probabilities (where it is None or holds one group, random folds of the cells are, with
-    a warning).
+    Reference cells whose label is missing (NaN, None) or ``unlabelled_category`` (a label or a
+    list of them, e.g. "Unknown": a value that means "no label", not a type) are left out.
+    ``groups_key``: the reference's ``obs`` column (e.g. its batch) whose groups are held out in
+    turn to calibrate the probabilities (where it is None or holds one group, random folds of the
+    cells are, with a warning).
 
     Writes ``query.obs[key_added]`` (default ``<labels_key>_transferred``): the most probable
     label, or "unassigned" where its probability is below ``unassigned_below`` (in [0, 1]; 0:
@@ -453,10 +453,12 @@ def _labelled_cells(reference, labels_key: str, unlabelled_category) -> np.ndarr
     labels = reference.obs[labels_key]
     known = labels.notna().to_numpy()
     if unlabelled_category is not None:
+        # One label may be a number (integer cluster labels); labels compare as text.
+        several = isinstance(unlabelled_category, Sequence | np.ndarray | pd.Index | set)
         unlabelled = (
-            [unlabelled_category]
-            if isinstance(unlabelled_category, str)
-            else list(unlabelled_category)
+            list(unlabelled_category)
+            if several and not isinstance(unlabelled_category, str)
+            else [unlabelled_category]
         )
         known &= ~labels.astype(str).isin([str(u) for u in unlabelled]).to_numpy()
     if not known.any():
