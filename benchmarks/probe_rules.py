@@ -302,7 +302,7 @@ def _check_transfer(probabilities: pd.DataFrame, query, reference, options: dict
         raise Wrong(f"probabilities of shape {values.shape}, or negative")
     check_close(values.sum(axis=1), np.ones(len(values)), "the probabilities' sums", 1e-6, 1e-6)
     left_out = options.get("unlabelled_category")
-    left_out = [] if left_out is None else [left_out] if isinstance(left_out, str) else left_out
+    left_out = [] if left_out is None else left_out if isinstance(left_out, list) else [left_out]
     labels = set(reference.obs["kind"].dropna().astype(str)) - {str(u) for u in left_out}
     if set(map(str, probabilities.columns)) != labels:
         raise Wrong(f"labels {sorted(probabilities.columns)}, expected {sorted(labels)}")
