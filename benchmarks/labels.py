@@ -31,16 +31,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from mapping import hard_atlas, kang, split  # noqa: E402
+from mapping import hard_atlas, kang, split
 
 QUERY = {"kang": "stimulated", "atlas": "batch3"}
 """The batch that is the query of each data set."""

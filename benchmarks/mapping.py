@@ -58,11 +58,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from single_cell import HARD_ATLAS
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from single_cell import HARD_ATLAS  # noqa: E402
 
 NEIGHBOURS = 15
 GENES = 2000
