@@ -105,7 +105,8 @@ def expected_calibration_error(
     accuracy and mean confidence within each bin (Guo et al. 2017): 0 when the confidences are
     the frequencies with which the predictions come true. The sum of :func:`reliability_table`'s
     "weighted gap", the bins a reliability diagram draws
-    (:func:`~gpflow_svi_gplvm.plotting.plot_reliability`)."""
+    (:func:`~gpflow_svi_gplvm.plotting.calibration.plot_reliability`); probabilities outside
+    [0, 1] or NaN are a ``ValueError``."""
     probabilities = np.asarray(probabilities, dtype=float)
     labels = np.asarray(labels)
     if probabilities.ndim != 2 or labels.shape != (len(probabilities),) or not len(labels):

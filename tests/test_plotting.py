@@ -418,6 +418,8 @@ def test_reliability_table_sums_to_the_ece_and_keeps_empty_bins():
     np.testing.assert_allclose(table.loc[3, "share right"], 0.75)
     rows, error = _brute_force_bins(probability, correct.astype(float), 4)
     assert table["weighted gap"].sum() == pytest.approx(error, 1e-12)
+    with pytest.raises(ValueError, match="NaN or infinite"):  # the metric checks through it
+        expected_calibration_error(np.array([[0.5, 0.5], [np.nan, 0.2]]), np.array([0, 1]))
 
 
 def test_reliability_diagram_on_a_given_axis_puts_the_counts_on_a_second_y_axis(tmp_path):
