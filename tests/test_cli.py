@@ -587,3 +587,26 @@ def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):
         main(["embed", "--data", "cells.h5ad"])  # no --model, no --output
     assert stopped.value.code == 2
     assert "--model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("last", [None, "the last checkpoint is step 1000 in out/checkpoints"])
+def test_a_lost_worker_is_told_to_resume_in_flags_not_fit_s_arguments(
+    tmp_path, capsys, monkeypatch, last
+):
+    """A worker's peer lost during training: ``fit`` says ``resume=True``; the command line says
+    the same in its own flags (``--resume``, ``--save``), with where the run can resume from."""
+    from gpflow_svi_gplvm.cli import run as cli_run
+    from gpflow_svi_gplvm.distributed.workers import lost_worker_error
+
+    lost = lost_worker_error(Workers(), tf.errors.UnavailableError(None, None, "gone"), 7, last)
+    assert "resume=True" in str(lost) and "after step 7 (gone)" in str(lost)
+
+    def lose(args):
+        raise lost
+
+    monkeypatch.setattr(cli_run, "_run", lose)
+    assert main(["--output", str(tmp_path / "out")]) == 2
+    said = capsys.readouterr().err
+    assert "after step 7 (gone)" in said and "plus --resume" in said
+    assert "resume=True" not in said and "checkpoint_dir" not in said
+    assert (last or "--save keeps one every 1000 steps") in said

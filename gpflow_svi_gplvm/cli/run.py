@@ -52,10 +52,19 @@ def run(args: argparse.Namespace, embed: bool = False) -> int:
     except (ValueError, OSError, WorkerLostError) as error:
         if args.debug:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {_in_flags(error)}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = original
+
+
+def _in_flags(error: BaseException) -> str:
+    """``error``'s message, a lost worker's advice given in the command line's flags rather than
+    ``fit``'s arguments."""
+    if not isinstance(error, WorkerLostError) or error.lost is None:
+        return str(error)
+    where = error.last_checkpoint or "no checkpoint was written (--save keeps one every 1000 steps)"
+    return f"{error.lost}; {where}. Start every worker again with the same command plus --resume."
 
 
 def _plain_warning(message: Warning | str, *args: object, **kwargs: object) -> str:

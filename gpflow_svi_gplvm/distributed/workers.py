@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike
 
 T = TypeVar("T")
 
-__all__ = ["Workers", "WorkerLostError", "LOST_WORKER_ERRORS", "lost_worker_message"]
+__all__ = ["Workers", "WorkerLostError", "LOST_WORKER_ERRORS", "lost_worker_error"]
 
 LOST_WORKER_ERRORS = (
     tf.errors.UnavailableError,
@@ -44,7 +44,15 @@ _MESSAGE_BYTES = 2048
 
 class WorkerLostError(RuntimeError):
     """A worker of the cluster stopped or could not be reached; restart every worker (with
-    ``resume=True`` to continue from the last checkpoint)."""
+    ``resume=True`` to continue from the last checkpoint). Raised during training, ``lost`` says
+    which worker noticed and after which step, and ``last_checkpoint`` where the run can resume
+    from (None: nowhere), for a caller that gives its own advice (the command line's flags)."""
+
+    def __init__(
+        self, message: str, lost: str | None = None, last_checkpoint: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.lost, self.last_checkpoint = lost, last_checkpoint
 
 
 @dataclass(frozen=True)
@@ -249,16 +257,18 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def lost_worker_message(
+def lost_worker_error(
     workers: Workers, error: tf.errors.OpError, step: int, last_checkpoint: str | None
-) -> str:
-    """What to do when another worker stopped answering (``error``) after this one's ``step``;
-    ``last_checkpoint`` says where the run can resume from (None: nowhere)."""
+) -> WorkerLostError:
+    """The error, saying what to do, when another worker stopped answering (``error``) after
+    this one's ``step``; ``last_checkpoint`` says where the run can resume from (None:
+    nowhere)."""
+    lost = (
+        f"{workers.name}: another worker stopped or cannot be reached after step {step} "
+        f"({_first_line(error)})"
+    )
     where = last_checkpoint or (
         "no checkpoint was written (pass checkpoint_dir to fit to resume after a loss)"
     )
-    return (
-        f"{workers.name}: another worker stopped or cannot be reached after step {step} "
-        f"({_first_line(error)}); {where}. Start every worker again with the same command and "
-        "resume=True."
-    )
+    message = f"{lost}; {where}. Start every worker again with the same command and resume=True."
+    return WorkerLostError(message, lost, last_checkpoint)

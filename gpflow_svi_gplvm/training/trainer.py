@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from ..components.importance import check_draws_fit_in_memory
 from ..defaults import BATCH_SIZE
 from ..distributed.replicas import check_strategy
-from ..distributed.workers import LOST_WORKER_ERRORS, WorkerLostError, Workers, lost_worker_message
+from ..distributed.workers import LOST_WORKER_ERRORS, Workers, lost_worker_error
 from ..likelihoods import base_likelihood
 from ..models import SVIGPLVM
 from ..options import takes_options_of
@@ -318,8 +318,7 @@ class Trainer:
             saved, last = self.checkpoints, None
             if saved is not None and saved.saved_at is not None:
                 last = f"the last checkpoint is step {saved.saved_at} in {saved.directory}"
-            message = lost_worker_message(self.workers, error, self.num_steps, last)
-            raise WorkerLostError(message) from error
+            raise lost_worker_error(self.workers, error, self.num_steps, last) from error
         except tf.errors.InvalidArgumentError as error:
             plain = _plain_step_error(error, self.rows.on_disk is not None)
             if plain is None:
