@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -77,10 +78,16 @@ class Lab:
         return folder
 
 
-def workers(commands: list[list[str]], cwd: Path, kill_after: float | None = None) -> list[str]:
+def workers(
+    commands: list[list[str]],
+    cwd: Path,
+    kill_after: float | None = None,
+    kill_when: Callable[[], bool] | None = None,
+) -> list[str]:
     """Run ``commands[i]`` as worker i of a loopback cluster; each worker's output. Raises
     :class:`Hang` when a worker outlives :data:`TIMEOUT` (every worker is killed then). With
-    ``kill_after``, worker 1 is SIGKILLed that many seconds after the first step's line."""
+    ``kill_after``, worker 1 is SIGKILLed that many seconds after the workers start; with
+    ``kill_when``, as soon as it returns True (polled until the chief ends)."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(len(commands))]}
     processes = []
     for i, command in enumerate(commands):
@@ -101,6 +108,11 @@ def workers(commands: list[list[str]], cwd: Path, kill_after: float | None = Non
         if kill_after is not None:
             time.sleep(kill_after)
             processes[1].send_signal(signal.SIGKILL)
+        while kill_when is not None and processes[0].poll() is None:
+            if kill_when():
+                processes[1].send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.2)
         outputs = [p.communicate(timeout=max(deadline - time.monotonic(), 1))[0] for p in processes]
     except subprocess.TimeoutExpired as expired:
         raise Hang(f"a worker still ran after {TIMEOUT:.0f} s") from expired
@@ -268,13 +280,7 @@ def table_cases(lab: Lab) -> list[Case]:
             prepare=_one_process_run(lab),
             extra=(("--resume", "--save"), ("--resume", "--save")),
         ),
-        case(
-            "worker 1 killed 25 s in",
-            ("worker", "lost", "peer", "unavailable"),
-            kill_after=25.0,
-            judged=(0,),
-            extra=(("--iterations", "3000"), ("--iterations", "3000")),
-        ),
+        _killed_mid_run(case),
     ]
     return cases
 
@@ -333,7 +339,54 @@ def h5ad_cases(lab: Lab) -> list[Case]:
             must_refuse=False,
             check=_saved_model_loads,
         ),
+        _killed_mid_run(case),
+        Case("h5ad", "worker 1 killed after a checkpoint, both resumed", _killed_resumed(lab)),
     ]
+
+
+def _killed_mid_run(case) -> Case:
+    """Worker 1 SIGKILLed 25 s into a run of 3,000 steps (``case`` makes a path's case): the
+    chief must end naming the lost worker."""
+    return case(
+        "worker 1 killed 25 s in",
+        ("worker", "lost", "peer", "unavailable"),
+        kill_after=25.0,
+        judged=(0,),
+        extra=(("--iterations", "3000"), ("--iterations", "3000")),
+    )
+
+
+def _killed_resumed(lab: Lab):
+    """Worker 1 SIGKILLed once a long ``--save`` run on the ``.h5ad`` path has written its first
+    checkpoint (the chief must end naming the lost worker), then both started again with
+    ``--resume``, 100 steps past the newest checkpoint: the resumed run must end well and write a
+    finite embedding and a model that loads, its newest checkpoint that step."""
+
+    def run():
+        folder = lab.folder()
+        out = folder / "out"
+        long_run = ["--data", str(lab.h5ad), *CELLS, "--output", str(out), "--save"]
+        long_run += ["--iterations", "1000000"]
+        saved = out / "checkpoints" / "ckpt-1000.index"
+        said = workers([long_run, long_run], folder, kill_when=saved.exists)
+        (folder / "killed.txt").write_text("\n\n".join(said))
+        try:
+            refused_or_trained(said[:1], True, ("worker", "lost"))
+        except Refusal:
+            pass  # the chief named the lost worker, as it must
+        steps = [int(p.name[5:-6]) for p in (out / "checkpoints").glob("ckpt-*.index")]
+        if not steps:
+            raise RuntimeError(f"no checkpoint before the chief ended: {said[0][-600:]}")
+        resumed = [*long_run[:-1], str(max(steps) + 100), "--resume"]
+        said = workers([resumed, resumed], folder)
+        (folder / "resumed.txt").write_text("\n\n".join(said))
+        refused_or_trained(said, False, None)
+        _saved_model_loads(folder)
+        kept = [int(p.name[5:-6]) for p in (out / "checkpoints").glob("ckpt-*.index")]
+        if max(kept) != max(steps) + 100:
+            raise Wrong(f"the resumed run saved steps {sorted(kept)}, not {max(steps) + 100}")
+
+    return run
 
 
 def _user_file(name: str):
