@@ -5,18 +5,18 @@ Usage::
     python benchmarks/probe.py [--only SURFACE ...] [--keep FOLDER]
     python benchmarks/probe.py --summarise LOG [LOG ...]
 
-One tiny model (40 cells, 8 genes, a batch and a numeric covariate, 30 steps) is fitted, saved
-and exported once; then several hundred cases call ``SingleCellGPLVM.save`` and ``load``,
+One tiny model (40 cells, 8 genes, a batch and a numeric covariate, 30 steps) is fitted, saved and
+exported once; then several hundred cases call ``SingleCellGPLVM.save`` and ``load``,
 ``export_saved_model`` and the served model, ``transform``, ``map_query``,
 ``normalized_expression``, ``differential_expression`` and ``transfer_labels``, ``fit`` of an
-``.h5ad`` path changed or truncated while it trains, and the command line, with inputs that are
-wrong, odd or merely unusual. Each case is classified (benchmarks/probe_kit.py): correct result,
-refused clearly (a ``ValueError`` naming the problem; the command line's ``error:`` line; the
-served model's failed check), raw or misleading, silently wrong (a result that is wrong: NaNs,
-numbers other than the same cells read correctly give), output lost (a file the user had
-changed or removed) or hang. Prints a table of the classes by surface and every case that is
-not clean (``--summarise``: the same of the printed logs of runs, e.g. of some surfaces each).
-The cases live in probe_cells.py, probe_files.py, probe_runs.py and probe_rules.py (the DE
+``.h5ad`` path changed or truncated while it trains, the command line and its ``embed`` verb, with
+inputs that are wrong, odd or merely unusual. Each case is classified (benchmarks/probe_kit.py):
+correct result, refused clearly (a ``ValueError`` naming the problem; the command line's ``error:``
+line; the served model's failed check), raw or misleading, silently wrong (a result that is wrong:
+NaNs, numbers other than the same cells read correctly give), output lost (a file the user had
+changed or removed) or hang. Prints a table of the classes by surface and every case that is not
+clean (``--summarise``: the same of the printed logs of runs, e.g. of some surfaces each). The cases
+live in probe_cells.py, probe_files.py, probe_runs.py, probe_embed.py and probe_rules.py (the DE
 rule's options and groupings, ``de_rules``; label transfer's calibration inputs,
 ``label_calibration``; queries lacking genes, ``missing_genes``); ``save_kill`` and
 ``save_kill_points`` SIGKILL a saving process at shares of a save's time and at its steps.
@@ -36,6 +36,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import probe_cells  # noqa: E402
+import probe_embed  # noqa: E402
 import probe_files  # noqa: E402
 import probe_rules  # noqa: E402
 import probe_runs  # noqa: E402
@@ -53,6 +54,7 @@ BUILDERS = (
     probe_runs.serving_cases,
     probe_runs.disk_cases,
     probe_runs.cli_cases,
+    probe_embed.embed_cases,
     probe_rules.rule_cases,
     probe_rules.label_cases,
     probe_rules.missing_gene_cases,

@@ -387,7 +387,7 @@ def cli_cases(lab) -> list[Case]:
     add(
         "--batch-key with a table", refused([*table, "--batch-key", "batch"]), ("batch-key", "h5ad")
     )
-    for name, make in _bad_files(lab).items():
+    for name, make in bad_files(lab).items():
         names = ("numeric", "column") if name.endswith("csv of text") else FILE + ("exist",)
         add(f"--data {name}", refused(["--data", str(make()), "--iterations", "3", *tiny]), names)
     add(
@@ -427,7 +427,7 @@ def cli_cases(lab) -> list[Case]:
     return cases
 
 
-def _bad_files(lab) -> dict:
+def bad_files(lab) -> dict:
     def made(name, write):
         def make():
             path = lab.folder("bad") / name

@@ -3,6 +3,7 @@ an embedding of labelled cells."""
 
 from __future__ import annotations
 
+import numbers
 import random
 import warnings
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ __all__ = [
     "rare_type_f1",
     "scib_scores",
     "expected_calibration_error",
+    "reliability_table",
     "RARE_SHARE",
     "NEIGHBOURS",
     "check_labels",
@@ -101,7 +103,10 @@ def expected_calibration_error(
         \mathrm{ECE} = \sum_b \frac{|B_b|}{N}\, \big|\mathrm{acc}(B_b) - \mathrm{conf}(B_b)\big|,
 
     accuracy and mean confidence within each bin (Guo et al. 2017): 0 when the confidences are
-    the frequencies with which the predictions come true."""
+    the frequencies with which the predictions come true. The sum of :func:`reliability_table`'s
+    "weighted gap", the bins a reliability diagram draws
+    (:func:`~gpflow_svi_gplvm.plotting.calibration.plot_reliability`); probabilities outside
+    [0, 1] or NaN are a ``ValueError``."""
     probabilities = np.asarray(probabilities, dtype=float)
     labels = np.asarray(labels)
     if probabilities.ndim != 2 or labels.shape != (len(probabilities),) or not len(labels):
@@ -109,14 +114,89 @@ def expected_calibration_error(
             f"probabilities must be [N, T] and labels [N] (N >= 1), got {probabilities.shape} "
             f"and {labels.shape}."
         )
-    confidence = probabilities.max(axis=1)
     correct = probabilities.argmax(axis=1) == labels
-    bins = np.minimum((confidence * num_bins).astype(int), num_bins - 1)
-    error = 0.0
-    for b in np.unique(bins):
-        inside = bins == b
-        error += inside.mean() * abs(correct[inside].mean() - confidence[inside].mean())
-    return float(error)
+    table = reliability_table(probabilities.max(axis=1), correct, num_bins)
+    return float(table["weighted gap"].sum())
+
+
+def reliability_table(
+    probability: np.ndarray, correct: np.ndarray, num_bins: int = 15
+) -> pd.DataFrame:
+    r"""A reliability diagram's bins: N predictions binned by the ``probability`` [N] of their
+    predicted class into ``num_bins`` equal bins of [0, 1] (bin b holds
+    :math:`b / K \le p < (b + 1) / K`, the last one 1 too), one row per bin: its edges "from"
+    and "to"; "cells", :math:`|B_b|`; "mean probability", :math:`\mathrm{conf}(B_b)`; "share
+    right", :math:`\mathrm{acc}(B_b)`, the share of its predictions ``correct`` [N] (bool); and
+    "weighted gap", :math:`|B_b| / N\, |\mathrm{acc}(B_b) - \mathrm{conf}(B_b)|`, whose sum is
+    the expected calibration error (:func:`expected_calibration_error`). An empty bin has NaN
+    means and a weighted gap of 0."""
+    import pandas as pd
+
+    probability, correct = _checked_predictions(probability, correct)
+    if isinstance(num_bins, bool) or not isinstance(num_bins, numbers.Integral) or num_bins < 1:
+        raise ValueError(f"num_bins must be a positive integer (15 is usual), got {num_bins!r}.")
+    bins = np.minimum((probability * num_bins).astype(int), num_bins - 1)
+    cells = np.bincount(bins, minlength=num_bins)
+    filled = np.maximum(cells, 1)
+    confidence = np.where(cells > 0, np.bincount(bins, probability, num_bins) / filled, np.nan)
+    share = np.where(cells > 0, np.bincount(bins, correct, num_bins) / filled, np.nan)
+    gap = np.where(cells > 0, cells / len(bins) * np.abs(share - confidence), 0.0)
+    edges = np.arange(num_bins + 1) / num_bins
+    return pd.DataFrame(
+        {
+            "from": edges[:-1],
+            "to": edges[1:],
+            "cells": cells,
+            "mean probability": confidence,
+            "share right": share,
+            "weighted gap": gap,
+        }
+    )
+
+
+_ROUND_OFF = 1e-9
+"""How far outside [0, 1] a probability may lie by round-off (a softmax's largest can be
+1 + 2e-16) and still be taken as one."""
+
+
+def _checked_predictions(probability, correct) -> tuple[np.ndarray, np.ndarray]:
+    """``probability`` [N] (floats in [0, 1]) and ``correct`` [N] (bool) checked, or a
+    ``ValueError`` that says what to pass."""
+    import pandas as pd
+
+    try:
+        probability = np.asarray(probability, dtype=float)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"probability must be numbers in [0, 1]: {error}") from None
+    correct = np.asarray(correct)
+    if probability.ndim != 1 or correct.shape != probability.shape or not len(probability):
+        raise ValueError(
+            "probability and correct must hold one value per prediction, [N] each with N >= 1, "
+            f"got shapes {probability.shape} and {correct.shape}: pass the predicted class's "
+            "probability (e.g. probabilities.max(axis=1)) and whether it is right "
+            "(predicted == truth)."
+        )
+    bad = np.flatnonzero(~np.isfinite(probability))
+    if len(bad):
+        raise ValueError(
+            f"probability has {len(bad)} NaN or infinite values, e.g. prediction {bad[0]}: leave "
+            "those predictions out of both probability and correct."
+        )
+    low, high = probability.min(), probability.max()
+    if low < -_ROUND_OFF or high > 1 + _ROUND_OFF:
+        raise ValueError(
+            f"probability must be probabilities in [0, 1], got values from {low:.3g} to "
+            f"{high:.3g}: pass the probability of the predicted class (e.g. a softmax's "
+            "largest), not a score or a log-probability."
+        )
+    missing = pd.isna(correct)
+    if correct.dtype != bool and (missing.any() or not np.isin(correct, (0, 1)).all()):
+        raise ValueError(
+            f"correct must say of each prediction whether it is right, True or False (or 1 or "
+            f"0), got {'missing values' if missing.any() else f'dtype {correct.dtype}'}: e.g. "
+            "pass predicted == truth, with the predictions whose truth is unknown left out."
+        )
+    return probability, correct.astype(bool)
 
 
 def _scored(Y_true, mask, *predictions) -> tuple[np.ndarray, np.ndarray]:

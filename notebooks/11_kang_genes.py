@@ -54,8 +54,8 @@ from gpflow_svi_gplvm.datasets import (
     load_kang_pbmc,
     marker_cell_types,
 )
-from gpflow_svi_gplvm.metrics import expected_calibration_error
-from gpflow_svi_gplvm.plotting import keep_figures
+from gpflow_svi_gplvm.metrics import expected_calibration_error, reliability_table
+from gpflow_svi_gplvm.plotting import keep_figures, plot_label_reliability
 from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 from gpflow_svi_gplvm.singlecell.genes.differential import de_summary
 
@@ -251,7 +251,10 @@ plot_agreement(types, test_types, f"{MONOCYTE} vs {T_CELL}")
 # interferon lowers it), so the transferred types can be scored: a reliability diagram sets
 # each bin's mean probability against the share of its cells whose type is right; on the
 # diagonal the probabilities mean what they say. The expected calibration error (ECE) is the
-# bins' mean distance from it, weighed by their cells.
+# bins' mean distance from it, weighed by their cells. `reliability_table` gives the bins and
+# `plot_label_reliability` draws them from what `transfer_labels` returns and the cells' own
+# types, each bin with the 95% interval of its share right and its count of cells; the ECE in
+# its title is `expected_calibration_error`'s, from the same bins.
 
 # %%
 model.map_query(stimulated, progress=False)
@@ -281,28 +284,12 @@ per_type = pd.DataFrame(
 print(per_type.round(3).to_string())
 
 # %%
-top = values.max(axis=1)
-edges = np.linspace(0.0, 1.0, 11)
-bins = pd.Series(np.minimum(np.digitize(top, edges) - 1, 9))
-reliability = pd.DataFrame(
-    {
-        "cells": bins.value_counts().sort_index(),
-        "mean probability": pd.Series(top).groupby(bins).mean(),
-        "share right": pd.Series(right).groupby(bins).mean(),
-    }
-)
-reliability.index = [f"{edges[b]:.1f}-{edges[b + 1]:.1f}" for b in reliability.index]
-print(reliability.round(3).to_string())
-figure, axes = plt.subplots(1, 2, figsize=(10, 4.2))
-axes[0].plot([0, 1], [0, 1], c="0.6", lw=1, ls="--")
-axes[0].plot(reliability["mean probability"], reliability["share right"], "o-", c="C3")
-axes[0].set(xlabel="probability of the most probable type (bin mean)", ylabel="share right")
-axes[0].set(xlim=(0, 1), ylim=(0, 1), title=f"reliability: ECE {error:.3f}")
-axes[1].bar(reliability.index, reliability["cells"], color="C3")
-axes[1].set(xlabel="probability of the most probable type", ylabel="cells", yscale="log")
-axes[1].tick_params(axis="x", labelrotation=45)
-axes[1].set_title("cells per bin")
-figure.tight_layout()
+reliability = reliability_table(values.max(axis=1), right)  # the bins of the ECE above
+reliability.index = [
+    f"{low:.2f}-{high:.2f}" for low, high in zip(reliability["from"], reliability["to"])
+]
+print(reliability[reliability["cells"] > 0].drop(columns=["from", "to"]).round(3).to_string())
+plot_label_reliability(probabilities, truth, unlabelled_category="unlabelled")
 plt.show()
 
 # %% [markdown]

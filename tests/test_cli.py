@@ -526,8 +526,8 @@ def test_the_training_steps_left_unset_are_the_data_kinds_and_the_help_says_why(
 def test_embed_writes_a_saved_models_embedding_of_an_h5ad_read_in_blocks(tmp_path, capsys):
     """As a user runs it: ``python -m gpflow_svi_gplvm embed`` in a new process on a saved
     model and an .h5ad read three cells at a time; the outputs are transform's in this process,
-    the .h5ad is unchanged, and a second run, a folder that is not a saved model and a file that
-    is not an .h5ad are refused with a message and exit status 2."""
+    the .h5ad is unchanged, and a second run, a folder that is not a saved model, a file that
+    is not an .h5ad and a truncated one are refused with a message and exit status 2."""
     pytest.importorskip("anndata")
     from builders import count_cells
 
@@ -566,6 +566,11 @@ def test_embed_writes_a_saved_models_embedding_of_an_h5ad_read_in_blocks(tmp_pat
     assert "gpflow_svi_gplvm_model.json" in capsys.readouterr().err
     assert main(["embed", "--model", str(model), "--data", str(model), "--output", str(out)]) == 2
     assert "is not an .h5ad file" in capsys.readouterr().err
+    truncated = tmp_path / "truncated.h5ad"
+    truncated.write_bytes(written[:5000])
+    assert main([*again[:3], "--data", str(truncated), "--output", str(tmp_path / "t")]) == 2
+    assert "cannot be read as an .h5ad" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
 
 
 def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):

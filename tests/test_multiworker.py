@@ -88,10 +88,12 @@ def finish(processes: list[subprocess.Popen], timeout: float = 600) -> list[str]
     return outputs
 
 
-def succeeded(processes: list[subprocess.Popen], timeout: float = 600) -> None:
-    """Wait for ``processes`` (as ``finish``); each ended with exit status 0."""
-    for process, output in zip(processes, finish(processes, timeout)):
-        assert process.returncode == 0, output[-4000:]
+def succeeded(processes: list[subprocess.Popen], timeout: float = 600) -> list[str]:
+    """Wait for ``processes`` (as ``finish``); each ended with exit status 0. Their output."""
+    output = finish(processes, timeout)
+    failed = [f"worker {i}:\n{output[i][-3000:]}" for i, p in enumerate(processes) if p.returncode]
+    assert not failed, "\n".join(failed)  # each: a worker's error, or that another was lost
+    return output
 
 
 def outputs(job: str, folder: Path, workers: int = 2) -> list[dict]:
@@ -266,7 +268,13 @@ def test_a_killed_worker_is_survived_by_restarting_with_resume(agreed, folder):
     saved = sorted(int(p.name[5:-6]) for p in checkpoints.glob("ckpt-*.index"))
     assert saved and max(saved) < ITERATIONS
     assert sorted(p.name for p in checkpoints.glob("worker-*")) == ["worker-1"]
-    resumed = run("resume", {**settings, "resume": True}, folder)
+    # As if it were killed after writing its newest checkpoint's files but before its index:
+    # that worker alone rebuilds its index, and the others still take the same steps.
+    (checkpoints / "worker-1" / "checkpoint").unlink(missing_ok=True)
+    said = succeeded(start({"resume": {**settings, "resume": True}}, folder))
+    assert "rebuilt it from the checkpoint files" in said[1]
+    assert "rebuilt" not in said[0]
+    resumed = outputs("resume", folder)
     workers, _ = agreed
     for worker, alone in zip(resumed, workers):
         np.testing.assert_allclose(

@@ -1,6 +1,7 @@
 """The figures of gpflow_svi_gplvm.plotting render headless (Agg) and save as PNG."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,11 +23,14 @@ from gpflow_svi_gplvm import (  # noqa: E402
     PointGPLVM,
     fit,
 )
+from gpflow_svi_gplvm.metrics import expected_calibration_error, reliability_table  # noqa: E402
 from gpflow_svi_gplvm.plotting import (  # noqa: E402
     plot_ard,
     plot_elbo,
     plot_image_grid,
+    plot_label_reliability,
     plot_latent_space,
+    plot_reliability,
     plot_variance_against,
 )
 
@@ -343,6 +347,178 @@ def test_variance_against_refuses_bad_input():
         plot_variance_against(np.arange(5.0), -np.ones(5))
     with pytest.raises(ValueError, match="increasing"):
         plot_variance_against(np.arange(5.0), np.ones(5), bins=[3, 1])
+
+
+def _predictions(rng, count: int, classes: int = 3):
+    """Overconfident class probabilities [count, classes] and true classes [count]: the true
+    probabilities sharpened, so the share right falls below the probability."""
+    truth_probabilities = rng.dirichlet(np.ones(classes), count)
+    labels = np.array([rng.choice(classes, p=row) for row in truth_probabilities])
+    sharpened = truth_probabilities**2
+    return sharpened / sharpened.sum(axis=1, keepdims=True), labels
+
+
+def _brute_force_bins(probability, correct, num_bins):
+    """Per bin b of [b / K, (b + 1) / K) (the last one closed), by comparisons: its cells, mean
+    probability and share right (empty bins left out); and the ECE."""
+    rows, error = [], 0.0
+    for b in range(num_bins):
+        low, high = b / num_bins, (b + 1) / num_bins
+        inside = (probability >= low) & ((probability < high) | (b == num_bins - 1))
+        if inside.any():
+            rows.append((inside.sum(), probability[inside].mean(), correct[inside].mean()))
+            error += inside.mean() * abs(rows[-1][2] - rows[-1][1])
+    return np.array(rows), error
+
+
+def _diagram(ax):
+    """The (mean probability, share right) points of a reliability diagram's ``ax``, and the
+    low and high ends of their intervals."""
+    (bins,) = ax.containers
+    points = bins.lines[0]
+    (bars,) = bins.lines[2]
+    ends = np.array([segment[:, 1] for segment in bars.get_segments()])
+    return points.get_xdata(), points.get_ydata(), ends[:, 0], ends[:, 1]
+
+
+def test_reliability_diagram_draws_the_bins_and_the_ece_of_the_metric(tmp_path):
+    from scipy.stats import binomtest
+
+    rng = np.random.default_rng(0)
+    probabilities, labels = _predictions(rng, 600)
+    probability = probabilities.max(axis=1)
+    correct = probabilities.argmax(axis=1) == labels
+    figure = plot_reliability(probability, correct, num_bins=10)
+    saved_png(figure, tmp_path / "reliability.png")
+    diagram, counts = figure.axes
+    rows, error = _brute_force_bins(probability, correct, 10)
+    x, y, low, high = _diagram(diagram)
+    np.testing.assert_allclose(x, rows[:, 1])
+    np.testing.assert_allclose(y, rows[:, 2])
+    intervals = [
+        binomtest(round(share * cells), int(cells)).proportion_ci(method="wilson")
+        for cells, _, share in rows
+    ]
+    np.testing.assert_allclose(low, [i.low for i in intervals], atol=1e-4)
+    np.testing.assert_allclose(high, [i.high for i in intervals], atol=1e-4)
+    assert error > 0.05  # overconfident: the test can tell a wrong ECE
+    assert expected_calibration_error(probabilities, labels, 10) == pytest.approx(error, 1e-12)
+    assert f"ECE {error:.3f}" in diagram.get_title() and "600 predictions" in diagram.get_title()
+    heights = [bar.get_height() for bar in counts.patches]
+    assert [h for h in heights if h] == list(rows[:, 0]) and len(heights) == 10
+    assert counts.get_yscale() == "log"
+
+
+def test_reliability_table_sums_to_the_ece_and_keeps_empty_bins():
+    probability = np.array([0.95, 0.9, 1.0, 0.55, 0.6, 1 + 1e-15])  # the last one by round-off
+    correct = np.array([True, True, False, True, False, True])
+    table = reliability_table(probability, correct, num_bins=4)
+    assert list(table["cells"]) == [0, 0, 2, 4]
+    assert table.loc[0, ["mean probability", "share right"]].isna().all()
+    np.testing.assert_allclose(table.loc[3, "share right"], 0.75)
+    rows, error = _brute_force_bins(probability, correct.astype(float), 4)
+    assert table["weighted gap"].sum() == pytest.approx(error, 1e-12)
+    with pytest.raises(ValueError, match="NaN or infinite"):  # the metric checks through it
+        expected_calibration_error(np.array([[0.5, 0.5], [np.nan, 0.2]]), np.array([0, 1]))
+
+
+def test_reliability_diagram_on_a_given_axis_puts_the_counts_on_a_second_y_axis(tmp_path):
+    figure, (left, right) = plt.subplots(1, 2, layout="constrained")
+    probability = np.array([0.2, 0.3, 0.8, 0.9, 0.85])
+    correct = np.array([0, 1, 1, 1, 0])  # 1 and 0 stand for True and False
+    assert plot_reliability(probability, correct, num_bins=5, ax=right) is figure
+    saved_png(figure, tmp_path / "reliability.png")
+    (twin,) = [ax for ax in figure.axes if ax not in (left, right)]
+    assert [bar.get_height() for bar in twin.patches] == [0, 2, 0, 0, 3]
+    x, y, _, _ = _diagram(right)
+    np.testing.assert_allclose(x, [0.25, 0.85])
+    np.testing.assert_allclose(y, [0.5, 2 / 3])
+
+
+def _transferred(rng, count: int = 300):
+    """Probabilities as transfer_labels returns them (a DataFrame of named classes, indexed by
+    the cells) and the cells' own labels, some "unlabelled" and some missing."""
+    import pandas as pd
+
+    probabilities, labels = _predictions(rng, count)
+    names = np.array(["B", "NK", "T"])
+    cells = [f"cell{n}" for n in range(count)]
+    truth = names[labels].astype(object)
+    truth[:20], truth[20:30] = "unlabelled", None
+    return pd.DataFrame(probabilities, index=cells, columns=names), truth, labels
+
+
+def test_label_reliability_scores_the_most_probable_class_of_the_labelled_cells():
+    import pandas as pd
+
+    probabilities, truth, labels = _transferred(np.random.default_rng(1))
+    figure = plot_label_reliability(
+        probabilities, pd.Series(truth, index=probabilities.index), unlabelled_category="unlabelled"
+    )
+    error = expected_calibration_error(probabilities.to_numpy()[30:], labels[30:])
+    assert f"ECE {error:.3f}\n270 predictions" in figure.axes[0].get_title()
+    truth[-5:] = "DC"  # a type the reference lacks: wrong, and named
+    with pytest.warns(UserWarning, match=r"5 cells have labels no class.*\['DC'\]"):
+        figure = plot_label_reliability(probabilities, truth, unlabelled_category=["unlabelled"])
+    _, y, _, _ = _diagram(figure.axes[0])
+    rows, _ = _brute_force_bins(
+        probabilities.to_numpy()[30:].max(axis=1),
+        np.r_[(probabilities.to_numpy().argmax(axis=1) == labels)[30:-5], np.zeros(5, bool)],
+        15,
+    )
+    np.testing.assert_allclose(y, rows[:, 2])
+
+
+def test_the_howto_s_label_reliability_block_runs_as_written():
+    anndata = pytest.importorskip("anndata")
+    import pandas as pd
+
+    howto = (Path(__file__).resolve().parents[1] / "docs" / "howto.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", howto, re.S) if "reliab" in b]
+    probabilities, truth, _ = _transferred(np.random.default_rng(2))
+    query = anndata.AnnData(obs=pd.DataFrame({"cell_type": truth}, index=probabilities.index))
+    namespace = {"probabilities": probabilities, "query": query}
+    exec(block, namespace)
+    assert isinstance(namespace["figure"], Figure)
+    assert "270 predictions" in namespace["figure"].axes[0].get_title()
+
+
+@pytest.mark.parametrize(
+    "probability, correct, match",
+    [
+        (np.full(3, 0.5), np.ones(4, bool), r"one value per prediction.*\(3,\) and \(4,\)"),
+        (np.zeros(0), np.zeros(0, bool), "N >= 1"),
+        (np.ones((3, 2)) / 2, np.ones(3, bool), r"probabilities.max\(axis=1\)"),
+        (np.array([0.5, np.nan]), np.ones(2, bool), "1 NaN or infinite values, e.g. prediction 1"),
+        (np.array([0.5, 1.2]), np.ones(2, bool), r"in \[0, 1\].*not a score or a log-prob"),
+        (np.array([-0.1, 0.5]), np.ones(2, bool), r"from -0.1 to 0.5"),
+        (["high", "low"], np.ones(2, bool), "numbers in"),
+        (np.full(2, 0.5), np.array([1, 2]), "True or False.*got dtype int64"),
+        (np.full(2, 0.5), np.array([1.0, np.nan]), "got missing values"),
+        (np.full(2, 0.5), np.array(["yes", "no"]), "predicted == truth"),
+    ],
+)
+def test_reliability_diagram_refuses_bad_input(probability, correct, match):
+    with pytest.raises(ValueError, match=match):
+        plot_reliability(probability, correct)
+
+
+def test_reliability_refuses_a_bad_number_of_bins_and_bad_labels():
+    import pandas as pd
+
+    with pytest.raises(ValueError, match="num_bins must be a positive integer"):
+        plot_reliability(np.full(2, 0.5), np.ones(2, bool), num_bins=0)
+    probabilities, truth, _ = _transferred(np.random.default_rng(3), 40)
+    with pytest.raises(ValueError, match="DataFrame whose columns name the classes"):
+        plot_label_reliability(probabilities.to_numpy(), truth)
+    with pytest.raises(ValueError, match=r"one label per row of probabilities, \[N\*=40\]"):
+        plot_label_reliability(probabilities, truth[:-1])
+    with pytest.raises(ValueError, match="index is not probabilities'"):
+        plot_label_reliability(probabilities, pd.Series(truth))
+    with pytest.raises(ValueError, match="None of the 40 cells has a label"):
+        plot_label_reliability(
+            probabilities, np.full(40, "unlabelled"), unlabelled_category="unlabelled"
+        )
 
 
 KEEPING_SCRIPT = """

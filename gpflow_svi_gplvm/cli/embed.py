@@ -52,10 +52,16 @@ def run_embed(args: argparse.Namespace) -> int:
             f"--output {args.output} holds an earlier embedding ({', '.join(earlier)}): pass "
             "--overwrite to replace it, or choose another --output."
         )
-    args.output.mkdir(parents=True, exist_ok=True)
     staged = {name: args.output / f".{name}.partial" for name in names}
-    adata = anndata.read_h5ad(args.data, backed="r")
     try:
+        adata = anndata.read_h5ad(args.data, backed="r")
+    except OSError as error:
+        raise ValueError(
+            f"--data {args.data} cannot be read as an .h5ad ({error}): give a whole .h5ad file "
+            "(one truncated, or still being written, cannot be read)."
+        ) from error
+    try:
+        args.output.mkdir(parents=True, exist_ok=True)
         cells, Q = adata.n_obs, face.latent_dim
         means, variances, novelty = (
             np.lib.format.open_memmap(staged[name], mode="w+", shape=shape)

@@ -1,6 +1,7 @@
 """Matplotlib figures: the latent space with the uncertainty of q(x), ARD relevances, ELBO trace,
-grids of images (originals, gaps, reconstructions) and predictive variance against a covariate;
-and :func:`keep_figures`, which saves a notebook's figures when it runs as a script."""
+grids of images (originals, gaps, reconstructions), predictive variance against a covariate and
+reliability diagrams; and :func:`keep_figures`, which saves a notebook's figures when it runs as a
+script."""
 
 from __future__ import annotations
 

@@ -131,32 +131,36 @@ class Checkpoints:
 
     def _manager(self) -> tf.train.CheckpointManager:
         """TensorFlow's manager of the folder; a missing or damaged index that does not list
-        every checkpoint file is rebuilt from the files first (by the chief), with a warning."""
+        every checkpoint file is rebuilt from the files first (by the chief, or by each worker in
+        its own folder), with a warning."""
         folder = self.own_folder
         manager = tf.train.CheckpointManager(self.checkpoint, str(folder), self.max_to_keep)
         on_disk = [str(folder / f"ckpt-{step}") for step in checkpoint_steps(folder)]
         missing = sorted(set(on_disk) - set(manager.checkpoints), key=on_disk.index)
-        if not missing:
-            return manager
-        listed = sorted(set(on_disk) | set(manager.checkpoints), key=_step_of)
-        if self.workers.chief or folder != self.directory:
-            # Listed with their files' times: the manager keeps (and later deletes, beyond
-            # max_to_keep) only checkpoints newer than the index's "last preserved" time.
-            times = [Path(path + ".index").stat().st_mtime for path in listed]
-            tf.compat.v1.train.update_checkpoint_state(
-                str(folder),
-                listed[-1],
-                all_model_checkpoint_paths=listed,
-                all_model_checkpoint_timestamps=times,
-                last_preserved_timestamp=min(times) - 1.0,
+        if missing:
+            listed = sorted(set(on_disk) | set(manager.checkpoints), key=_step_of)
+            if self.workers.chief or folder != self.directory:
+                # Listed with their files' times: the manager keeps (and later deletes, beyond
+                # max_to_keep) only checkpoints newer than the index's "last preserved" time.
+                times = [Path(path + ".index").stat().st_mtime for path in listed]
+                tf.compat.v1.train.update_checkpoint_state(
+                    str(folder),
+                    listed[-1],
+                    all_model_checkpoint_paths=listed,
+                    all_model_checkpoint_timestamps=times,
+                    last_preserved_timestamp=min(times) - 1.0,
+                )
+            warnings.warn(
+                f"The checkpoint index of {folder} is missing or damaged (it does not list "
+                f"{', '.join(Path(path).name for path in missing)}); rebuilt it from the "
+                "checkpoint files.",
+                stacklevel=5,
             )
-        warnings.warn(
-            f"The checkpoint index of {folder} is missing or damaged (it does not list "
-            f"{', '.join(Path(path).name for path in missing)}); rebuilt it from the checkpoint "
-            "files.",
-            stacklevel=5,
-        )
-        self.workers.stack(0)  # every worker reads the index after the chief has rewritten it
+        # Every worker takes part, whether or not its own index was rebuilt (a worker killed
+        # while saving leaves only its own folder's index behind), and reads the indexes after
+        # the chief has rewritten the shared one.
+        if not self.workers.stack(bool(missing)).any():
+            return manager
         return tf.train.CheckpointManager(self.checkpoint, str(folder), self.max_to_keep)
 
     @property
