@@ -27,9 +27,11 @@ A check whose gene-wise or cell-wise CV Pearson correlation is below
 across genes within a cell) unlike the observed ones, and generated data (and the expression
 read from the model) should not be trusted for those cells. Both are needed: counts drawn with
 no cell state at all (Poisson at each cell's library size) keep a gene-wise CV correlation near
-that of a fitted model on real counts, their cell-wise one falls to about 0
-(benchmarks/results/labels.md). Cells of a batch that ``map_query`` learnt offsets for are
-refused, as the held-out likelihood refuses them.
+that of a fitted model on real counts, their cell-wise one falls to about 0; on scVI's draws for
+the same Kang cells these statistics agree with scvi-tools' own to the third decimal, and scVI's
+check reads as the GPLVM's but for a higher cell-wise CV correlation after scvi-tools' default
+400 epochs (0.878 against 0.846; benchmarks/results/labels.md). Cells of a batch that
+``map_query`` learnt offsets for are refused, as the held-out likelihood refuses them.
 """
 
 from __future__ import annotations
