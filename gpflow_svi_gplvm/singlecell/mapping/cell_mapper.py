@@ -5,9 +5,9 @@ call, and new batches among a query's cells (a :class:`~.query.Query`, which
 
 Each cell's q(x*) is the Laplace approximation at the mode of its posterior under the frozen GP
 (:class:`~gpflow_svi_gplvm.prediction.laplace.LaplaceLatents`: Newton steps for a block of cells at
-once), from its encoder's q(x) (the amortised model) or from the best of the reference cells'
-latents; where that does not apply (a q(u) covariance per gene), by
-:class:`~gpflow_svi_gplvm.LatentInference`.
+once), from its encoder's q(x) (the amortised model) or from the mean of the latents of the
+reference cells whose decoded expression is nearest its own; where that does not apply (a q(u)
+covariance per gene), by :class:`~gpflow_svi_gplvm.LatentInference`.
 
 New batches' offsets (:mod:`~gpflow_svi_gplvm.singlecell.mapping.offsets`) are fitted by
 :meth:`CellMapper.learn_offsets`, alternating with the q(x*) of the batch's cells; then every
