@@ -65,9 +65,8 @@ __all__ = ["LaplaceLatents", "LaplaceModel", "laplace_applies", "hessian_outputs
 
 STARTS_AVERAGED = 20
 """Candidate latents per row (those whose decoded means fit its observed entries best) whose mean
-is the row's start. On 1,000 new cells of a simulated atlas (2,000 genes, Q = 10) it lay a median
-2.6 posterior standard deviations from the mode, the best of three candidates by phi 3.3
-(``benchmarks/results/mapping.md``)."""
+is the row's start: no phi is evaluated to choose it, and a fifth less CPU a cell than the best
+of three candidates by phi (``benchmarks/results/mapping.md``)."""
 
 START_COMPONENTS = 64
 """The principal directions of the candidates' decoded rates in which each row's distance to
