@@ -23,6 +23,7 @@ from probe_kit import (
     check_finite,
     check_kept,
     counts_cells,
+    keeping,
     snapshot,
 )
 
@@ -396,6 +397,7 @@ def cli_cases(lab) -> list[Case]:
         ("output", "file"),
     )
     cases += _run_cases(lab, cells, add)
+    _resume_cases(lab, cells, add)
     add(
         "python -m gpflow_svi_gplvm --bogus",
         _process([sys.executable, "-m", "gpflow_svi_gplvm", "--bogus"]),
@@ -522,6 +524,57 @@ def _run_cases(lab, cells: list[str], add) -> list[Case]:
         ("model", "not a saved model"),
     )
     return []
+
+
+def _resume_cases(lab, cells: list[str], add) -> None:
+    """A run resumed on data lacking a gene, and a run SIGKILLed once its first checkpoint is
+    written, then resumed: each in a folder of its own."""
+
+    def lacking_a_gene():
+        import anndata
+
+        out = lab.folder("resume") / "out"
+        command([*cells, "--iterations", "5", "--save", "--output", str(out)])
+        lacking = lab.folder("resume") / "lacking.h5ad"
+        anndata.read_h5ad(lab.atlas)[:, 1:].copy().write_h5ad(lacking)
+        data = cells.index("--data") + 1
+        fewer = [*cells[:data], str(lacking), *cells[data + 1 :]]
+        return keeping(
+            out,
+            lambda: command(
+                [*fewer, "--iterations", "10", "--save", "--resume", "--output", str(out)]
+            ),
+        )
+
+    def killed_then_resumed():
+        out = lab.folder("killed") / "out"
+        run = [*cells, "--save", "--output", str(out)]
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        first = out / "checkpoints" / "ckpt-1000.index"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gpflow_svi_gplvm", *run, "--iterations", "1000000"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while not first.exists():
+                if process.poll() is not None:
+                    raise RuntimeError(f"the run ended (status {process.returncode}) unkilled")
+                time.sleep(0.1)
+        finally:
+            process.kill()
+            process.wait()
+        steps = [int(p.name[5:-6]) for p in (out / "checkpoints").glob("ckpt-*.index")]
+        command([*run, "--iterations", str(max(steps) + 100), "--resume"])
+        SingleCellGPLVM.load(out / "model")
+        check_finite(np.load(out / "X_gplvm.npy"), "embedding")
+        kept = [int(p.name[5:-6]) for p in (out / "checkpoints").glob("ckpt-*.index")]
+        if max(kept) != max(steps) + 100:
+            raise Wrong(f"the resumed run saved steps {sorted(kept)}, not {max(steps) + 100}")
+
+    add("--resume on data lacking a gene", lacking_a_gene, ("gene", "data", "differ"))
+    add("killed once its first checkpoint is written, then --resume", killed_then_resumed, None)
 
 
 def _process(args: list[str]):
