@@ -6,7 +6,7 @@ from __future__ import annotations
 import numbers
 import random
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +28,7 @@ __all__ = [
     "RARE_SHARE",
     "NEIGHBOURS",
     "check_labels",
+    "unlabelled_texts",
 ]
 
 RARE_SHARE = 0.02
@@ -490,3 +491,14 @@ def _check_scib_inputs(
             f"(the batch-mixing scores compare batches among {SCIB_NEIGHBOURS} neighbours): got "
             f"{N} cells in {len(np.unique(batch))} batch(es)."
         )
+
+
+def unlabelled_texts(unlabelled_category) -> list[str]:
+    """The labels ``unlabelled_category`` names, as text (labels compare as text): one label of
+    any type (integer cluster labels too), or several (a list, array, index or set of them)."""
+    import pandas as pd
+
+    several = isinstance(unlabelled_category, Sequence | np.ndarray | pd.Index | set)
+    if not several or isinstance(unlabelled_category, str):
+        return [str(unlabelled_category)]
+    return [str(label) for label in unlabelled_category]

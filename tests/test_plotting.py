@@ -469,6 +469,18 @@ def test_label_reliability_scores_the_most_probable_class_of_the_labelled_cells(
     np.testing.assert_allclose(y, rows[:, 2])
 
 
+def test_label_reliability_takes_one_unlabelled_category_of_any_type_as_transfer_labels_does():
+    """Integer cluster labels: ``unlabelled_category=-1`` is one label (as transfer_labels reads
+    it, metrics.unlabelled_texts), not a sequence to iterate."""
+    probabilities, truth, labels = _transferred(np.random.default_rng(2))
+    probabilities.columns = ["0", "1", "2"]
+    codes = labels.astype(object)
+    codes[:20], codes[20:30] = -1, None
+    figure = plot_label_reliability(probabilities, codes, unlabelled_category=-1)
+    error = expected_calibration_error(probabilities.to_numpy()[30:], labels[30:])
+    assert f"ECE {error:.3f}\n270 predictions" in figure.axes[0].get_title()
+
+
 def test_the_howto_s_label_reliability_block_runs_as_written():
     anndata = pytest.importorskip("anndata")
     import pandas as pd

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..metrics import reliability_table
+from ..metrics import reliability_table, unlabelled_texts
 from .figures import axes
 
 if TYPE_CHECKING:
@@ -141,11 +141,12 @@ def plot_label_reliability(
     cells' own ``labels`` [N*] (e.g. ``query.obs["cell_type"]``, compared as text). Each cell's
     most probable class is right where it is the cell's label.
 
-    Cells whose label is missing (NaN, None) or ``unlabelled_category`` (a label or several,
-    e.g. "unlabelled") are left out; a label that no column names counts as wrong, with a
-    warning naming it (no probability the reference gives can be right about it). The
-    probabilities, not the ``obs`` columns ``transfer_labels`` writes, are read: a cell left
-    "unassigned" there still has a most probable class, and is scored by it.
+    Cells whose label is missing (NaN, None) or ``unlabelled_category`` (a label of any type or
+    several, e.g. "unlabelled"; as ``transfer_labels`` reads it) are left out; a label that no
+    column names counts as wrong, with a warning naming it (no probability the reference gives
+    can be right about it). The probabilities, not the ``obs`` columns ``transfer_labels``
+    writes, are read: a cell left "unassigned" there still has a most probable class, and is
+    scored by it.
     """
     import pandas as pd
 
@@ -158,9 +159,7 @@ def plot_label_reliability(
     truth = _cell_labels(probabilities, labels)
     scored = ~pd.isna(truth)
     if unlabelled_category is not None:
-        several = not isinstance(unlabelled_category, str)
-        unlabelled = [str(u) for u in (unlabelled_category if several else [unlabelled_category])]
-        scored &= ~np.isin(truth.astype(str), unlabelled)
+        scored &= ~np.isin(truth.astype(str), unlabelled_texts(unlabelled_category))
     if not scored.any():
         raise ValueError(
             f"None of the {len(truth)} cells has a label to score (every label is missing or "

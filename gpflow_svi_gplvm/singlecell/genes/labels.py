@@ -58,6 +58,7 @@ import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import log_softmax, logsumexp
 
+from ...metrics import unlabelled_texts
 from ...validation import check_fraction, check_integer, check_seed
 
 __all__ = ["LabelTransfer", "transfer_labels", "assigned_labels", "UNASSIGNED"]
@@ -453,14 +454,7 @@ def _labelled_cells(reference, labels_key: str, unlabelled_category) -> np.ndarr
     labels = reference.obs[labels_key]
     known = labels.notna().to_numpy()
     if unlabelled_category is not None:
-        # One label may be a number (integer cluster labels); labels compare as text.
-        several = isinstance(unlabelled_category, Sequence | np.ndarray | pd.Index | set)
-        unlabelled = (
-            list(unlabelled_category)
-            if several and not isinstance(unlabelled_category, str)
-            else [unlabelled_category]
-        )
-        known &= ~labels.astype(str).isin([str(u) for u in unlabelled]).to_numpy()
+        known &= ~labels.astype(str).isin(unlabelled_texts(unlabelled_category)).to_numpy()
     if not known.any():
         raise ValueError(
             f"The reference's obs[{labels_key!r}] has no label: every value is missing (NaN or "
