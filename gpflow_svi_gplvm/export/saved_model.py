@@ -212,14 +212,16 @@ class _Units:
 
 
 def _signatures(module: ServingModule) -> dict:
-    """The export's signatures by name (``serving_default`` is ``reconstruct``)."""
-    functions = {
+    """The export's signatures by name (``serving_default`` is ``reconstruct``): the module's
+    functions themselves, which ``tf.saved_model.save`` traces once inside its own context (a
+    trace made before the save would not be reused there: saving traces again, doubling the
+    export's time)."""
+    return {
         "decode": module.decode,
         "encode": module.encode,
         "reconstruct": module.reconstruct,
         "serving_default": module.reconstruct,
     }
-    return {name: function.get_concrete_function() for name, function in functions.items()}
 
 
 def export_saved_model(
