@@ -23,6 +23,7 @@ __all__ = [
     "CELL_ITERATIONS",
     "CELL_TABLE_LEARNING_RATE",
     "CELL_ENCODER_LEARNING_RATE",
+    "CHECKPOINT_EVERY",
 ]
 
 MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
@@ -77,3 +78,7 @@ mixed their batches better (``benchmarks/results/single_cell.md``)."""
 CELL_ENCODER_LEARNING_RATE = 0.01
 """Adam's step size for an encoder in ``SingleCellGPLVM.fit`` unless given: with 0.03 the
 amortised model lost the default atlas's cell types (``benchmarks/results/single_cell.md``)."""
+
+CHECKPOINT_EVERY = 1000
+"""Training steps between checkpoints of ``fit``, ``Trainer``, ``SingleCellGPLVM.fit`` and the
+command line's ``--save`` unless given (each run also keeps one at its end)."""

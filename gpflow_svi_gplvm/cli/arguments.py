@@ -32,6 +32,7 @@ from ..defaults import (
     CELL_ITERATIONS,
     CELL_LATENT_DIM,
     CELL_NUM_INDUCING,
+    CHECKPOINT_EVERY,
     ITERATIONS,
     LATENT_DIM,
     LIKELIHOOD_NAMES,
@@ -255,8 +256,9 @@ def _add_keeping_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--save",
         action="store_true",
-        help="keep the trained model as a checkpoint in OUTPUT/checkpoints (written every 1000 "
-        "steps and at the end; load it with tf.train.Checkpoint(model=model).restore; the model "
+        help="keep the trained model as a checkpoint in OUTPUT/checkpoints (written every "
+        f"{CHECKPOINT_EVERY} steps and at the end; load it with "
+        "tf.train.Checkpoint(model=model).restore; the model "
         "there works in the standardised units that metrics.json's 'standardisation' undoes); "
         "for an .h5ad, also the model folder OUTPUT/model (SingleCellGPLVM.load)",
     )

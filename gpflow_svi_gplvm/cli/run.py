@@ -63,7 +63,10 @@ def _in_flags(error: BaseException) -> str:
     ``fit``'s arguments."""
     if not isinstance(error, WorkerLostError) or error.lost is None:
         return str(error)
-    where = error.last_checkpoint or "no checkpoint was written (--save keeps one every 1000 steps)"
+    every = defaults.CHECKPOINT_EVERY
+    where = (
+        error.last_checkpoint or f"no checkpoint was written (--save keeps one every {every} steps)"
+    )
     return f"{error.lost}; {where}. Start every worker again with the same command plus --resume."
 
 

@@ -18,6 +18,7 @@ from ..defaults import (
     CELL_LATENT_DIM,
     CELL_NUM_INDUCING,
     CELL_TABLE_LEARNING_RATE,
+    CHECKPOINT_EVERY,
 )
 from ..distributed.workers import Workers
 from ..models import SVIGPLVM
@@ -172,7 +173,7 @@ class SingleCellGPLVM(GenesMixin):
         callback: Callable[[int], None] | None = None,
         callback_every: int = 100,
         checkpoint_dir: str | Path | None = None,
-        checkpoint_every: int = 1000,
+        checkpoint_every: int = CHECKPOINT_EVERY,
         resume: bool = False,
         overwrite: bool = False,
     ) -> SingleCellGPLVM:

@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 from gpflow.utilities import parameter_dict
 
+from ..defaults import CHECKPOINT_EVERY
 from ..distributed.workers import Workers
 from ..models import SVIGPLVM, covariance_layout
 from ..validation import check_integer
@@ -86,7 +87,7 @@ class Checkpoints:
         step_count: tf.Variable,
         data: TrainingData,
         q_u_optimizer: str,
-        every: int = 1000,
+        every: int = CHECKPOINT_EVERY,
         max_to_keep: int = 3,
         allow_new_data: bool = False,
         workers: Workers | None = None,

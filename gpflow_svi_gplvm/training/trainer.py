@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
 from ..components.importance import check_draws_fit_in_memory
-from ..defaults import BATCH_SIZE
+from ..defaults import BATCH_SIZE, CHECKPOINT_EVERY
 from ..distributed.replicas import check_strategy
 from ..distributed.workers import LOST_WORKER_ERRORS, Workers, lost_worker_error
 from ..likelihoods import base_likelihood
@@ -134,7 +134,7 @@ class Trainer:
         jit_compile: bool = False,
         mask: ArrayLike | None = None,
         checkpoint_dir: str | Path | None = None,
-        checkpoint_every: int = 1000,
+        checkpoint_every: int = CHECKPOINT_EVERY,
         max_to_keep: int = 3,
         strategy: tf.distribute.Strategy | None = None,
         allow_new_data: bool = False,
