@@ -128,6 +128,22 @@ def test_chunked_inference_and_reconstruction_equal_one_pass(bsvi, data):
         bsvi.infer_latents(Y_gaps, chunk_size=-1)
 
 
+def test_one_trace_of_the_fit_serves_q_x_the_predictive_the_densities_and_the_draws(bsvi, data):
+    """The fit of new rows does not depend on the draws taken from it: q(x*), the predictive,
+    the log densities and the draws of q(x*) call one compiled fit, traced once, and the draws
+    are of the q(x*) that infer returns."""
+    Y = np.where(data[2], np.nan, data[1])[:6]
+    inference = LatentInference(bsvi, iterations=20, num_samples=8, seed=1)
+    mean, variance = inference.infer(Y)
+    inference.reconstruct(Y)
+    inference.log_density(Y, data[1][:6])
+    draws = inference.draws(Y, 4000).numpy()  # [4000, 6, Q]
+    assert inference.fitted.experimental_get_tracing_count() == 1
+    error = np.abs(draws.mean(axis=0) - mean.numpy()) / np.sqrt(variance.numpy() / 4000)
+    assert np.all(error < 4.5), error
+    np.testing.assert_allclose(draws.var(axis=0), variance.numpy(), rtol=0.15)
+
+
 def test_reconstruction_beats_column_means_and_is_calibrated(bsvi, data):
     Y_train, Y_test, hidden = data
     mean, variance = bsvi.reconstruct(np.where(hidden, np.nan, Y_test), num_samples=128)

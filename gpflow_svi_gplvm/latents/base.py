@@ -133,12 +133,27 @@ class LatentVariables(Module, abc.ABC):
         self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
     ) -> LatentBatch:
         """q(x*) of new rows Y [B, D] (NaN = missing), with the model's globals frozen, as a
-        :class:`LatentBatch` drawn with the standard normal ``noise`` [S, B or 1, Q].
-
-        An amortised family applies itself to Y, so ``fit`` is not needed; other families raise
-        the ``ValueError`` of :meth:`check_new_rows`.
+        :class:`LatentBatch` drawn with the standard normal ``noise`` [S, B or 1, Q]: the rows'
+        :meth:`new_row_parameters` (fitted by ``fit`` where the family fits them), drawn by
+        :meth:`new_row_batch`. The fit does not depend on the draws, so one compiled fit serves
+        q(x*), the predictive and the log densities alike
+        (:class:`~gpflow_svi_gplvm.LatentInference`).
         """
+        return self.new_row_batch(self.new_row_parameters(Y, fit), num_samples, noise, fit)
+
+    def new_row_parameters(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
+        """What q(x*) of new rows Y [B, D] is drawn from (tensors [B, ...]). An amortised family
+        applies itself to Y as it draws, so here these are the rows themselves and ``fit`` is
+        not needed; other families raise the ``ValueError`` of :meth:`check_new_rows`."""
         self.check_new_rows()
+        return (Y,)
+
+    def new_row_batch(
+        self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor, fit: NewRowFit
+    ) -> LatentBatch:
+        """The :class:`LatentBatch` of new rows from their :meth:`new_row_parameters` ``rows``,
+        drawn with ``noise`` [S, B or 1, Q]."""
+        (Y,) = rows
         return self(tf.range(tf.shape(Y)[0], dtype=tf.int64), Y, num_samples, noise)
 
 
@@ -212,13 +227,15 @@ class RowLatentVariables(LatentVariables):
     def check_new_rows(self) -> None:
         """Nothing to refuse: new rows are fitted by :meth:`fitted_rows`."""
 
-    @inherit_check_shapes
-    def new_rows(
-        self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
+    def new_row_parameters(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
+        """The parameter rows of new rows Y [B, D], fitted as in :meth:`fitted_rows`."""
+        return self.fitted_rows(Y, fit)
+
+    def new_row_batch(
+        self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor, fit: NewRowFit
     ) -> LatentBatch:
-        """q(x*) of new rows Y [B, D] from their parameter rows fitted as in :meth:`fitted_rows`,
-        drawn with ``noise`` [S, B or 1, Q]."""
-        return self.batch_of(self.fitted_rows(Y, fit), num_samples, noise)
+        """The :class:`LatentBatch` of parameter ``rows`` drawn with ``noise`` [S, B or 1, Q]."""
+        return self.batch_of(rows, num_samples, noise)
 
     def fitted_rows(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
         r"""The parameter rows of new rows Y [B, D] (one [B, Q] tensor per table) that maximise

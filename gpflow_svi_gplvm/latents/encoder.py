@@ -191,20 +191,22 @@ class EncoderLatent(LatentVariables):
         )
         return LatentBatch(samples, -kl, mean, variance, scale, log_density, -_solve_t(scale, eps))
 
-    @inherit_check_shapes
-    def new_rows(
-        self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
-    ) -> LatentBatch:
+    def new_row_parameters(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
         """The encoder's q(x*) of new rows Y [B, D]; with ``fit.tolerance`` (where the row bound
         has no draws), refined from there row by row by damped Newton steps on that bound, as
-        a diagonal Gaussian starting at the encoder's means and marginal variances
+        a diagonal Gaussian starting at the encoder's means and marginal variances [B, Q]
         (:func:`fit_rows`; semi-amortised inference: the encoder's q(x*) is a start, not the
         optimum of the row's bound)."""
         if fit.tolerance is None:
-            return super().new_rows(Y, num_samples, noise, fit)
+            return super().new_row_parameters(Y, fit)
         start = self.moments(tf.range(tf.shape(Y, out_type=tf.int64)[0]), Y)
-        transforms = [None, positive()]
-        rows = fit_rows(diagonal_gaussian_batch, transforms, start, Y, fit)
+        return fit_rows(diagonal_gaussian_batch, [None, positive()], start, Y, fit)
+
+    def new_row_batch(
+        self, rows: tuple[tf.Tensor, ...], num_samples: int, noise: tf.Tensor, fit: NewRowFit
+    ) -> LatentBatch:
+        if fit.tolerance is None:
+            return super().new_row_batch(rows, num_samples, noise, fit)
         return diagonal_gaussian_batch(rows, num_samples, noise)
 
 

@@ -274,11 +274,9 @@ class JointFlowLatent(FlowLatent):
             "'per-row' to infer latents of new rows, reconstruct them or export the model."
         )
 
-    def new_rows(
-        self, Y: tf.Tensor, num_samples: int, noise: tf.Tensor, fit: NewRowFit
-    ) -> LatentBatch:
+    def new_row_parameters(self, Y: tf.Tensor, fit: NewRowFit) -> tuple[tf.Tensor, ...]:
         self.check_new_rows()
-        return super().new_rows(Y, num_samples, noise, fit)
+        return super().new_row_parameters(Y, fit)
 
 
 def check_flow_options(flow: str, num_layers: int, parameters: str) -> int:

@@ -124,6 +124,9 @@ class LatentInference(tf.Module):
         # Rows' observed inputs [B, R] (covariates, log size factor) come last, where the model
         # has them.
         inputs = [] if model.row_inputs is None else [tf.TensorSpec([None, None], default_float())]
+        # The fit of new rows, traced once and called by each function below (it does not depend
+        # on the draws they take).
+        self.fitted = GraphFunction(self._fitted_parameters, spec + inputs)
         self.latents = GraphFunction(self._latents, spec + inputs)
         self.predict = GraphFunction(self._predict, spec + inputs)
         self.log_densities = GraphFunction(self._log_densities, spec * 2 + inputs)
@@ -245,17 +248,27 @@ class LatentInference(tf.Module):
         self, Y: tf.Tensor, inputs: tf.Tensor | None, num_samples: int, noise: tf.Tensor
     ) -> LatentBatch:
         """q(x*) of rows Y [B, D] drawn with ``noise`` [S, B or 1, Q], in-graph: fitted (or
-        encoded) and drawn with the rows' observed ``inputs`` [B, R] appended (where the model
-        has them)."""
+        encoded) by the compiled :attr:`fitted` and drawn with the rows' observed ``inputs``
+        [B, R] appended (where the model has them)."""
+        rows = self.fitted(Y) if inputs is None else self.fitted(Y, inputs)
+        batch = self.model.latent.new_row_batch(tuple(rows), num_samples, noise, self._fit)
+        return batch if inputs is None else with_row_inputs(batch, inputs)
+
+    def _fitted_parameters(
+        self, Y: tf.Tensor, inputs: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, ...]:
+        """What q(x*) of rows Y [B, D] is drawn from (the latent's
+        :meth:`~gpflow_svi_gplvm.latents.base.LatentVariables.new_row_parameters`), fitted with
+        the rows' observed ``inputs`` [B, R] where the model has them."""
         if inputs is None:
-            return self.model.latent.new_rows(Y, num_samples, noise, self._fit)
+            return self.model.latent.new_row_parameters(Y, self._fit)
         fit = self._fit._replace(
             objective=lambda batch, Y, rows: self._row_bounds(
                 with_row_inputs(batch, tf.gather(inputs, rows)), Y
             ),
             initial_mean=lambda Y: self._initial_means(Y, inputs),
         )
-        return with_row_inputs(self.model.latent.new_rows(Y, num_samples, noise, fit), inputs)
+        return self.model.latent.new_row_parameters(Y, fit)
 
     @check_shapes("Y: [batch, D]", "return[0]: [batch, Q]", "return[1]: [batch, Q]")
     def _latents(
