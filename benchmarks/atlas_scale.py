@@ -55,8 +55,9 @@ GENES, LATENT_DIM, BATCH = 2000, 10, 256
 BANDWIDTH, LATENCY = 10e9 / 8, 50e-6
 
 
-def write_atlas(path: Path, cells: int, block: int = 20_000) -> Path:
-    """An .h5ad of ``cells`` simulated cells, written a block of rows at a time."""
+def write_atlas(path: Path, cells: int, block: int = 20_000, genes: int = GENES) -> Path:
+    """An .h5ad of ``cells`` simulated cells of ``genes`` genes, written a block of rows at a
+    time."""
     if path.exists():
         return path
     import anndata
@@ -65,7 +66,7 @@ def write_atlas(path: Path, cells: int, block: int = 20_000) -> Path:
 
     from gpflow_svi_gplvm.datasets import atlas_blocks
 
-    cell_type, batch, _, _, blocks = atlas_blocks(cells, GENES, seed=0, block=block)
+    cell_type, batch, _, _, blocks = atlas_blocks(cells, genes, seed=0, block=block)
     obs = pd.DataFrame(
         {
             "batch": pd.Categorical(np.array(["a", "b"])[batch]),
@@ -73,7 +74,7 @@ def write_atlas(path: Path, cells: int, block: int = 20_000) -> Path:
         },
         index=[f"cell{i}" for i in range(cells)],
     )
-    var = pd.DataFrame(index=[f"gene{j}" for j in range(GENES)])
+    var = pd.DataFrame(index=[f"gene{j}" for j in range(genes)])
     staging = path.with_name(path.name + ".partial")
     anndata.AnnData(obs=obs, var=var).write_h5ad(staging)
     with h5py.File(staging, "a") as file:
@@ -81,7 +82,7 @@ def write_atlas(path: Path, cells: int, block: int = 20_000) -> Path:
             del file["X"]
         X = file.create_group("X")
         X.attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0"})
-        X.attrs["shape"] = np.array([cells, GENES])
+        X.attrs["shape"] = np.array([cells, genes])
         data = X.create_dataset("data", (0,), np.float32, maxshape=(None,), chunks=(2**20,))
         indices = X.create_dataset("indices", (0,), np.int32, maxshape=(None,), chunks=(2**20,))
         indptr = [np.zeros(1, np.int64)]

@@ -34,7 +34,7 @@ process of its own (scVI's from $SCVI_PYTHON). Then, on the same cells:
   ``predict(soft=True)``: accuracy and expected calibration error (15 bins) on the held-out
   batch.
 
-memory: ``--reference`` cells of the default atlas (2,000 genes) fitted briefly (the model's
+memory: ``--reference`` cells of the default atlas (``--genes``, 2,000) fitted briefly (the model's
 parameters do not change the memory), their rows repeated to ``--cells`` cells in an .h5ad
 (``atlas_scale.tile_atlas``) with the q(x) of the repeated cells in its obsm; then, each in a
 fresh process, ``normalized_expression`` of every cell and gene read from the file with its
@@ -352,7 +352,7 @@ def main() -> None:
     for name in ("--contender", "--data", "--job", "--out", "--inferred", "--fit-data"):
         parser.add_argument(name)
     args = parser.parse_args()
-    if args.quick:  # the memory run: 600 cells repeated to 6,000
+    if args.quick:  # the memory run: 600 cells of 100 genes repeated to 6,000
         args.cells = 6000 if args.command == "memory" else 600
         args.genes, args.iterations, args.reference = 100, 50, 600
         args.scvi_epochs = args.scvi_epochs or 5
@@ -417,20 +417,24 @@ def _resident_gib() -> float:
 def memory(args: argparse.Namespace) -> None:
     """The memory of normalized_expression from an .h5ad at a tenth of ``--cells`` and at all
     of them (q(x) in the file's obsm), and with q(x) inferred (2,000 cells; --quick: 100)."""
-    from atlas_scale import tile_atlas, write_atlas
+    from atlas_scale import GENES, tile_atlas, write_atlas
 
     folder = Path(args.folder or tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
-    reference = write_atlas(folder / f"atlas_{args.reference}.h5ad", args.reference)
+    genes = "" if args.genes == GENES else f"_{args.genes}_genes"  # files kept in --folder
+    reference = write_atlas(
+        folder / f"atlas_{args.reference}{genes}.h5ad", args.reference, genes=args.genes
+    )
     runs = [(cells, False) for cells in (args.cells // 10, args.cells)]
     runs.append((100 if args.quick else 2000, True))
     print("| cells | q(x) | resident before, GiB | peak during, GiB | seconds | output |")
     print("|---:|---|---:|---:|---:|---|")
     for cells, inferred in runs:
         if inferred:
-            data = write_atlas(folder / f"atlas_{cells}.h5ad", cells)
+            data = write_atlas(folder / f"atlas_{cells}{genes}.h5ad", cells, genes=args.genes)
         else:
-            data = tile_atlas(reference, folder / f"tiled_{cells}.h5ad", cells // args.reference)
+            times = cells // args.reference
+            data = tile_atlas(reference, folder / f"tiled_{cells}{genes}.h5ad", times)
         command = [sys.executable, __file__, "memory-one", "--data", str(data)]
         command += ["--fit-data", str(reference), "--iterations", str(args.iterations)]
         command += ["--inferred", "1"] * inferred

@@ -24,6 +24,8 @@ process's peak resident memory beyond what it held once the data existed (Tensor
 A step's time is the difference of two run lengths of one compiled ``Trainer`` divided by the
 difference in steps (the first call, which traces, is not timed), the median over ``--repeats``.
 Threads: one for mnist and movielens, all cores for the single-cell shapes, unless ``--threads``.
+``--quick`` (a smoke run at tiny shapes) times its contenders one after another in one process
+(each process start imports TensorFlow again): its ``peak MiB`` is that process's peak so far.
 """
 
 from __future__ import annotations
@@ -171,21 +173,27 @@ def run(
             f"{shape.missing:.1%} missing, {shape.threads} thread(s)",
             flush=True,
         )
+        chosen = [n for n in CONTENDERS + (LEVERS if levers else ()) if not only or n in only]
+        # The float32 lever sets GPflow's default float for its process: it comes last.
+        groups = [chosen] if quick else [[name] for name in chosen]
         results = {}
-        for name in CONTENDERS + (LEVERS if levers else ()):
-            if only and name not in only:
-                continue
-            results[name] = _in_subprocess(name, shape, 1 if quick else repeats, quick)
-            result = results[name]
-            brief = result.get("error") or f"{result['seconds_per_step']:.4f} s/step"
-            print(f"  {name}: {brief}", flush=True)
+        for group in groups:
+            results |= _in_subprocess(group, shape, 1 if quick else repeats, quick)
+            for name in group:
+                brief = (
+                    results[name].get("error") or f"{results[name]['seconds_per_step']:.4f} s/step"
+                )
+                print(f"  {name}: {brief}", flush=True)
         _print_table(results)
 
 
-def _in_subprocess(name: str, shape: Shape, repeats: int, quick: bool = False) -> dict:
+def _in_subprocess(
+    names: list[str], shape: Shape, repeats: int, quick: bool = False
+) -> dict[str, dict]:
+    """Each of ``names`` measured one after another in one new process: name to result."""
     target_seconds = QUICK_TARGET_SECONDS if quick else TARGET_SECONDS
     request = json.dumps(
-        dict(name=name, shape=shape.__dict__, repeats=repeats, target_seconds=target_seconds)
+        dict(names=names, shape=shape.__dict__, repeats=repeats, target_seconds=target_seconds)
     )
     process = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--worker", request],
@@ -196,7 +204,10 @@ def _in_subprocess(name: str, shape: Shape, repeats: int, quick: bool = False) -
     lines = process.stdout.strip().splitlines()
     if process.returncode != 0 or not lines:
         tail = [line for line in process.stderr.splitlines() if line.strip()][-1:]
-        return {"error": f"failed (exit {process.returncode}): {' '.join(tail)}"}
+        return {
+            name: {"error": f"failed (exit {process.returncode}): {' '.join(tail)}"}
+            for name in names
+        }
     return json.loads(lines[-1])
 
 
@@ -225,5 +236,8 @@ def _print_table(results: dict[str, dict]) -> None:
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
     request = json.loads(sys.argv[2])
     shape = Shape(**request["shape"])
-    result = measure_one(request["name"], shape, request["repeats"], request["target_seconds"])
-    print(json.dumps(result))
+    results = {
+        name: measure_one(name, shape, request["repeats"], request["target_seconds"])
+        for name in request["names"]
+    }
+    print(json.dumps(results))

@@ -47,6 +47,7 @@ unintegrated embedding; data with a batch only). UMAPs of every embedding go to 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -386,7 +387,13 @@ def _scib_table(embeddings: dict, obs, data: Path) -> None:
 
     unintegrated = run_pca(anndata.read_h5ad(data), counts=True)
     types, batch = obs["cell_type"].to_numpy(), obs["batch"].to_numpy()
-    table = scib_scores(embeddings, types, batch, unintegrated)
+    # scib-metrics' Benchmarker collects garbage after every metric: frozen, the objects alive
+    # now (TensorFlow's, JAX's) are not walked each time (seconds a collection).
+    gc.freeze()
+    try:
+        table = scib_scores(embeddings, types, batch, unintegrated)
+    finally:
+        gc.unfreeze()
     print("\nscib-metrics (raw scores, no min-max scaling across the contenders):\n")
     print("| contender | " + " | ".join(table.columns) + " |")
     print("|---" * (len(table.columns) + 1) + "|")

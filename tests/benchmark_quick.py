@@ -42,7 +42,7 @@ QUICK_RUNS: dict[str, dict[str, list[str]]] = {
         "atlas model": ["atlas_scale.py", "model", "--all-reduced", "150000"],
     },
     "test_build_passes_benchmark_quick": {"build passes": ["build_passes.py", "--quick"]},
-    # One process per contender: four of the seven keep the smoke run short.
+    # Four of the seven contenders (--quick times them one after another in one process).
     "test_high_dimensional_speed_benchmark_quick": {
         "high-d": ["speed.py", "--high-d", "single-cell", "--quick", "--levers", "--contenders"]
         + ["SVGP floor", "B-SVI per-output", "AEB-SVI shared", "B-SVI shared, float32"]
