@@ -100,6 +100,23 @@ def test_q_x_at_the_default_tolerance_is_within_a_fraction_of_its_spread_of_the_
     np.testing.assert_allclose(found[1], variance, rtol=0.05)
 
 
+def test_rows_from_their_own_start_or_a_given_one_share_one_trace_of_the_steps(model):
+    """``infer`` without a start starts each row where the served graph would (the compiled
+    ``start``) and steps from there in the same compiled steps as from a given start: one trace
+    for both (mapping's first round and its later ones), and the same q(x*) as the served graph
+    (``fit``, its start found inside)."""
+    rows = _counts(5)[:12]
+    laplace = LaplaceLatents(model)
+    found = laplace.infer(rows)
+    again = laplace.infer(rows, start=found[0])
+    assert laplace.fit_from.experimental_get_tracing_count() == 1
+    served = laplace.fit(rows, np.zeros((12, 0)), np.zeros_like(rows))
+    for a, b in zip(found, served):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-9)
+    # From its own mode a row is already converged: it stays there.
+    np.testing.assert_allclose(again[0], found[0], atol=0.05 * np.sqrt(found[1]).max())
+
+
 def test_no_rows_give_empty_moments(model):
     """An empty block (a served batch of no cells) gives q(x*) of shape [0, Q], from ``infer``
     and from the compiled steps themselves, tiled or not."""

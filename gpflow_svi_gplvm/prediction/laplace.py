@@ -178,9 +178,13 @@ class LaplaceLatents(tf.Module):
             tf.TensorSpec([None, width], dtype),  # their observed inputs (covariates, log s)
             tf.TensorSpec([None, D], dtype),  # their offsets on f
         ]
+        # One graph from the rows alone (served), and in Python the steps from a start given or
+        # found by the small ``start``, so that mapping's rounds (from the last round's modes)
+        # and its first (from the candidates) share one trace of the steps.
         self.fit = GraphFunction(self._fit, spec)
         starts = tf.TensorSpec([None, Q], dtype)  # where the rows' steps start
         self.fit_from = GraphFunction(self._fit, spec + [starts])
+        self.start = GraphFunction(lambda *rows: self._start(_Rows.of(*rows)), spec)
 
     def infer(
         self,
@@ -201,10 +205,8 @@ class LaplaceLatents(tf.Module):
             block = np.asarray(Y[part], dtype=np.float64)
             given = np.zeros((len(block), self.width)) if inputs is None else inputs[part]
             shift = np.zeros_like(block) if offsets is None else offsets[part]
-            if start is None:
-                mean, variance = self.fit(block, given, shift)
-            else:
-                mean, variance = self.fit_from(block, given, shift, start[part])
+            begin = self.start(block, given, shift) if start is None else start[part]
+            mean, variance = self.fit_from(block, given, shift, begin)
             means.append(mean.numpy())
             variances.append(variance.numpy())
         return np.concatenate(means), np.concatenate(variances)
