@@ -13,6 +13,7 @@ import tensorflow as tf
 from builders import smooth_data
 
 from gpflow_svi_gplvm import AmortisedBayesianGPLVM, BayesianSVIGPLVM, PointGPLVM, fit
+from gpflow_svi_gplvm.export import saved_model
 from gpflow_svi_gplvm.export.folder import MARKER, check_destination
 from gpflow_svi_gplvm.export.saved_model import SIGNATURES, ServingModule, export_saved_model
 from gpflow_svi_gplvm.metrics import rmse
@@ -20,26 +21,51 @@ from gpflow_svi_gplvm.metrics import rmse
 N, D, Q = 80, 5, 2
 SETTINGS = dict(encode_iterations=150, num_samples=16)
 
+# Serves every export given in one process that imports TensorFlow alone (each process costs
+# seconds of TensorFlow import), then runs saved_model_cli on one of them as `python -m` does.
 SERVE = textwrap.dedent("""
-    import json, sys
+    import contextlib, io, json, runpy, sys
     import numpy as np
     import tensorflow as tf
 
-    path, inputs, outputs = sys.argv[1:4]
-    loaded = tf.saved_model.load(path)
+    inputs, cli_path, *exports = sys.argv[1:]
     arrays = dict(np.load(inputs))
-    results = {}
-    for name in ["decode", "encode", "reconstruct", "serving_default"]:
-        function = loaded.signatures[name]
-        argument = "X" if name == "decode" else "Y"
-        out = function(**{argument: tf.constant(arrays[argument])})
-        for key, value in out.items():
-            results[f"{name}/{key}"] = value.numpy()
-    np.savez(outputs, **results)
+    signatures = {}
+    for export in exports:
+        path, outputs = export.split("=")
+        loaded = tf.saved_model.load(path)
+        results = {}
+        for name in ["decode", "encode", "reconstruct", "serving_default"]:
+            function = loaded.signatures[name]
+            argument = "X" if name == "decode" else "Y"
+            out = function(**{argument: tf.constant(arrays[argument])})
+            for key, value in out.items():
+                results[f"{name}/{key}"] = value.numpy()
+        np.savez(outputs, **results)
+        signatures[outputs] = sorted(loaded.signatures)
     packages = ("gpflow", "gpflow_svi_gplvm", "tensorflow_probability")
     leaked = [m for m in packages if m in sys.modules]
-    print(json.dumps({"leaked": leaked, "signatures": sorted(loaded.signatures)}))
+    sys.argv = ["saved_model_cli", "show", "--all", "--dir", cli_path]
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        try:
+            runpy.run_module("tensorflow.python.tools.saved_model_cli", run_name="__main__")
+            status = 0
+        except SystemExit as exit:
+            status = exit.code or 0
+    report = {"leaked": leaked, "signatures": signatures, "cli": [status, shown.getvalue()]}
+    print(json.dumps(report))
     """)
+
+# The set encoder and the shared q(u) covariance change different signatures (encode, decode):
+# one model serves both.
+KINDS = {
+    "bsvi": BayesianSVIGPLVM,
+    "aeb": AmortisedBayesianGPLVM,
+    "aeb-set-encoder-shared-covariance": partial(
+        AmortisedBayesianGPLVM, set_size=8, shared_covariance=True
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +73,14 @@ def data():
     return smooth_data(N, D, Q)
 
 
-@pytest.fixture(
-    scope="module",
-    params=[
-        BayesianSVIGPLVM,
-        AmortisedBayesianGPLVM,
-        # The set encoder and the shared q(u) covariance change different signatures (encode,
-        # decode): one model serves both.
-        partial(AmortisedBayesianGPLVM, set_size=8, shared_covariance=True),
-    ],
-    ids=["bsvi", "aeb", "aeb-set-encoder-shared-covariance"],
-)
-def trained(request, data):
-    model = request.param(data, Q, num_inducing=10)
-    fit(model, data, iterations=400, batch_size=40, progress=False)
-    return model
+@pytest.fixture(scope="module")
+def trained(data):
+    """A model of each kind, trained once and only read by the tests."""
+    models = {}
+    for kind, model_class in KINDS.items():
+        models[kind] = model_class(data, Q, num_inducing=10)
+        fit(models[kind], data, iterations=600, batch_size=40, progress=False)
+    return models
 
 
 def _queries(data):
@@ -72,21 +91,69 @@ def _queries(data):
     return X, Y
 
 
-@pytest.mark.processes
-def test_export_serves_with_tensorflow_alone_and_matches_the_model(trained, data, tmp_path):
-    path = export_saved_model(trained, tmp_path / "model", **SETTINGS)
-    X, Y = _queries(data)
-    np.savez(tmp_path / "inputs.npz", X=X, Y=Y)
-    outputs = tmp_path / "outputs.npz"
-    command = [sys.executable, "-c", SERVE, str(path), str(tmp_path / "inputs.npz"), str(outputs)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["leaked"] == []
-    assert report["signatures"] == sorted(SIGNATURES)
+class RecordedServingModule(ServingModule):
+    """A ServingModule that lists itself in ``made``: the module an export served."""
 
-    served = dict(np.load(outputs))
-    module = ServingModule(trained, **SETTINGS)
+    made: list[ServingModule] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.made.append(self)
+
+
+@pytest.fixture(scope="module")
+def point_export(data, tmp_path_factory):
+    """An untrained point model, its export and the module the export served, shared: each
+    export traces three functions (four signatures)."""
+    model = PointGPLVM(data, Q, num_inducing=5)
+    path = tmp_path_factory.mktemp("point") / "m"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(saved_model, "ServingModule", RecordedServingModule)
+        path = export_saved_model(model, path, encode_iterations=5, num_samples=2)
+    return model, path, RecordedServingModule.made[-1]
+
+
+def test_an_export_traces_each_served_function_once(point_export):
+    # A trace made before the save would be made again in TensorFlow's save context.
+    module = point_export[2]
+    functions = (module.decode, module.encode, module.reconstruct)
+    assert [f.experimental_get_tracing_count() for f in functions] == [1, 1, 1]
+
+
+@pytest.fixture(scope="module")
+def served(trained, point_export, data, tmp_path_factory):
+    """Each trained model's export served by SERVE in one process: the outputs by kind, and the
+    process's report (its return code, stderr and last line of output)."""
+    folder = tmp_path_factory.mktemp("served")
+    X, Y = _queries(data)
+    np.savez(folder / "inputs.npz", X=X, Y=Y)
+    exports = [
+        f"{export_saved_model(model, folder / kind, **SETTINGS)}={folder / kind}.npz"
+        for kind, model in trained.items()
+    ]
+    command = [sys.executable, "-c", SERVE, str(folder / "inputs.npz"), str(point_export[1])]
+    result = subprocess.run([*command, *exports], capture_output=True, text=True, timeout=600)
+    outputs = {kind: folder / f"{kind}.npz" for kind in trained}
+    return outputs, result
+
+
+def _report(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("kind", KINDS)
+def test_export_serves_with_tensorflow_alone_and_matches_the_model(kind, served, trained, data):
+    outputs, result = served
+    report = _report(result)
+    assert report["leaked"] == []
+    assert report["signatures"][str(outputs[kind])] == sorted(SIGNATURES)
+
+    served_outputs = dict(np.load(outputs[kind]))
+    model = trained[kind]
+    X, Y = _queries(data)
+    module = ServingModule(model, **SETTINGS)
     reconstruction = module.reconstruct(Y)  # served twice: as reconstruct and serving_default
     expected = {
         "decode": module.decode(X),
@@ -96,21 +163,13 @@ def test_export_serves_with_tensorflow_alone_and_matches_the_model(trained, data
     }
     for name, moments in expected.items():
         for key, value in moments.items():
-            got = served[f"{name}/{key}"]
+            got = served_outputs[f"{name}/{key}"]
             assert np.all(np.isfinite(got)), (name, key)
             np.testing.assert_allclose(got, value.numpy(), rtol=1e-10, atol=1e-12)
     # The served decoder is the model's own predictive.
-    mean, variance = trained.predict_y(X)
-    np.testing.assert_allclose(served["decode/mean"], mean.numpy(), rtol=1e-10)
-    np.testing.assert_allclose(served["decode/variance"], variance.numpy(), rtol=1e-10)
-
-
-@pytest.fixture(scope="module")
-def point_export(data, tmp_path_factory):
-    """An untrained point model and its export, shared: each export traces four signatures."""
-    model = PointGPLVM(data, Q, num_inducing=5)
-    path = tmp_path_factory.mktemp("point") / "m"
-    return model, export_saved_model(model, path, encode_iterations=5, num_samples=2)
+    mean, variance = model.predict_y(X)
+    np.testing.assert_allclose(served_outputs["decode/mean"], mean.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(served_outputs["decode/variance"], variance.numpy(), rtol=1e-10)
 
 
 def test_an_export_carries_the_marker_that_lets_overwrite_replace_it(point_export):
@@ -121,19 +180,15 @@ def test_an_export_carries_the_marker_that_lets_overwrite_replace_it(point_expor
 
 
 @pytest.mark.processes
-def test_saved_model_cli_lists_the_four_signatures(point_export):
-    cli = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show", "--all"]
-    result = subprocess.run(
-        [*cli, "--dir", str(point_export[1])], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_saved_model_cli_lists_the_four_signatures(served):
+    status, shown = _report(served[1])["cli"]
+    assert status == 0, shown[-3000:]
     for name in SIGNATURES:
-        assert f"signature_def['{name}']" in result.stdout
+        assert f"signature_def['{name}']" in shown
 
 
-def test_encode_of_a_non_amortised_model_reconstructs_like_the_trained_latents(data):
-    model = BayesianSVIGPLVM(data, Q, num_inducing=10)
-    fit(model, data, iterations=600, batch_size=40, progress=False)
+def test_encode_of_a_non_amortised_model_reconstructs_like_the_trained_latents(data, trained):
+    model = trained["bsvi"]
     module = ServingModule(model, encode_iterations=300, num_samples=4)
     encoded = module.encode(data)["mean"]
     trained_error = rmse(data, model.predict_y(model.latent_mean())[0].numpy())
