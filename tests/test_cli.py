@@ -4,6 +4,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -637,6 +638,7 @@ def test_map_query_maps_new_batches_as_map_query_and_saves_a_model_embed_reads(
     query = _query_with_new_batches(data)
     written, reference = data.read_bytes(), _folder_bytes(model)
     saved, out = tmp_path / "mapped_model", tmp_path / "out"
+    saved.mkdir()  # an empty folder will do
     run = ["map-query", "--model", str(model), "--data", str(data), "--no-progress"]
     assert main([*run, "--output", str(out), "--block", "5", "--save-model", str(saved)]) == 0
     printed = " ".join(capsys.readouterr().out.split())
@@ -669,8 +671,11 @@ def test_map_query_refuses_bad_input_by_name_and_embeds_a_query_of_known_batches
     tmp_path, capsys, saved_cell_model
 ):
     """Each mistake is one line on stderr and exit status 2, leaving nothing written; a query
-    without cells of a new batch is embedded as embed does, and the summary says so."""
+    without cells of a new batch is embedded as embed does, and the summary says so (its model
+    saved over an earlier saved model with --overwrite)."""
     from builders import count_cells
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
     model, data, out = saved_cell_model, tmp_path / "query.h5ad", tmp_path / "out"
     _query_with_new_batches(data)
@@ -695,12 +700,14 @@ def test_map_query_refuses_bad_input_by_name_and_embeds_a_query_of_known_batches
     known = tmp_path / "known.h5ad"
     count_cells(seed=2)[:4].copy().write_h5ad(known)
     knowns = [*run[:4], str(known), "--output", str(out), "--no-progress"]
-    assert main(knowns) == 0
+    earlier_model = shutil.copytree(model, tmp_path / "earlier_model")
+    assert main([*knowns, "--save-model", str(earlier_model), "--overwrite"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert (
         "no cell of a batch the model does not know (obs 'batch'), so nothing was learnt" in printed
     )
     assert json.loads((out / "map_query.json").read_text())["new_batches"] == []
+    assert SingleCellGPLVM.load(earlier_model).batch_offsets.categories == []
     assert main(knowns) == 2
     assert "holds an earlier embedding (X_gplvm.npy" in capsys.readouterr().err
 
