@@ -18,6 +18,7 @@ summary says so.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..validation import check_integer, check_writable_folder
@@ -43,22 +44,33 @@ def run_map_query(args: argparse.Namespace) -> int:
             "saved_model": None if args.save_model is None else str(args.save_model),
         }
 
-        def keep() -> None:
-            if args.save_model is not None:
-                if args.save_model.is_dir() and not any(args.save_model.iterdir()):
-                    args.save_model.rmdir()  # an empty folder: save writes the folder whole
-                face.save(args.save_model, overwrite=args.overwrite)
-
+        saved = args.save_model
+        keep = None if saved is None else lambda: _save_model(face, saved, args.overwrite)
         seconds = write_embedding(face, adata, args, block, names, record, keep)
         print(learning)
         print_embedded(adata.n_obs, seconds, names, args.output)
-    if args.save_model is not None:
+    if saved is not None and new:
         print(
-            f"saved the model with {'the new batches' if new else 'no new batch'} to "
-            f"{args.save_model}/ (embed --model {args.save_model} maps their cells as known "
-            "batches)"
+            f"saved the model with the new batches to {saved}/: embed --model {saved} maps their "
+            "cells as known batches"
         )
+    elif saved is not None:
+        print(f"saved the model, no batch learnt, to {saved}/")
     return 0
+
+
+def _save_model(face: SingleCellGPLVM, folder: Path, overwrite: bool) -> None:
+    """``face`` saved to ``folder`` (an empty folder there is taken, and left as it was if the
+    save fails: the save moves a whole folder into its place)."""
+    empty = folder.is_dir() and not any(folder.iterdir())
+    if empty:
+        folder.rmdir()
+    try:
+        face.save(folder, overwrite=overwrite)
+    except BaseException:
+        if empty:
+            folder.mkdir(exist_ok=True)
+        raise
 
 
 def _learn_new_batches(
