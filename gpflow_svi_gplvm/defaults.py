@@ -24,6 +24,7 @@ __all__ = [
     "CELL_TABLE_LEARNING_RATE",
     "CELL_ENCODER_LEARNING_RATE",
     "CHECKPOINT_EVERY",
+    "FIT_CELLS",
 ]
 
 MODEL_NAMES = ("aeb", "bsvi", "flow", "map", "point")
@@ -82,3 +83,7 @@ amortised model lost the default atlas's cell types (``benchmarks/results/single
 CHECKPOINT_EVERY = 1000
 """Training steps between checkpoints of ``fit``, ``Trainer``, ``SingleCellGPLVM.fit`` and the
 command line's ``--save`` unless given (each run also keeps one at its end)."""
+
+FIT_CELLS = 2000
+"""The cells of a new batch whose q(x*) its offsets are fitted with, at most (drawn at random),
+in ``SingleCellGPLVM.map_query`` and the command line's ``map-query`` unless given."""

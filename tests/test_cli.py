@@ -4,6 +4,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -522,21 +523,34 @@ def test_the_training_steps_left_unset_are_the_data_kinds_and_the_help_says_why(
     assert "3000 for a table, 2000 for an .h5ad" in " ".join(parser.format_help().split())
 
 
-@pytest.mark.processes
-def test_embed_writes_a_saved_models_embedding_of_an_h5ad_read_in_blocks(tmp_path, capsys):
-    """As a user runs it: ``python -m gpflow_svi_gplvm embed`` in a new process on a saved
-    model and an .h5ad read three cells at a time; the outputs are transform's in this process,
-    the .h5ad is unchanged, and a second run, a folder that is not a saved model, a file that
-    is not an .h5ad and a truncated one are refused with a message and exit status 2."""
+@pytest.fixture(scope="module")
+def saved_cell_model(tmp_path_factory):
+    """The folder of a tiny SingleCellGPLVM (Q = 2, batches "a" and "b") fitted and saved once
+    for the module's ``embed`` and ``map-query`` runs."""
     pytest.importorskip("anndata")
     from builders import count_cells
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
-    cells = count_cells()
     face = SingleCellGPLVM(2, layer="counts", batch_key="batch", num_inducing=8)
-    face.fit(cells, iterations=10, progress=False)
-    model, data, out = face.save(tmp_path / "model"), tmp_path / "query.h5ad", tmp_path / "out"
+    face.fit(count_cells(), iterations=10, progress=False)
+    return face.save(tmp_path_factory.mktemp("saved") / "model")
+
+
+@pytest.mark.processes
+def test_embed_writes_a_saved_models_embedding_of_an_h5ad_read_in_blocks(
+    tmp_path, capsys, saved_cell_model
+):
+    """As a user runs it: ``python -m gpflow_svi_gplvm embed`` in a new process on a saved
+    model and an .h5ad read three cells at a time; the outputs are transform's in this process,
+    the .h5ad is unchanged, and a second run, a folder that is not a saved model, a file that
+    is not an .h5ad and a truncated one are refused with a message and exit status 2."""
+    from builders import count_cells
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    model, data, out = saved_cell_model, tmp_path / "query.h5ad", tmp_path / "out"
+    face = SingleCellGPLVM.load(model)
     query = count_cells(seed=1)[:10].copy()
     query.write_h5ad(data)
     written = data.read_bytes()
@@ -587,6 +601,130 @@ def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):
         main(["embed", "--data", "cells.h5ad"])  # no --model, no --output
     assert stopped.value.code == 2
     assert "--model" in capsys.readouterr().err
+
+
+def _query_with_new_batches(path):
+    """Twelve cells written to ``path``: six of the fitted batches "a" and "b", three each of the
+    new batches "c" and "d" (interleaved); the AnnData."""
+    import pandas as pd
+    from builders import count_cells
+
+    query = count_cells(seed=1)[:12].copy()
+    query.obs["batch"] = pd.Categorical(list("abcdabcdabcd"))
+    query.write_h5ad(path)
+    return query
+
+
+def _folder_bytes(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+MAPPED_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+"""How far map-query's means (cells embedded by transform a block at a time) may lie from
+map_query's on the whole query in one call: the Laplace steps' round-off, as embed's test."""
+
+
+def test_map_query_maps_new_batches_as_map_query_and_saves_a_model_embed_reads(
+    tmp_path, capsys, saved_cell_model
+):
+    """map-query (the new batches' offsets learnt from their cells read alone, then every cell
+    embedded in blocks of five) writes map_query's means on the whole query, once with
+    --fit-cells covering every new-batch cell and once drawing two of three (the same cells
+    map_query draws); the model it saves embeds the query as it mapped it; the reference folder
+    and the .h5ad are unchanged."""
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.mapping.offsets import BatchOffsets
+
+    model, data = saved_cell_model, tmp_path / "query.h5ad"
+    query = _query_with_new_batches(data)
+    written, reference = data.read_bytes(), _folder_bytes(model)
+    saved, out = tmp_path / "mapped_model", tmp_path / "out"
+    saved.mkdir()  # an empty folder will do
+    run = ["map-query", "--model", str(model), "--data", str(data), "--no-progress"]
+    assert main([*run, "--output", str(out), "--block", "5", "--save-model", str(saved)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "learnt 2 new batches (c, d) from 6 of their cells" in printed
+    assert f"embed --model {saved}" in printed
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["X_gplvm.npy", "X_gplvm_var.npy", "gplvm_novelty.npy", "map_query.json"]
+    )
+    record = json.loads((out / "map_query.json").read_text())
+    assert record["new_batches"] == ["c", "d"] and record["fit_cells"] == defaults.FIT_CELLS
+    assert record["cells"] == 12 and record["cells_learnt_from"] == 6
+    face = SingleCellGPLVM.load(model)  # one model for both, its traces shared
+    mapped = face.map_query(query.copy(), progress=False)
+    means = np.load(out / "X_gplvm.npy")
+    np.testing.assert_allclose(means, mapped, **MAPPED_TOLERANCE)
+    assert data.read_bytes() == written and _folder_bytes(model) == reference
+    assert SingleCellGPLVM.load(saved).batch_offsets.categories == ["c", "d"]
+    embedded = tmp_path / "embedded"
+    embed = ["embed", "--model", str(saved), "--data", str(data), "--output", str(embedded)]
+    assert main([*embed, "--no-progress"]) == 0
+    np.testing.assert_allclose(np.load(embedded / "X_gplvm.npy"), means, **MAPPED_TOLERANCE)
+    few = tmp_path / "few"
+    assert main([*run, "--output", str(few), "--fit-cells", "2"]) == 0
+    assert "from 4 of their cells (up to 2 of each)" in capsys.readouterr().out
+    face.batch_offsets = BatchOffsets()  # the new batches learnt afresh, from two cells each
+    drawn = face.map_query(query.copy(), fit_cells=2, progress=False)
+    np.testing.assert_allclose(np.load(few / "X_gplvm.npy"), drawn, **MAPPED_TOLERANCE)
+    assert not np.allclose(drawn, mapped, atol=1e-4)  # two of three cells learn other offsets
+
+
+def test_map_query_refuses_bad_input_by_name_and_embeds_a_query_of_known_batches(
+    tmp_path, capsys, saved_cell_model
+):
+    """Each mistake is one line on stderr and exit status 2, leaving nothing written; a query
+    without cells of a new batch is embedded as embed does, and the summary says so (its model
+    saved over an earlier saved model with --overwrite)."""
+    from builders import count_cells
+
+    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+
+    model, data, out = saved_cell_model, tmp_path / "query.h5ad", tmp_path / "out"
+    _query_with_new_batches(data)
+    run = ["map-query", "--model", str(model), "--data", str(data), "--output", str(out)]
+    mistakes = {
+        "is not an .h5ad file": ["--data", str(model / "variables.npz")],
+        "gpflow_svi_gplvm_model.json": ["--model", str(tmp_path)],
+        "--fit-cells must be a positive integer": ["--fit-cells", "0"],
+        "the reference folder --model": ["--save-model", str(model)],
+        "is, or holds, --output": ["--save-model", str(out)],
+    }
+    for message, options in mistakes.items():
+        assert main([*run, *options]) == 2, message
+        assert message in " ".join(capsys.readouterr().err.split())
+    taken = tmp_path / "taken"
+    (taken / "notes").mkdir(parents=True)
+    assert main([*run, "--save-model", str(taken)]) == 2
+    assert "holds something already: pass --overwrite" in capsys.readouterr().err
+    assert main([*run, "--save-model", str(taken), "--overwrite"]) == 2
+    assert "not a saved model written by gpflow_svi_gplvm" in capsys.readouterr().err
+    assert not out.exists() and list(taken.iterdir()) == [taken / "notes"]
+    known = tmp_path / "known.h5ad"
+    count_cells(seed=2)[:4].copy().write_h5ad(known)
+    knowns = [*run[:4], str(known), "--output", str(out), "--no-progress"]
+    earlier_model = shutil.copytree(model, tmp_path / "earlier_model")
+    assert main([*knowns, "--save-model", str(earlier_model), "--overwrite"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "no cell of a batch the model does not know (obs 'batch'), so nothing was learnt" in printed
+    )
+    assert json.loads((out / "map_query.json").read_text())["new_batches"] == []
+    assert SingleCellGPLVM.load(earlier_model).batch_offsets.categories == []
+    assert main(knowns) == 2
+    assert "holds an earlier embedding (X_gplvm.npy" in capsys.readouterr().err
+
+
+def test_map_query_help_names_its_outputs_and_the_main_help_names_map_query(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["map-query", "--help"])
+    assert stopped.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("--fit-cells", "--save-model", "X_<key>_var.npy", "novelty", "map_query.json"):
+        assert name in text
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "map-query --help" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize("last", [None, "the last checkpoint is step 1000 in out/checkpoints"])

@@ -23,6 +23,7 @@ import importlib
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from ..defaults import (
     CELL_LATENT_DIM,
     CELL_NUM_INDUCING,
     CHECKPOINT_EVERY,
+    FIT_CELLS,
     ITERATIONS,
     LATENT_DIM,
     LIKELIHOOD_NAMES,
@@ -46,6 +48,8 @@ __all__ = [
     "quiet_tensorflow",
     "build_parser",
     "build_embed_parser",
+    "build_map_query_parser",
+    "VERBS",
 ]
 
 INDUCING_HELP = f"M (default: {NUM_INDUCING}; {CELL_NUM_INDUCING} for an .h5ad)"
@@ -85,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gpflow_svi_gplvm",
         description="Train a GPLVM with stochastic variational inference and summarise it "
         "(python -m gpflow_svi_gplvm embed --help: embed an .h5ad with a saved single-cell "
-        "model).",
+        "model; python -m gpflow_svi_gplvm map-query --help: map an .h5ad of new batches onto "
+        "one).",
         epilog=MODEL_HELP,
         formatter_class=_HelpFormatter,
     )
@@ -125,14 +130,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-EMBED_HELP = """outputs (--output): X_<key>.npy and X_<key>_var.npy [N, Q], the means and
-variances of q(x) of every cell in the file's order (adata.obsm["X_gplvm"] = np.load(...));
-<key>_novelty.npy [N], each cell's novelty in [0, 1] (the share of the model's reference cells
-less isolated among the others than the cell is among them: above 0.99, more than 99% of them;
-NaN for an amortised model); embed.json (cells, genes, seconds, the model). Each file is written
-under a hidden name and renamed once whole; the .h5ad is read a block of cells at a time and
-never written.
-"""
+EMBEDDING_HELP = """X_<key>.npy and X_<key>_var.npy [N, Q], the means and variances of q(x)
+of every cell in the file's order (adata.obsm["X_gplvm"] = np.load(...)); <key>_novelty.npy [N],
+each cell's novelty in [0, 1] (the share of the model's reference cells less isolated among the
+others than the cell is among them: above 0.99, more than 99% of them; NaN for an amortised
+model)"""
+
+STAGED_HELP = """Each file is written under a hidden name and renamed once whole; the .h5ad is
+read a block of cells at a time and never written."""
+
+
+def _paragraphs(*texts: str) -> str:
+    """Help text of ``texts``, each a paragraph wrapped to 96 columns."""
+    return "\n\n".join(textwrap.fill(" ".join(text.split()), 96) for text in texts) + "\n"
+
+
+EMBED_HELP = _paragraphs(
+    f"outputs (--output): {EMBEDDING_HELP}; embed.json (cells, genes, seconds, the model). "
+    + STAGED_HELP
+)
+
+MAP_QUERY_HELP = _paragraphs(
+    f"outputs (--output): {EMBEDDING_HELP}; map_query.json (cells, genes, seconds, the model, "
+    f"the new batches learnt, --fit-cells). {STAGED_HELP}",
+    """new batches: the query's batches (in the model's batch column of obs) that the model does
+    not know each get an offset per gene, learnt from up to --fit-cells of their cells as
+    SingleCellGPLVM.map_query learns it; every cell is then embedded as embed does. A query
+    without cells of a new batch is embedded as embed does. --save-model DIR2 saves the model
+    with the new batches to a new folder (the --model folder is never written), so that embed
+    --model DIR2 maps their cells as known batches.""",
+)
 
 
 def build_embed_parser() -> argparse.ArgumentParser:
@@ -144,6 +171,46 @@ def build_embed_parser() -> argparse.ArgumentParser:
         epilog=EMBED_HELP,
         formatter_class=_HelpFormatter,
     )
+    _add_embedding_options(parser, "replace an earlier embedding in OUTPUT")
+    return parser
+
+
+def build_map_query_parser() -> argparse.ArgumentParser:
+    """``map-query``'s options: new cells, of batches the saved single-cell model may not know,
+    mapped onto it."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gpflow_svi_gplvm map-query",
+        description="Map the cells of an .h5ad onto a saved SingleCellGPLVM, learning the "
+        "batches it does not know (SingleCellGPLVM.map_query), then embedding every cell a "
+        "block at a time as embed does.",
+        epilog=MAP_QUERY_HELP,
+        formatter_class=_HelpFormatter,
+    )
+    _add_embedding_options(
+        parser, "replace an earlier embedding in OUTPUT, and a saved model at --save-model"
+    )
+    parser.add_argument(
+        "--fit-cells",
+        type=int,
+        default=FIT_CELLS,
+        help="cells of each new batch (drawn at random) its offsets are learnt from, at most",
+    )
+    parser.add_argument(
+        "--save-model",
+        type=Path,
+        metavar="DIR2",
+        help="save the model with the new batches learnt to this new folder",
+    )
+    return parser
+
+
+VERBS = {"embed": build_embed_parser, "map-query": build_map_query_parser}
+"""The verbs of the command line (``python -m gpflow_svi_gplvm VERB``) and their options."""
+
+
+def _add_embedding_options(parser: argparse.ArgumentParser, overwrite: str) -> None:
+    """The options of the verbs that embed an .h5ad with a saved model; ``overwrite``: what
+    ``--overwrite`` replaces."""
     parser.add_argument(
         "--model", type=Path, required=True, help="the folder SingleCellGPLVM.save wrote"
     )
@@ -158,14 +225,11 @@ def build_embed_parser() -> argparse.ArgumentParser:
         help="cells lacking some of the model's genes: leave those out of each cell's "
         "likelihood (default: refuse them, naming the genes)",
     )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace an earlier embedding in OUTPUT"
-    )
+    parser.add_argument("--overwrite", action="store_true", help=overwrite)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument(
         "--debug", action="store_true", help="show the Python traceback of an error"
     )
-    return parser
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """``python -m gpflow_svi_gplvm embed --model DIR --data query.h5ad --output DIR``: the cells of an
-``.h5ad`` embedded by a saved :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM`.
+``.h5ad`` embedded by a saved :class:`~gpflow_svi_gplvm.singlecell.SingleCellGPLVM`, and the
+block-wise writing that ``map-query`` (:mod:`.map_query`) shares.
 
 The file is opened backed (``anndata.read_h5ad(..., backed="r")``) and read ``--block`` cells at
 a time, each block embedded by the model's ``transform`` (q(x*) with the model frozen, cells of
@@ -17,34 +18,67 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ..validation import check_integer, check_writable_folder
 
-__all__ = ["EMBED_OUTPUTS", "embed_outputs", "run_embed"]
+if TYPE_CHECKING:  # the single-cell face imports TensorFlow: loaded with a run, not with --help
+    from ..singlecell import SingleCellGPLVM
 
-EMBED_OUTPUTS = ("X_{key}.npy", "X_{key}_var.npy", "{key}_novelty.npy", "embed.json")
-"""What ``embed`` writes to ``--output``, with the model's ``key_added`` for ``{key}``."""
+__all__ = [
+    "EMBED_OUTPUTS",
+    "EMBEDDING",
+    "backed_h5ad",
+    "checked_embedding_inputs",
+    "embed_outputs",
+    "print_embedded",
+    "run_embed",
+    "write_embedding",
+]
+
+EMBEDDING = ("X_{key}.npy", "X_{key}_var.npy", "{key}_novelty.npy")
+"""The arrays ``embed`` and ``map-query`` write to ``--output``, with the model's ``key_added``
+for ``{key}``: the means and variances of q(x) [N, Q] and the novelty [N] of every cell."""
+
+EMBED_OUTPUTS = (*EMBEDDING, "embed.json")
+"""What ``embed`` writes to ``--output``: :data:`EMBEDDING` and its record."""
 
 
-def embed_outputs(key: str) -> list[str]:
-    """The names of ``embed``'s outputs for a model whose ``key_added`` is ``key``."""
-    return [name.format(key=key) for name in EMBED_OUTPUTS]
+def embed_outputs(key: str, record: str = "embed.json") -> list[str]:
+    """The names of the outputs for a model whose ``key_added`` is ``key``: :data:`EMBEDDING`'s
+    and the run's ``record``."""
+    return [name.format(key=key) for name in EMBEDDING] + [record]
 
 
 def run_embed(args: argparse.Namespace) -> int:
     """The ``embed`` verb (see the module); its exit status."""
-    import anndata
+    face, block, names = checked_embedding_inputs(args, "embed.json")
+    with backed_h5ad(args.data) as adata:
+        seconds = write_embedding(face, adata, args, block, names, {})
+        print_embedded(adata.n_obs, seconds, names, args.output)
+    return 0
 
+
+def checked_embedding_inputs(
+    args: argparse.Namespace, record: str
+) -> tuple[SingleCellGPLVM, int, list[str]]:
+    """The saved model ``--model`` loaded, ``--block`` checked, and the outputs' names (with the
+    run's ``record``), once ``--data`` is found to be an ``.h5ad`` and ``--output`` to be
+    writable and to hold no earlier run's outputs (unless ``--overwrite``); a ``ValueError``
+    saying what to do otherwise."""
     from ..singlecell import SingleCellGPLVM
 
     block = check_integer(args.block, "--block", hint="e.g. 4096 cells")
     if args.data.suffix != ".h5ad" or not args.data.is_file():
         raise ValueError(f"--data {args.data} is not an .h5ad file: give the cells' .h5ad.")
     face = SingleCellGPLVM.load(args.model)
-    names = embed_outputs(face.key_added)
+    names = embed_outputs(face.key_added, record)
     check_writable_folder(args.output, "--output")
     earlier = [name for name in names if (args.output / name).exists()]
     if earlier and not args.overwrite:
@@ -52,14 +86,44 @@ def run_embed(args: argparse.Namespace) -> int:
             f"--output {args.output} holds an earlier embedding ({', '.join(earlier)}): pass "
             "--overwrite to replace it, or choose another --output."
         )
-    staged = {name: args.output / f".{name}.partial" for name in names}
+    return face, block, names
+
+
+@contextmanager
+def backed_h5ad(path: Path) -> Iterator[Any]:
+    """The AnnData of the ``.h5ad`` at ``path`` opened backed (read only, its counts left on
+    disk), closed on leaving; a ``ValueError`` for a file that cannot be read."""
+    import anndata
+
     try:
-        adata = anndata.read_h5ad(args.data, backed="r")
+        adata = anndata.read_h5ad(path, backed="r")
     except OSError as error:
         raise ValueError(
-            f"--data {args.data} cannot be read as an .h5ad ({error}): give a whole .h5ad file "
+            f"--data {path} cannot be read as an .h5ad ({error}): give a whole .h5ad file "
             "(one truncated, or still being written, cannot be read)."
         ) from error
+    try:
+        yield adata
+    finally:
+        adata.file.close()
+
+
+def write_embedding(
+    face: SingleCellGPLVM,
+    adata,
+    args: argparse.Namespace,
+    block: int,
+    names: list[str],
+    record: dict[str, Any],
+    keep: Callable[[], None] | None = None,
+) -> float:
+    """Write the embedding of the backed ``adata``'s cells by ``face.transform``, ``block`` cells
+    at a time, to ``args.output`` as ``names`` (:func:`embed_outputs`): the arrays, and the run's
+    ``record`` with the cells, genes, Q, seconds, model and data; each under a hidden name,
+    ``keep`` called (to write what else the run keeps) once they are whole, then renamed into
+    place, so a run failing anywhere leaves none of them. Returns the seconds the embedding
+    took."""
+    staged = {name: args.output / f".{name}.partial" for name in names}
     try:
         args.output.mkdir(parents=True, exist_ok=True)
         cells, Q = adata.n_obs, face.latent_dim
@@ -88,14 +152,21 @@ def run_embed(args: argparse.Namespace) -> int:
             "seconds": round(seconds, 2),
             "model": str(args.model),
             "data": str(args.data),
+            **record,
         }
         staged[names[-1]].write_text(json.dumps(record, indent=2))
+        if keep is not None:
+            keep()
         for name in names:
             os.replace(staged[name], args.output / name)
     finally:
-        adata.file.close()
         for path in staged.values():  # left only by a run that failed
             path.unlink(missing_ok=True)
+    return seconds
+
+
+def print_embedded(cells: int, seconds: float, names: list[str], output: Path) -> None:
+    """The summary of an embedding of ``cells`` in ``seconds`` written to ``output`` as
+    ``names``."""
     print(f"embedded {cells} cells in {seconds:.1f} s ({cells / max(seconds, 1e-9):.0f} a second)")
-    print(f"wrote {', '.join(names)} to {args.output}/")
-    return 0
+    print(f"wrote {', '.join(names)} to {output}/")

@@ -3,12 +3,14 @@
     python -m gpflow_svi_gplvm                       # B-SVI on scikit-learn's digits
     python -m gpflow_svi_gplvm --model aeb --data my.csv --latent-dim 3 --output runs/mine
     python -m gpflow_svi_gplvm embed --model DIR --data query.h5ad --output DIR
+    python -m gpflow_svi_gplvm map-query --model DIR --data query.h5ad --output DIR
 
 It prints a short summary and writes ``latent_space.png``, ``ard.png``, ``elbo.png`` and
 ``metrics.json`` (every setting, the results and the package's version) to the output folder;
 ``--save`` keeps the trained model as a checkpoint there (``--resume`` continues it) and
 ``--export`` writes a SavedModel that serves with TensorFlow alone. ``embed`` embeds the cells of an
-``.h5ad`` with a model ``SingleCellGPLVM.save`` wrote (:mod:`.embed`).
+``.h5ad`` with a model ``SingleCellGPLVM.save`` wrote (:mod:`.embed`); ``map-query`` maps them
+onto it, first learning the batches it does not know (:mod:`.map_query`).
 
 Units: for a Gaussian likelihood the data file's columns are standardised, the model trained on
 :math:`(y_{nd} - m_d) / s_d`. ``metrics.json`` records each column's location :math:`m_d` and
@@ -30,7 +32,7 @@ from __future__ import annotations
 import sys
 
 from .. import defaults
-from .arguments import build_embed_parser, build_parser, quiet_tensorflow, running_the_command_line
+from .arguments import VERBS, build_parser, quiet_tensorflow, running_the_command_line
 
 __all__ = ["LIKELIHOODS", "build_parser", "main"]
 
@@ -46,11 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     option, exits while reading them, before TensorFlow loads; in the command line's own process
     TensorFlow's log is then quieted (:func:`~.arguments.quiet_tensorflow`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    embed = argv[:1] == ["embed"]
-    parser = build_embed_parser() if embed else build_parser()
-    args = parser.parse_args(argv[1:] if embed else argv)
+    verb = argv[0] if argv[:1] and argv[0] in VERBS else None
+    args = VERBS[verb]().parse_args(argv[1:]) if verb else build_parser().parse_args(argv)
     if running_the_command_line():
         quiet_tensorflow()
     from .run import run  # TensorFlow loads here, after the options are read
 
-    return run(args, embed)
+    return run(args, verb)

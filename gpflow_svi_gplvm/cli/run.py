@@ -35,6 +35,7 @@ from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder
 from .embed import run_embed
+from .map_query import run_map_query
 from .outputs import OUTPUTS, finish_outputs
 from .report import described, print_summary, run_metrics, save_figures, standardised
 from .single_cell import check_cell_options, run_single_cell
@@ -42,13 +43,14 @@ from .single_cell import check_cell_options, run_single_cell
 __all__ = ["run"]
 
 
-def run(args: argparse.Namespace, embed: bool = False) -> int:
-    """The run ``args`` (the parsed options) ask for (``embed``: that verb's,
-    :mod:`~gpflow_svi_gplvm.cli.embed`); its exit status."""
+def run(args: argparse.Namespace, verb: str | None = None) -> int:
+    """The run ``args`` (the parsed options) ask for (a ``verb``'s: ``"embed"``,
+    :mod:`~gpflow_svi_gplvm.cli.embed`, or ``"map-query"``, :mod:`~gpflow_svi_gplvm.cli.map_query`;
+    None, a training run); its exit status."""
     original = warnings.formatwarning
     warnings.formatwarning = _plain_warning
     try:
-        return run_embed(args) if embed else _run(args)
+        return _VERBS[verb](args) if verb else _run(args)
     except (ValueError, OSError, WorkerLostError) as error:
         if args.debug:
             raise
@@ -56,6 +58,9 @@ def run(args: argparse.Namespace, embed: bool = False) -> int:
         return 2
     finally:
         warnings.formatwarning = original
+
+
+_VERBS = {"embed": run_embed, "map-query": run_map_query}
 
 
 def _in_flags(error: BaseException) -> str:

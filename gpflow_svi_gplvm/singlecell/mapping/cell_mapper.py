@@ -24,6 +24,7 @@ import tensorflow as tf
 from tqdm.auto import tqdm
 
 from ...components.initialisation import initial_offset
+from ...defaults import FIT_CELLS
 from ...models import SVIGPLVM
 from ...prediction.laplace import LaplaceLatents, laplace_applies
 from ...prediction.latent_inference import TOLERANCE, LatentInference
@@ -32,15 +33,12 @@ from ...rows.sparse import RowReader
 from ..cells.encoding import CovariateEncoding
 from .novelty import Novelty
 from .offsets import OffsetUpdates, new_batch_prior_variance
-from .query import Query, QueryInputs
+from .query import Query, QueryInputs, offset_fitting_cells
 
 __all__ = ["BLOCK", "CellMapper", "FIT_CELLS", "INFERENCE_STEPS"]
 
 INFERENCE_STEPS = 50
 """The most Newton steps a cell's q(x*) takes when it is embedded; most stop after a few."""
-
-FIT_CELLS = 2000
-"""The cells of a new batch whose q(x*) its offsets are fitted with, at most (drawn at random)."""
 
 ROUNDS = 6
 """Alternations of a new batch's offsets and its cells' q(x*), at most."""
@@ -146,9 +144,7 @@ class CellMapper:
         assert query.key is not None and query.batches is not None
         rows, inputs, batches, categories = query.rows, query.inputs, query.batches, query.new
         prior_variance = new_batch_prior_variance(self.model, len(encoding.categories[query.key]))
-        rng = np.random.default_rng(seed)
-        chosen = [rng.permutation(np.flatnonzero(batches == c))[:fit_cells] for c in categories]
-        cells = np.sort(np.concatenate(chosen))
+        cells = offset_fitting_cells(batches, categories, fit_cells, seed)
         Y = rows.take(cells)
         given = None if inputs is None else inputs[cells]
         index = {c: k for k, c in enumerate(categories)}

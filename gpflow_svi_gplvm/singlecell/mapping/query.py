@@ -31,7 +31,15 @@ from ..cells.reading import genes_of, read_cells, unique_genes
 from ..cells.registration import check_cells_have_counts
 from .offsets import BatchOffsets
 
-__all__ = ["MISSING_GENES", "MIN_SHARED_GENES", "Query", "read_query", "warn_of_few_batches"]
+__all__ = [
+    "MISSING_GENES",
+    "MIN_SHARED_GENES",
+    "Query",
+    "batch_categories",
+    "offset_fitting_cells",
+    "read_query",
+    "warn_of_few_batches",
+]
 
 MISSING_GENES = (None, "marginalise")
 """The choices of ``missing_genes``: refuse a query lacking fitted genes, or leave those genes
@@ -153,11 +161,8 @@ def read_query(
     rows, library, missing = _fitted_genes(registration, adata, missing_genes)
     key, batches, new = registration.batch_key, None, []
     if key is not None:
-        values = obs_column(adata.obs, key)
-        known = set(registration.encoding.categories[key]) | set(learnt.categories)
-        unseen = sorted({v for v in values.dropna().unique() if v not in known}, key=str)
+        batches, unseen = batch_categories(registration, learnt, adata.obs)
         new = unseen if learn else []
-        batches = values.to_numpy(dtype=object)
     sizes = registration.new_size_factors(adata.obs, library)
     reference = model.size_factor_reference
     if sizes is None and reference is not None:
@@ -168,6 +173,27 @@ def read_query(
         mapped = learnt.categories + new
         inputs = QueryInputs(model, adata.obs, registration.encoding, mapped, sizes)
     return Query(rows, inputs, batches, key, new, missing)
+
+
+def batch_categories(registration, learnt: BatchOffsets, obs) -> tuple[np.ndarray, list]:
+    """Each cell's batch category [n] (``obs``' column of the fitted ``registration``'s batch
+    key, as objects) and the categories among them that the model was neither fitted with nor
+    has ``learnt`` (sorted by name): the new batches ``map_query`` learns."""
+    values = obs_column(obs, registration.batch_key)
+    known = set(registration.encoding.categories[registration.batch_key]) | set(learnt.categories)
+    unseen = sorted({v for v in values.dropna().unique() if v not in known}, key=str)
+    return values.to_numpy(dtype=object), unseen
+
+
+def offset_fitting_cells(
+    batches: np.ndarray, categories: list, fit_cells: int, seed: int
+) -> np.ndarray:
+    """The cells (sorted row numbers) whose q(x*) the offsets of the new batch ``categories``
+    are fitted with: up to ``fit_cells`` of each, drawn at random with ``seed`` from the cells
+    whose category in ``batches`` [n] it is."""
+    rng = np.random.default_rng(seed)
+    chosen = [rng.permutation(np.flatnonzero(batches == c))[:fit_cells] for c in categories]
+    return np.sort(np.concatenate(chosen))
 
 
 def warn_of_few_batches(registration, query: Query) -> None:
