@@ -207,6 +207,13 @@ def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, caps
     # Another run into the same output keeps the saved model unless it continues the run.
     assert main([*args, "--save", "--output", str(out)]) == 2
     assert "pass --resume" in capsys.readouterr().err
+    # A resume on an .h5ad lacking one of the model's genes names it, before any shape.
+    kept = _folder_bytes(out / "checkpoints")
+    cells[:, 1:].copy().write_h5ad(tmp_path / "fewer.h5ad")
+    fewer = ["--data", str(tmp_path / "fewer.h5ad"), *args[2:], "--save", "--resume"]
+    assert main([*fewer, "--output", str(out)]) == 2
+    assert "this data lacks 1 of its 10 genes: gene0;" in capsys.readouterr().err
+    assert _folder_bytes(out / "checkpoints") == kept
 
 
 def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
