@@ -610,6 +610,23 @@ def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):
     assert "--model" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", ["embed", "map-query"])
+def test_an_h5ad_of_no_cells_is_refused_before_anything_is_written(
+    tmp_path, capsys, saved_cell_model, verb
+):
+    """As ``transform`` refuses no cells, so do ``embed`` and ``map-query``: one line on stderr
+    saying the file holds none, exit status 2, no --output made."""
+    from builders import count_cells
+
+    empty, out = tmp_path / "empty.h5ad", tmp_path / "out"
+    count_cells()[:0].copy().write_h5ad(empty)
+    command = [verb, "--model", str(saved_cell_model), "--data", str(empty), "--no-progress"]
+    assert main([*command, "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--data {empty} holds no cells" in err[0], err
+    assert not out.exists()
+
+
 def _query_with_new_batches(path):
     """Twelve cells written to ``path``: six of the fitted batches "a" and "b", three each of the
     new batches "c" and "d" (interleaved); the AnnData."""
