@@ -207,6 +207,13 @@ def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, caps
     # Another run into the same output keeps the saved model unless it continues the run.
     assert main([*args, "--save", "--output", str(out)]) == 2
     assert "pass --resume" in capsys.readouterr().err
+    # A resume on an .h5ad lacking one of the model's genes names it, before any shape.
+    kept = _folder_bytes(out / "checkpoints")
+    cells[:, 1:].copy().write_h5ad(tmp_path / "fewer.h5ad")
+    fewer = ["--data", str(tmp_path / "fewer.h5ad"), *args[2:], "--save", "--resume"]
+    assert main([*fewer, "--output", str(out)]) == 2
+    assert "this data lacks 1 of its 10 genes: gene0;" in capsys.readouterr().err
+    assert _folder_bytes(out / "checkpoints") == kept
 
 
 def test_the_model_s_size_defaults_to_the_data_s_kind(tmp_path):
@@ -601,6 +608,23 @@ def test_embed_help_names_its_outputs_and_the_main_help_names_embed(capsys):
         main(["embed", "--data", "cells.h5ad"])  # no --model, no --output
     assert stopped.value.code == 2
     assert "--model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", ["embed", "map-query"])
+def test_an_h5ad_of_no_cells_is_refused_before_anything_is_written(
+    tmp_path, capsys, saved_cell_model, verb
+):
+    """As ``transform`` refuses no cells, so do ``embed`` and ``map-query``: one line on stderr
+    saying the file holds none, exit status 2, no --output made."""
+    from builders import count_cells
+
+    empty, out = tmp_path / "empty.h5ad", tmp_path / "out"
+    count_cells()[:0].copy().write_h5ad(empty)
+    command = [verb, "--model", str(saved_cell_model), "--data", str(empty), "--no-progress"]
+    assert main([*command, "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--data {empty} holds no cells" in err[0], err
+    assert not out.exists()
 
 
 def _query_with_new_batches(path):

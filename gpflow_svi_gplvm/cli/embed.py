@@ -92,7 +92,8 @@ def checked_embedding_inputs(
 @contextmanager
 def backed_h5ad(path: Path) -> Iterator[Any]:
     """The AnnData of the ``.h5ad`` at ``path`` opened backed (read only, its counts left on
-    disk), closed on leaving; a ``ValueError`` for a file that cannot be read."""
+    disk), closed on leaving; a ``ValueError`` for a file that cannot be read or holds no cells
+    (``transform`` embeds none)."""
     import anndata
 
     try:
@@ -103,6 +104,11 @@ def backed_h5ad(path: Path) -> Iterator[Any]:
             "(one truncated, or still being written, cannot be read)."
         ) from error
     try:
+        if adata.n_obs == 0:
+            raise ValueError(
+                f"--data {path} holds no cells (0 rows of obs): give an .h5ad of the cells to "
+                "embed."
+            )
         yield adata
     finally:
         adata.file.close()

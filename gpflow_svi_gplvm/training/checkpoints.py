@@ -287,6 +287,8 @@ class Checkpoints:
             unreadable.append(f"{path} ({_first_line(error)})")
             return False
         _check_same_model(self.model, self.folder.run(), path)
+        if not self.allow_new_data:  # names the data lacks (genes) before the shapes they change
+            self.data.check_names_against(stored, path)
         _check_model_shapes(model, path, shapes)
         _check_trained_shapes(self.checkpoint, model, path, shapes)
         if not self.allow_new_data:

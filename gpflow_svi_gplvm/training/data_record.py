@@ -41,7 +41,8 @@ class TrainingData(tf.train.experimental.PythonState):
         and the record (the same on every worker) holds a hash per worker. ``inputs`` [N, R]:
         the rows' observed inputs (covariates, size factors), hashed into the record apart;
         ``names``: what the data's parts are called (e.g. genes, covariate columns), each list
-        recorded by its length, first names and a hash. ``facts``: Y's, whose hash of its
+        recorded by its length, first names and a hash, and whole under "names" (so that a
+        resume on data lacking some can name them). ``facts``: Y's, whose hash of its
         values and gaps is taken instead of reading Y again (for all rows in order alone)."""
         workers = workers or Workers()
         digest = _values_digest(Y, rows, facts)
@@ -58,6 +59,8 @@ class TrainingData(tf.train.experimental.PythonState):
             record["covariates and size factors"] = _agreed(inputs_digest, workers)[0]
         for name, values in (names or {}).items():
             record[name] = _listed(values)
+        if names:
+            record["names"] = {name: list(map(str, values)) for name, values in names.items()}
         return cls(record)
 
     def serialize(self) -> str:
@@ -73,9 +76,17 @@ class TrainingData(tf.train.experimental.PythonState):
         key = "data/.ATTRIBUTES/py_state"
         return json.loads(reader.get_tensor(key)) if reader.has_tensor(key) else {}
 
+    def check_names_against(self, stored: dict, path: str) -> None:
+        """:meth:`check_against` when this data lacks some of the names (e.g. genes) of the
+        checkpoint's (its record ``stored``): a check to make before the model's shapes, which
+        such data changes."""
+        if _lacking(stored.get("names", {}), self.current.get("names", {})):
+            self.check_against(stored, path)
+
     def check_against(self, stored: dict, path: str) -> None:
         """A ``ValueError`` naming what differs when the checkpoint (its record ``stored``) was
-        written on other data."""
+        written on other data, first the names (e.g. genes) it was trained on that this data
+        lacks."""
         if "batch_size" in stored and "batch_size" in self.current:
             if stored["batch_size"] != self.current["batch_size"]:
                 raise ValueError(
@@ -83,10 +94,10 @@ class TrainingData(tf.train.experimental.PythonState):
                     f"this run has batch_size={self.current['batch_size']}: resume with "
                     f"batch_size={stored['batch_size']}, or use another checkpoint_dir."
                 )
-        differ = [
+        differ = _lacking(stored.get("names", {}), self.current.get("names", {})) + [
             f"{name} {stored[name]} there, {value} here"
             for name, value in self.current.items()
-            if name not in ("batch_size", "shards", "run")
+            if name not in ("batch_size", "shards", "run", "names")
             and name in stored
             and stored[name] != value
         ]
@@ -127,6 +138,22 @@ def _agreed(digest: bytes, workers: Workers) -> tuple[str, list[str]]:
     hashes = workers.stack(np.frombuffer(digest, np.uint8).astype(np.int64))
     shards = [bytes(row.astype(np.uint8)).hex() for row in hashes]
     return hashlib.blake2b("".join(shards).encode()).hexdigest()[:32], shards
+
+
+def _lacking(written: dict[str, list[str]], held: dict[str, list[str]]) -> list[str]:
+    """For each list of names recorded whole in both records, those ``written`` (the
+    checkpoint's) that this data's (``held``) lacks, named (the first ten)."""
+    lacking = []
+    for name in [name for name in written if name in held]:
+        here = set(held[name])
+        missing = [value for value in written[name] if value not in here]
+        if missing:
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            shown = ", ".join(missing[:10]) + more
+            lacking.append(
+                f"this data lacks {len(missing)} of its {len(written[name])} {name}: {shown}"
+            )
+    return lacking
 
 
 def _listed(names: list[str]) -> str:
