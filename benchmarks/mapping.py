@@ -43,7 +43,9 @@ transfer, batch ASW, ARI.
 dendritic cells), the reference fitted to the other batches' other cells, the query (the query
 batch, every type) mapped with ``map_query``: the AUROC of the novelty it writes
 (``obs["gplvm_novelty"]``) for the held-out type's cells against the rest, and the shares of
-each above 0.99 and 0.9.
+each above 0.99 and 0.9; beside it, the same of the label mixing ``transfer_labels`` writes
+(``obs["cell_type_transferred_mixing"]``, from the reference's labels, Kang's "unlabelled" cells
+taken as without a label), with the shares above 0.5 and 0.2.
 """
 
 from __future__ import annotations
@@ -476,33 +478,48 @@ HELD_OUT = {"atlas": "type3", "kang": "dendritic"}
 
 
 def novelty(args: argparse.Namespace) -> None:
-    """The novelty ``map_query`` writes, for the query's cells of a type held out of the
-    reference against the rest: AUROC, and the share of each above 0.99 and 0.9."""
+    """The novelty ``map_query`` writes and the label mixing ``transfer_labels`` writes, for the
+    query's cells of a type held out of the reference against the rest: AUROC of each, and the
+    share of each group above 0.99 and 0.9 (novelty) and above 0.5 and 0.2 (mixing)."""
     import anndata
     from sklearn.metrics import roc_auc_score
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
+    from gpflow_svi_gplvm.singlecell.genes.labels import transfer_labels
 
     folder = Path(args.folder or tempfile.mkdtemp(prefix="mapping-"))
     folder.mkdir(parents=True, exist_ok=True)
     print(
-        "| data | held out | query cells (held out) | AUROC | > 0.99: held out, rest | "
-        "> 0.9: held out, rest |"
+        "| data | held out | query cells (held out) | novelty AUROC | > 0.99: held out, rest | "
+        "> 0.9: held out, rest | mixing AUROC | > 0.5: held out, rest | > 0.2: held out, rest |"
     )
-    print("|---|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.rest or ["atlas"]:
         held_out = HELD_OUT[name]
-        model, _, query_path = reference_data(folder, name, args.iterations, held_out)
+        model, reference_path, query_path = reference_data(folder, name, args.iterations, held_out)
         query = anndata.read_h5ad(query_path)
         SingleCellGPLVM.load(model).map_query(query, progress=False)
-        score = query.obs["gplvm_novelty"].to_numpy()
+        transfer_labels(
+            anndata.read_h5ad(reference_path),
+            query,
+            "cell_type",
+            groups_key="batch",
+            unlabelled_category="unlabelled",  # Kang's cells no marker names
+        )
         held = (query.obs["cell_type"].astype(str) == held_out).to_numpy()
-        shares = [
-            f"{np.mean(score[held] > t):.2f}, {np.mean(score[~held] > t):.2f}" for t in (0.99, 0.9)
-        ]
+        columns = []
+        for column, thresholds in (
+            ("gplvm_novelty", (0.99, 0.9)),
+            ("cell_type_transferred_mixing", (0.5, 0.2)),
+        ):
+            score = query.obs[column].to_numpy()
+            columns.append(f"{roc_auc_score(held, score):.3f}")
+            columns += [
+                f"{np.mean(score[held] > t):.2f}, {np.mean(score[~held] > t):.2f}"
+                for t in thresholds
+            ]
         print(
-            f"| {name} | {held_out} | {len(held)} ({held.sum()}) | "
-            f"{roc_auc_score(held, score):.3f} | {shares[0]} | {shares[1]} |",
+            f"| {name} | {held_out} | {len(held)} ({held.sum()}) | " + " | ".join(columns) + " |",
             flush=True,
         )
 

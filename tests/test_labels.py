@@ -20,6 +20,7 @@ from gpflow_svi_gplvm.singlecell.genes.labels import (  # noqa: E402
     assigned_labels,
     calibrated,
     fit_calibration,
+    label_mixing,
     transfer_labels,
 )
 
@@ -144,3 +145,68 @@ def test_transfer_labels_writes_assigned_labels_and_names_bad_input():
         transfer_labels(reference, query, "with_unknown", **options)
     with pytest.raises(ValueError, match="calibration must be one of"):
         LabelTransfer(calibration="isotonic")
+
+
+def _cells(x: np.ndarray, labels=None) -> anndata.AnnData:
+    """An AnnData of cells with q(x) means ``x`` [N, Q] (variances 0.01), labels in
+    ``obs["cell_type"]`` if given."""
+    obs = pd.DataFrame(index=[f"c{i}" for i in range(len(x))])
+    if labels is not None:
+        obs["cell_type"] = labels
+    cells = anndata.AnnData(np.zeros((len(x), 1), np.float32), obs=obs)
+    cells.obsm["X_gplvm"], cells.obsm["X_gplvm_var"] = x, np.full_like(x, 0.01)
+    return cells
+
+
+def test_label_mixing_is_the_share_of_neighbours_outside_the_most_common_label():
+    rng = np.random.default_rng(4)
+    reference_x, query_x = rng.normal(size=(60, 3)), rng.normal(size=(25, 3))
+    names = rng.choice(np.array(["A", "B", "C", "unlabelled", None], dtype=object), 60)
+    reference, query = _cells(reference_x, names), _cells(query_x)
+    reference.obs["batch"] = np.arange(60) % 2
+    transfer_labels(
+        reference,
+        query,
+        "cell_type",
+        groups_key="batch",
+        unlabelled_category="unlabelled",
+        mixing_neighbours=7,
+        num_neighbours=5,
+        n_samples=2,
+    )
+    # Brute force: the 7 nearest by every distance, unlabelled and missing labels voting for none.
+    distances = ((query_x[:, None] - reference_x[None]) ** 2).sum(axis=-1)
+    nearest = names[np.argsort(distances, axis=1)[:, :7]]
+    votes = np.stack([(nearest == t).sum(axis=1) for t in "ABC"], axis=1)
+    expected = 1.0 - votes.max(axis=1) / 7
+    np.testing.assert_allclose(query.obs["cell_type_transferred_mixing"], expected)
+    # Among reference cells without labels only, no label is carried: mixing 1.
+    alone = label_mixing(reference_x, np.full(60, -1), query_x, 7)
+    np.testing.assert_array_equal(alone, 1.0)
+
+
+def test_a_cell_between_types_is_more_mixed_and_left_unassigned_above_mixed_above():
+    rng = np.random.default_rng(5)
+    types = np.arange(200) % 2  # two types around (0, 0) and (4, 0)
+    reference_x = np.stack([4.0 * types, np.zeros(200)], axis=1) + rng.normal(0, 0.7, (200, 2))
+    reference = _cells(reference_x, np.array(["A", "B"])[types])
+    query = _cells(np.array([[0.0, 0.0], [4.0, 0.0], [2.0, 0.0]]))  # inside A, B; between
+    options = dict(num_neighbours=10, n_samples=2, mixing_neighbours=15)
+    with pytest.warns(UserWarning, match="random folds"):
+        transfer_labels(reference, query, "cell_type", **options)
+    mixing = query.obs["cell_type_transferred_mixing"].to_numpy()
+    assert mixing[2] > 0.3 and mixing[2] > mixing[:2].max() + 0.2
+    assert (query.obs["cell_type_transferred"] != UNASSIGNED).all()
+    with pytest.warns(UserWarning, match="random folds"):
+        transfer_labels(reference, query, "cell_type", mixed_above=0.25, **options)
+    assert list(query.obs["cell_type_transferred"]) == ["A", "B", UNASSIGNED]
+
+    for kwargs, message in (
+        (dict(mixed_above=1.5), r"mixed_above must be a label mixing in \[0, 1\]"),
+        (dict(mixed_above=-0.1), r"mixed_above must be a label mixing in \[0, 1\]"),
+        (dict(mixing_neighbours=0), "mixing_neighbours must be a positive integer"),
+        (dict(mixing_neighbours=2.5), "mixing_neighbours must be a positive integer"),
+        (dict(mixing_neighbours=201), r"mixing_neighbours \(201\) must be at most .* lower it"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            transfer_labels(reference, query, "cell_type", **{**options, **kwargs})

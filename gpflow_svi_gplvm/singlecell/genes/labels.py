@@ -46,6 +46,20 @@ and so are those a boolean ``query.obs`` column flags (``flagged_key``: e.g. cel
 score marks as of a type the reference lacks) and those whose novelty (``obs["<key>_novelty"]``,
 written by ``transform`` and ``map_query``: :mod:`~gpflow_svi_gplvm.singlecell.mapping.novelty`)
 is above ``novel_above``, whatever their probabilities.
+
+A cell of a type the reference lacks is often placed among reference cells of the types nearest
+it, not apart from them, where its novelty is low; but there it lies among cells of several
+types, or of none. Its *label mixing* is the share of its k nearest reference cells (Euclidean
+on the q(x) means, reference cells labelled or not) that do not carry the most common label
+among them, a reference cell without a label carrying none:
+
+.. math::
+
+    m(x_*) = 1 - \frac{1}{k} \max_t \sum_{j=1}^{k} [\, t_{(j)} = t \,],
+
+0 inside a type, 1 among unlabelled cells only. Cells whose mixing is above ``mixed_above`` are
+"unassigned" too. It needs the reference's labels, and counts a cell among unlabelled
+reference cells as mixed, whatever its type (benchmarks/results/mapping.md).
 """
 
 from __future__ import annotations
@@ -83,6 +97,8 @@ CALIBRATIONS = ("bias", "temperature", None)
 """The calibration maps: a and b, a alone, none."""
 _UNLABELLED_NAMES = {"unlabelled", "unlabeled", "unknown", "unassigned", "nan", "none", "na", ""}
 """Labels that usually mean "no label": a reference class of that name draws a warning."""
+MIXING_NEIGHBOURS = 15
+"""k, the reference cells a query cell's label mixing counts."""
 
 
 class LabelTransfer:
@@ -262,6 +278,24 @@ class LabelTransfer:
         return best[1], best[2], 1.0 / slope, biases
 
 
+def label_mixing(
+    reference_mean: np.ndarray, codes: np.ndarray, query_mean: np.ndarray, num_neighbours: int
+) -> np.ndarray:
+    r"""The label mixing [N*] of query cells with q(x) means ``query_mean`` [N*, Q] (see the
+    module): among each one's ``num_neighbours`` (k) nearest reference cells (Euclidean on
+    ``reference_mean`` [N, Q], k <= N), the share that do not carry the most common label,
+    :math:`1 - \max_t \#\{j : t_{(j)} = t\} / k`. ``codes`` [N]: each reference cell's label as
+    an integer, -1 for none (such a cell counts among the k but never for a type)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    index = NearestNeighbors(n_neighbors=num_neighbours).fit(reference_mean)
+    labels = np.asarray(codes)[index.kneighbors(query_mean, return_distance=False)]  # [N*, k]
+    most = np.zeros(len(labels), dtype=np.int64)
+    for t in range(int(labels.max()) + 1):
+        most = np.maximum(most, np.count_nonzero(labels == t, axis=1))
+    return 1.0 - most / num_neighbours
+
+
 def calibrated(probabilities: np.ndarray, slope: float, biases: np.ndarray) -> np.ndarray:
     """The calibration map [n, T]: softmax of ``slope`` log p + ``biases`` [T]."""
     return np.exp(log_softmax(slope * np.log(probabilities) + biases, axis=1))
@@ -348,6 +382,8 @@ def transfer_labels(
     unassigned_below: float = 0.0,
     flagged_key: str | None = None,
     novel_above: float | None = None,
+    mixed_above: float | None = None,
+    mixing_neighbours: int = MIXING_NEIGHBOURS,
     unlabelled_category: str | Sequence[str] | None = None,
     calibration: str | None = "bias",
     num_neighbours: int = 30,
@@ -369,18 +405,38 @@ def transfer_labels(
     as of a type the reference lacks) or its novelty ``query.obs["<key>_novelty"]`` is above
     ``novel_above`` (in [0, 1], e.g. 0.99: further from the reference cells than 99% of them
     are from each other; None: none); and ``query.obs[key_added + "_probability"]``, the most
-    probable label's probability. Returns the probabilities [N*, T], a DataFrame.
-    ``calibration``, ``num_neighbours``, ``n_samples``, ``seed``: :class:`LabelTransfer`'s."""
+    probable label's probability; and ``query.obs[key_added + "_mixing"]``, the cell's label
+    mixing (see the module) among its ``mixing_neighbours`` nearest reference cells (labelled or
+    not), in [0, 1]: cells above ``mixed_above`` (in [0, 1], e.g. 0.5: fewer than half of them
+    carry the most common label; None: none) are "unassigned" too. Returns the probabilities
+    [N*, T], a DataFrame. ``calibration``, ``num_neighbours``, ``n_samples``, ``seed``:
+    :class:`LabelTransfer`'s."""
     unassigned_below = check_fraction(
         unassigned_below,
         "unassigned_below",
         "a probability",
         "cells whose most probable label is less probable are left unassigned; 0: none, e.g. 0.5",
     )
-    flagged = _flags(query, flagged_key)
+    if mixed_above is not None:
+        mixed_above = check_fraction(
+            mixed_above,
+            "mixed_above",
+            "a label mixing",
+            "cells more mixed are left unassigned, e.g. 0.5 (None: none)",
+        )
+    mixing_neighbours = check_integer(
+        mixing_neighbours,
+        "mixing_neighbours",
+        hint="reference cells about each query cell, e.g. 15",
+    )
+    if mixing_neighbours > reference.n_obs:
+        raise ValueError(
+            f"mixing_neighbours ({mixing_neighbours}) must be at most the reference's "
+            f"{reference.n_obs} cells: lower it."
+        )
+    flags = [_flags(query, flagged_key)]
     if novel_above is not None:
-        novel = _novel(query, key, novel_above)
-        flagged = novel if flagged is None else flagged | novel
+        flags.append(_novel(query, key, novel_above))
     known = _labelled_cells(reference, labels_key, unlabelled_category)
     labels = reference.obs[labels_key][known].astype(str)
     if UNASSIGNED in set(labels):
@@ -398,11 +454,20 @@ def transfer_labels(
         groups = reference.obs[groups_key].to_numpy()[known]
     transfer = LabelTransfer(num_neighbours, n_samples, seed, calibration=calibration)
     transfer.fit(reference_mean[known], reference_variance[known], labels, groups)
-    probabilities = transfer.predict_proba(*_moments_of(query, key, moments, "query"))
+    query_mean, query_variance = _moments_of(query, key, moments, "query")
+    probabilities = transfer.predict_proba(query_mean, query_variance)
     table = pd.DataFrame(probabilities, index=query.obs_names, columns=transfer.classes_)
+    codes = np.full(len(known), -1)
+    codes[known] = pd.factorize(labels)[0]
+    mixing = label_mixing(reference_mean, codes, query_mean, mixing_neighbours)
+    if mixed_above is not None:
+        flags.append(mixing > mixed_above)
+    given = [f for f in flags if f is not None]
+    flagged = np.logical_or.reduce(given) if given else None
     key_added = key_added or f"{labels_key}_transferred"
     query.obs[key_added] = assigned_labels(table, unassigned_below, flagged)
     query.obs[f"{key_added}_probability"] = probabilities.max(axis=1)
+    query.obs[f"{key_added}_mixing"] = mixing
     return table
 
 
