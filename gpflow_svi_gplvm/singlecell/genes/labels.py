@@ -407,10 +407,10 @@ def transfer_labels(
     are from each other; None: none); and ``query.obs[key_added + "_probability"]``, the most
     probable label's probability; and ``query.obs[key_added + "_mixing"]``, the cell's label
     mixing (see the module) among its ``mixing_neighbours`` nearest reference cells (labelled or
-    not), in [0, 1]: cells above ``mixed_above`` (in [0, 1], e.g. 0.5: fewer than half of them
-    carry the most common label; None: none) are "unassigned" too. Returns the probabilities
-    [N*, T], a DataFrame. ``calibration``, ``num_neighbours``, ``n_samples``, ``seed``:
-    :class:`LabelTransfer`'s."""
+    not; all of them in a smaller reference), in [0, 1]: cells above ``mixed_above`` (in [0, 1],
+    e.g. 0.5: fewer than half of them carry the most common label; None: none) are "unassigned"
+    too. Returns the probabilities [N*, T], a DataFrame. ``calibration``, ``num_neighbours``,
+    ``n_samples``, ``seed``: :class:`LabelTransfer`'s."""
     unassigned_below = check_fraction(
         unassigned_below,
         "unassigned_below",
@@ -429,11 +429,6 @@ def transfer_labels(
         "mixing_neighbours",
         hint="reference cells about each query cell, e.g. 15",
     )
-    if mixing_neighbours > reference.n_obs:
-        raise ValueError(
-            f"mixing_neighbours ({mixing_neighbours}) must be at most the reference's "
-            f"{reference.n_obs} cells: lower it."
-        )
     flags = [_flags(query, flagged_key)]
     if novel_above is not None:
         flags.append(_novel(query, key, novel_above))
@@ -459,7 +454,8 @@ def transfer_labels(
     table = pd.DataFrame(probabilities, index=query.obs_names, columns=transfer.classes_)
     codes = np.full(len(known), -1)
     codes[known] = pd.factorize(labels)[0]
-    mixing = label_mixing(reference_mean, codes, query_mean, mixing_neighbours)
+    k = min(mixing_neighbours, len(reference_mean))  # a small reference: all its cells
+    mixing = label_mixing(reference_mean, codes, query_mean, k)
     if mixed_above is not None:
         flags.append(mixing > mixed_above)
     given = [f for f in flags if f is not None]
