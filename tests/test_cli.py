@@ -24,6 +24,7 @@ from gpflow_svi_gplvm.export.folder import MARKER
 from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
 from gpflow_svi_gplvm.singlecell import face as singlecell_face
+from gpflow_svi_gplvm.training.data_record import OtherDataError
 from gpflow_svi_gplvm.training.trainer import Trainer
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
@@ -212,7 +213,9 @@ def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, caps
     cells[:, 1:].copy().write_h5ad(tmp_path / "fewer.h5ad")
     fewer = ["--data", str(tmp_path / "fewer.h5ad"), *args[2:], "--save", "--resume"]
     assert main([*fewer, "--output", str(out)]) == 2
-    assert "this data lacks 1 of its 10 genes: gene0;" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "this data lacks 1 of its 10 genes: gene0;" in said
+    assert "give another --output" in said and "allow_new_data" not in said  # flags, no kwargs
     assert _folder_bytes(out / "checkpoints") == kept
 
 
@@ -751,24 +754,60 @@ def test_map_query_help_names_its_outputs_and_the_main_help_names_map_query(caps
     assert "map-query --help" in " ".join(capsys.readouterr().out.split())
 
 
+def _said_on_stderr(error: Exception, tmp_path, capsys, monkeypatch) -> str:
+    """What the command line prints (exit status 2) when its run raises ``error``."""
+    from gpflow_svi_gplvm.cli import run as cli_run
+
+    def fail(args):
+        raise error
+
+    monkeypatch.setattr(cli_run, "_run", fail)
+    assert main(["--output", str(tmp_path / "out")]) == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "refusal, said",
+    [
+        (
+            OtherDataError("out/checkpoints/ckpt-3", batch_sizes=(16, 10)),
+            "written with --batch-size 16, this run has --batch-size 10: resume with "
+            "--batch-size 16, or give another --output",
+        ),
+        (
+            OtherDataError("out/checkpoints/ckpt-3", ["values and gaps a there, b here"]),
+            "(values and gaps a there, b here). Resume with the data it was trained on (the same "
+            "rows in the same order), or give another --output (or start afresh there: "
+            "--overwrite in place of --resume).",
+        ),
+    ],
+    ids=["batch size", "data"],
+)
+def test_a_refused_resume_says_what_to_do_in_flags_not_fit_s_arguments(
+    tmp_path, capsys, monkeypatch, refusal, said
+):
+    """``fit``'s refusal to resume on other data advises ``batch_size=``, ``allow_new_data=True``
+    or another ``checkpoint_dir``; the command line, which has no flag to go on on other data,
+    says the same in its flags."""
+    assert "allow_new_data=True" in str(refusal) or "batch_size=16" in str(refusal)
+    shown = _said_on_stderr(refusal, tmp_path, capsys, monkeypatch)
+    assert said in shown
+    assert not [
+        word for word in ("batch_size=", "allow_new_data", "checkpoint_dir") if word in shown
+    ]
+
+
 @pytest.mark.parametrize("last", [None, "the last checkpoint is step 1000 in out/checkpoints"])
 def test_a_lost_worker_is_told_to_resume_in_flags_not_fit_s_arguments(
     tmp_path, capsys, monkeypatch, last
 ):
     """A worker's peer lost during training: ``fit`` says ``resume=True``; the command line says
     the same in its own flags (``--resume``, ``--save``), with where the run can resume from."""
-    from gpflow_svi_gplvm.cli import run as cli_run
     from gpflow_svi_gplvm.distributed.workers import lost_worker_error
 
     lost = lost_worker_error(Workers(), tf.errors.UnavailableError(None, None, "gone"), 7, last)
     assert "resume=True" in str(lost) and "after step 7 (gone)" in str(lost)
-
-    def lose(args):
-        raise lost
-
-    monkeypatch.setattr(cli_run, "_run", lose)
-    assert main(["--output", str(tmp_path / "out")]) == 2
-    said = capsys.readouterr().err
+    said = _said_on_stderr(lost, tmp_path, capsys, monkeypatch)
     assert "after step 7 (gone)" in said and "plus --resume" in said
     assert "resume=True" not in said and "checkpoint_dir" not in said
     assert (last or "--save keeps one every 1000 steps") in said

@@ -31,6 +31,7 @@ from ..export.saved_model import export_saved_model
 from ..likelihoods import likelihood_by_name
 from ..models import SVIGPLVM, lookup_model
 from ..rows.shard import RowShard, worker_rows
+from ..training.data_record import OtherDataError
 from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder
@@ -64,8 +65,14 @@ _VERBS = {"embed": run_embed, "map-query": run_map_query}
 
 
 def _in_flags(error: BaseException) -> str:
-    """``error``'s message, a lost worker's advice given in the command line's flags rather than
-    ``fit``'s arguments."""
+    """``error``'s message, a lost worker's or a refused resume's advice given in the command
+    line's flags rather than ``fit``'s arguments."""
+    if isinstance(error, OtherDataError):  # no flag continues a run on other data
+        return error.advice(
+            "--batch-size {}",
+            None,
+            "give another --output (or start afresh there: --overwrite in place of --resume)",
+        )
     if not isinstance(error, WorkerLostError) or error.lost is None:
         return str(error)
     every = defaults.CHECKPOINT_EVERY

@@ -14,7 +14,46 @@ from ..distributed.workers import Workers
 from ..rows.facts import RowFacts, hash_block
 from ..rows.sparse import row_blocks
 
-__all__ = ["TrainingData"]
+__all__ = ["OtherDataError", "TrainingData"]
+
+
+class OtherDataError(ValueError):
+    """A resume refused: the checkpoint ``path`` was written with another batch size
+    (``batch_sizes``: the checkpoint's and this run's) or while training on other data
+    (``differences``: what differs, named). Its message says what to pass to ``fit``;
+    :meth:`advice` says it in other words (the command line's flags)."""
+
+    def __init__(
+        self,
+        path: str,
+        differences: list[str] | None = None,
+        batch_sizes: tuple[int, int] | None = None,
+    ) -> None:
+        self.path, self.differences, self.batch_sizes = path, list(differences or []), batch_sizes
+        super().__init__(
+            self.advice(
+                "batch_size={}",
+                "pass allow_new_data=True to continue from it on this data on purpose",
+                "use another checkpoint_dir",
+            )
+        )
+
+    def advice(self, batch_size: str, new_data: str | None, elsewhere: str) -> str:
+        """The refusal, with ``batch_size`` (a format of one number) naming a batch size,
+        ``new_data`` how to go on from the checkpoint on this data (None: no way) and
+        ``elsewhere`` how to start a run of its own."""
+        if self.batch_sizes is not None:
+            written, this = (batch_size.format(size) for size in self.batch_sizes)
+            return (
+                f"The checkpoint {self.path} was written with {written}, this run has {this}: "
+                f"resume with {written}, or {elsewhere}."
+            )
+        ways = ["Resume with the data it was trained on (the same rows in the same order)"]
+        ways += [new_data] if new_data else []
+        return (
+            f"The checkpoint {self.path} was written while training on other data "
+            f"({'; '.join(self.differences)}). {', '.join(ways)}, or {elsewhere}."
+        )
 
 
 class TrainingData(tf.train.experimental.PythonState):
@@ -84,16 +123,13 @@ class TrainingData(tf.train.experimental.PythonState):
             self.check_against(stored, path)
 
     def check_against(self, stored: dict, path: str) -> None:
-        """A ``ValueError`` naming what differs when the checkpoint (its record ``stored``) was
-        written on other data, first the names (e.g. genes) it was trained on that this data
-        lacks."""
+        """An :class:`OtherDataError` naming what differs when the checkpoint (its record
+        ``stored``) was written on other data, first the names (e.g. genes) it was trained on
+        that this data lacks."""
         if "batch_size" in stored and "batch_size" in self.current:
             if stored["batch_size"] != self.current["batch_size"]:
-                raise ValueError(
-                    f"The checkpoint {path} was written with batch_size={stored['batch_size']}, "
-                    f"this run has batch_size={self.current['batch_size']}: resume with "
-                    f"batch_size={stored['batch_size']}, or use another checkpoint_dir."
-                )
+                sizes = (stored["batch_size"], self.current["batch_size"])
+                raise OtherDataError(path, batch_sizes=sizes)
         differ = _lacking(stored.get("names", {}), self.current.get("names", {})) + [
             f"{name} {stored[name]} there, {value} here"
             for name, value in self.current.items()
@@ -108,12 +144,7 @@ class TrainingData(tf.train.experimental.PythonState):
         elif differ and len(shards[0]) != len(shards[1]):
             differ.append(f"{len(shards[0])} worker(s) there, {len(shards[1])} here")
         if differ:
-            raise ValueError(
-                f"The checkpoint {path} was written while training on other data "
-                f"({'; '.join(differ)}). Resume with the data it was trained on (the same rows "
-                "in the same order), pass allow_new_data=True to continue from it on this data "
-                "on purpose, or use another checkpoint_dir."
-            )
+            raise OtherDataError(path, differ)
 
 
 def _values_digest(Y, rows: np.ndarray | None, facts: RowFacts | None) -> bytes:
