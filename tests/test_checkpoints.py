@@ -25,6 +25,7 @@ from gpflow_svi_gplvm.training.checkpoints import (
     read_history,
     write_history,
 )
+from gpflow_svi_gplvm.training.refusals import ResumeRefusedError
 from gpflow_svi_gplvm.training.trainer import Trainer
 
 N, D, Q, M = 40, 4, 2, 6
@@ -177,6 +178,31 @@ def test_a_checkpoint_of_another_shape_is_rejected_and_left_intact(
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
     gc.collect()  # a half-done restore would log "unrestored values" as it is collected
     assert not [r for r in caplog.records if "unrestored" in r.getMessage()]
+
+
+def test_a_checkpoint_of_another_q_u_optimizer_is_refused_in_a_few_words(
+    checkpointed, data, tmp_path
+):
+    """Natural-gradient steps keep no Adam state for q(u): resuming them with Adam is refused,
+    naming this run's optimizer, without the unmatched values TensorFlow lists."""
+    directory = copy_of(checkpointed, tmp_path)
+    files = {p.name: p.read_bytes() for p in directory.iterdir()}
+    model = BayesianSVIGPLVM(data, Q, num_inducing=M)
+    refusal = r"does not fit this model \(Found \d+ Python objects .*\)\. Resume .* the same "
+    refusal += r"q_u_optimizer \(this run has q_u_optimizer='adam'\), or use another checkpoint_dir"
+    with pytest.raises(ResumeRefusedError, match=refusal) as refused:
+        fit(
+            model,
+            data,
+            iterations=40,
+            checkpoint_dir=directory,
+            resume=True,
+            q_u_optimizer="adam",
+            **SETTINGS,
+        )
+    said = str(refused.value)
+    assert len(said) < 400 + len(str(directory)) and "tf.Variable" not in said  # was 3,900
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == files
 
 
 @pytest.mark.parametrize("shared_covariance", [False, True], ids=["per-output", "shared"])

@@ -25,6 +25,7 @@ from gpflow_svi_gplvm.likelihoods import likelihood_by_name
 from gpflow_svi_gplvm.models import DEFAULT_NUM_INDUCING, MODELS
 from gpflow_svi_gplvm.singlecell import face as singlecell_face
 from gpflow_svi_gplvm.training.data_record import OtherDataError
+from gpflow_svi_gplvm.training.refusals import ResumeRefusedError
 from gpflow_svi_gplvm.training.trainer import Trainer
 
 OUTPUTS = ["metrics.json", "latent_space.png", "ard.png", "elbo.png"]
@@ -216,6 +217,14 @@ def test_an_h5ad_run_saves_a_model_that_loads_and_an_export_of_it(tmp_path, caps
     said = capsys.readouterr().err
     assert "this data lacks 1 of its 10 genes: gene0;" in said
     assert "give another --output" in said and "allow_new_data" not in said  # flags, no kwargs
+    # A resume of another latent width names the flags that set the model's shapes.
+    wider = [*args[:6], "--latent-dim", "3", *args[8:], "--save", "--resume"]
+    assert main([*wider, "--output", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert (
+        "Resume with the model built as the one that wrote it (--latent-dim, --num-inducing" in said
+    )
+    assert not [word for word in ("latent_dim", "checkpoint_dir", "overwrite=") if word in said]
     assert _folder_bytes(out / "checkpoints") == kept
 
 
@@ -771,7 +780,7 @@ def _said_on_stderr(error: Exception, tmp_path, capsys, monkeypatch) -> str:
     [
         (
             OtherDataError("out/checkpoints/ckpt-3", batch_sizes=(16, 10)),
-            "written with --batch-size 16, this run has --batch-size 10: resume with "
+            "written with --batch-size 16, this run has --batch-size 10. Resume with "
             "--batch-size 16, or give another --output",
         ),
         (
@@ -780,20 +789,32 @@ def _said_on_stderr(error: Exception, tmp_path, capsys, monkeypatch) -> str:
             "rows in the same order), or give another --output (or start afresh there: "
             "--overwrite in place of --resume).",
         ),
+        (
+            ResumeRefusedError(
+                "The checkpoint {path} was written by a model with {written}",
+                ["resume with a model built with {shared_covariance:False}"],
+                path="out/checkpoints/ckpt-3",
+                written="one q(u) covariance for each output",
+            ),
+            "Resume with a model built with --no-shared-covariance, or give another --output",
+        ),
     ],
-    ids=["batch size", "data"],
+    ids=["batch size", "data", "covariance layout"],
 )
 def test_a_refused_resume_says_what_to_do_in_flags_not_fit_s_arguments(
     tmp_path, capsys, monkeypatch, refusal, said
 ):
-    """``fit``'s refusal to resume on other data advises ``batch_size=``, ``allow_new_data=True``
-    or another ``checkpoint_dir``; the command line, which has no flag to go on on other data,
-    says the same in its flags."""
-    assert "allow_new_data=True" in str(refusal) or "batch_size=16" in str(refusal)
+    """``fit``'s refusal to resume advises its arguments (``batch_size=``,
+    ``allow_new_data=True``, ``shared_covariance=``, another ``checkpoint_dir``); the command
+    line says the same in its flags and leaves out what no flag does (going on on other data)."""
+    assert "checkpoint_dir" in str(refusal)
+    assert [word for word in ("allow_new_data=True", "=16", "=False") if word in str(refusal)]
     shown = _said_on_stderr(refusal, tmp_path, capsys, monkeypatch)
     assert said in shown
     assert not [
-        word for word in ("batch_size=", "allow_new_data", "checkpoint_dir") if word in shown
+        word
+        for word in ("batch_size=", "allow_new_data", "shared_covariance=", "checkpoint_dir")
+        if word in shown
     ]
 
 

@@ -31,7 +31,7 @@ from ..export.saved_model import export_saved_model
 from ..likelihoods import likelihood_by_name
 from ..models import SVIGPLVM, lookup_model
 from ..rows.shard import RowShard, worker_rows
-from ..training.data_record import OtherDataError
+from ..training.refusals import ResumeRefusedError
 from ..training.run_folder import RunFolder
 from ..training.trainer import History, fit
 from ..validation import check_observations, check_writable_folder
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, verb: str | None = None) -> int:
     except (ValueError, OSError, WorkerLostError) as error:
         if args.debug:
             raise
-        print(f"error: {_in_flags(error)}", file=sys.stderr)
+        print(f"error: {_in_flags(error, args)}", file=sys.stderr)
         return 2
     finally:
         warnings.formatwarning = original
@@ -64,15 +64,21 @@ def run(args: argparse.Namespace, verb: str | None = None) -> int:
 _VERBS = {"embed": run_embed, "map-query": run_map_query}
 
 
-def _in_flags(error: BaseException) -> str:
+def _in_flags(error: BaseException, args: argparse.Namespace) -> str:
     """``error``'s message, a lost worker's or a refused resume's advice given in the command
-    line's flags rather than ``fit``'s arguments."""
-    if isinstance(error, OtherDataError):  # no flag continues a run on other data
-        return error.advice(
-            "--batch-size {}",
-            None,
-            "give another --output (or start afresh there: --overwrite in place of --resume)",
-        )
+    line's flags (those of ``args``) rather than ``fit``'s arguments."""
+    if isinstance(error, ResumeRefusedError):
+
+        def flag(name: str, value: str | None) -> str | None:
+            if name not in vars(args):  # no flag sets it (allow_new_data, q_u_optimizer)
+                return None
+            option = name.replace("_", "-")
+            if value in ("True", "False"):  # a switch: --shared-covariance, --no-shared-covariance
+                return f"--{option}" if value == "True" else f"--no-{option}"
+            return f"--{option}" if value is None else f"--{option} {value}"
+
+        afresh = "--overwrite in place of --resume"
+        return error.advice(flag, f"give another --output (or start afresh there: {afresh})")
     if not isinstance(error, WorkerLostError) or error.lost is None:
         return str(error)
     every = defaults.CHECKPOINT_EVERY

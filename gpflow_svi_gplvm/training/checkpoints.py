@@ -25,6 +25,7 @@ from ..distributed.workers import Workers
 from ..models import SVIGPLVM, covariance_layout
 from ..validation import check_integer
 from .data_record import TrainingData
+from .refusals import ResumeRefusedError
 from .run_folder import HISTORY_FILE, RunFolder, checkpoint_steps
 
 __all__ = ["Checkpoints", "TrainingData", "HISTORY_FILE", "read_history", "write_history"]
@@ -271,9 +272,10 @@ class Checkpoints:
                         stacklevel=4,
                     )
                 return path
-        raise ValueError(
-            f"No checkpoint in {self.manager.directory} can be read: {'; '.join(unreadable)}. "
-            "Delete the folder to start afresh, or use another checkpoint_dir."
+        raise ResumeRefusedError(
+            "No checkpoint in {folder} can be read: {unreadable}",
+            folder=self.manager.directory,
+            unreadable="; ".join(unreadable),
         )
 
     def _load(self, model: SVIGPLVM, path: str, unreadable: list[str]) -> bool:
@@ -300,10 +302,14 @@ class Checkpoints:
         except (ValueError, tf.errors.InvalidArgumentError, AssertionError) as error:
             if status is not None:
                 status.expect_partial()  # refused as a whole: no warning per value
-            raise ValueError(
-                f"The checkpoint {path} does not fit this model ({error}). Resume with a "
-                "model built exactly like the one that wrote it and the same q_u_optimizer "
-                f"(this run has {self.q_u_optimizer!r}), or use another checkpoint_dir."
+            raise ResumeRefusedError(
+                "The checkpoint {path} does not fit this model ({error})",
+                [
+                    "resume with a model built exactly like the one that wrote it and the same "
+                    f"q_u_optimizer (this run has {{q_u_optimizer:{self.q_u_optimizer!r}}})"
+                ],
+                path=path,
+                error=_first_line(error).split(". ")[0],  # not the unmatched values it lists
             ) from error
         except tf.errors.OpError as error:  # values that cannot be read back
             unreadable.append(f"{path} ({_first_line(error)})")
@@ -324,12 +330,15 @@ class Checkpoints:
         held = [i for i, row in enumerate(every) if (row >= 0).any()]
         if held and not common:
             self.workers.refuse(
-                ValueError(
-                    f"checkpoint_dir {self.directory} holds checkpoints of worker(s) {held} "
-                    f"alone, none of a step that all {self.workers.count} workers hold: each "
-                    "worker keeps its own latent rows there, so a run resumes on as many workers "
-                    "as wrote it (a run of one process in one process). Resume it so, or pass "
-                    "overwrite=True to start afresh here."
+                ResumeRefusedError(
+                    "The folder {folder} holds checkpoints of worker(s) {held} alone, none of a "
+                    "step that all {count} workers hold: each worker keeps its own latent rows "
+                    "there, so a run resumes on as many workers as wrote it (a run of one process "
+                    "in one process)",
+                    ["resume it so"],
+                    folder=self.directory,
+                    held=held,
+                    count=self.workers.count,
                 )
             )
         return [path for path in paths if _step_of(path) in common]
@@ -367,9 +376,11 @@ def _check_same_model(model: dict, record: dict | None, path: str) -> None:
         if key in written and key in model and written[key] != model[key]
     ]
     if differ:
-        raise ValueError(
-            f"The checkpoint {path} was written by another model ({'; '.join(differ)}): resume "
-            "with the model that wrote it, or use another checkpoint_dir."
+        raise ResumeRefusedError(
+            "The checkpoint {path} was written by another model ({differ})",
+            ["resume with the model that wrote it"],
+            path=path,
+            differ="; ".join(differ),
         )
 
 
@@ -391,11 +402,17 @@ def _check_trained_shapes(
             if written is None or list(written) == variable.shape.as_list():
                 continue
             name = names.get(variable.ref(), variable.name)
-            raise ValueError(
-                f"The checkpoint {path} was written by a model whose {name} has shape "
-                f"{list(written)}; this model's has {variable.shape.as_list()}. Resume with the "
-                "model built as the one that wrote it (latent_dim, num_inducing, the data's "
-                "rows), or use another checkpoint_dir."
+            raise ResumeRefusedError(
+                "The checkpoint {path} was written by a model whose {name} has shape {written}; "
+                "this model's has {shape}",
+                [
+                    "resume with the model built as the one that wrote it ({latent_dim}, "
+                    "{num_inducing}, the data's rows)"
+                ],
+                path=path,
+                name=name,
+                written=list(written),
+                shape=variable.shape.as_list(),
             )
 
 
@@ -404,18 +421,22 @@ def _check_model_shapes(model: SVIGPLVM, path: str, shapes: dict) -> None:
     other q(u) covariance layout is a ValueError naming both."""
     written_dim = shapes.get("model/q_mu/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
     if written_dim is not None and written_dim[-1] != model.data_dim:
-        raise ValueError(
-            f"The checkpoint {path} was written by a model with D={written_dim[-1]} outputs "
-            f"(columns of Y), but this model has D={model.data_dim}. Resume on data of "
-            f"{written_dim[-1]} columns, or use another checkpoint_dir."
+        raise ResumeRefusedError(
+            "The checkpoint {path} was written by a model with D={written} outputs (columns of "
+            "Y), but this model has D={this}",
+            ["resume on data of {written} columns"],
+            path=path,
+            written=written_dim[-1],
+            this=model.data_dim,
         )
     stored = shapes.get("model/q_sqrt/_pretransformed_input/.ATTRIBUTES/VARIABLE_VALUE")
     if stored is None or stored[0] == model.q_sqrt.shape[0]:
         return
     written_shared = stored[0] == 1
-    raise ValueError(
-        f"The checkpoint {path} was written by a model with "
-        f"{covariance_layout(written_shared, model.data_dim)}, but this model has "
-        f"{model.covariance_layout}. Build the model with "
-        f"shared_covariance={written_shared} to resume, or use another checkpoint_dir."
+    raise ResumeRefusedError(
+        "The checkpoint {path} was written by a model with {written}, but this model has {this}",
+        [f"resume with a model built with {{shared_covariance:{written_shared}}}"],
+        path=path,
+        written=covariance_layout(written_shared, model.data_dim),
+        this=model.covariance_layout,
     )

@@ -13,15 +13,15 @@ import tensorflow as tf
 from ..distributed.workers import Workers
 from ..rows.facts import RowFacts, hash_block
 from ..rows.sparse import row_blocks
+from .refusals import ResumeRefusedError
 
 __all__ = ["OtherDataError", "TrainingData"]
 
 
-class OtherDataError(ValueError):
+class OtherDataError(ResumeRefusedError):
     """A resume refused: the checkpoint ``path`` was written with another batch size
     (``batch_sizes``: the checkpoint's and this run's) or while training on other data
-    (``differences``: what differs, named). Its message says what to pass to ``fit``;
-    :meth:`advice` says it in other words (the command line's flags)."""
+    (``differences``: what differs, named)."""
 
     def __init__(
         self,
@@ -30,29 +30,23 @@ class OtherDataError(ValueError):
         batch_sizes: tuple[int, int] | None = None,
     ) -> None:
         self.path, self.differences, self.batch_sizes = path, list(differences or []), batch_sizes
+        if batch_sizes is not None:
+            written, this = batch_sizes
+            super().__init__(
+                f"The checkpoint {{path}} was written with {{batch_size:{written}}}, this run has "
+                f"{{batch_size:{this}}}",
+                [f"resume with {{batch_size:{written}}}"],
+                path=path,
+            )
+            return
         super().__init__(
-            self.advice(
-                "batch_size={}",
-                "pass allow_new_data=True to continue from it on this data on purpose",
-                "use another checkpoint_dir",
-            )
-        )
-
-    def advice(self, batch_size: str, new_data: str | None, elsewhere: str) -> str:
-        """The refusal, with ``batch_size`` (a format of one number) naming a batch size,
-        ``new_data`` how to go on from the checkpoint on this data (None: no way) and
-        ``elsewhere`` how to start a run of its own."""
-        if self.batch_sizes is not None:
-            written, this = (batch_size.format(size) for size in self.batch_sizes)
-            return (
-                f"The checkpoint {self.path} was written with {written}, this run has {this}: "
-                f"resume with {written}, or {elsewhere}."
-            )
-        ways = ["Resume with the data it was trained on (the same rows in the same order)"]
-        ways += [new_data] if new_data else []
-        return (
-            f"The checkpoint {self.path} was written while training on other data "
-            f"({'; '.join(self.differences)}). {', '.join(ways)}, or {elsewhere}."
+            "The checkpoint {path} was written while training on other data ({differences})",
+            [
+                "resume with the data it was trained on (the same rows in the same order)",
+                "pass {allow_new_data:True} to continue from it on this data on purpose",
+            ],
+            path=path,
+            differences="; ".join(self.differences),
         )
 
 
