@@ -286,6 +286,7 @@ def test_a_file_changed_while_its_rows_stream_stops_training_with_a_clear_error(
     rows = DiskRows.open(path, layer="counts")
     model = BayesianSVIGPLVM(rows, Q, num_inducing=8, likelihood=gpflow.likelihoods.Poisson())
     with Trainer(model, rows, batch_size=16) as trainer:
+        assert trainer.rows.batches().options().autotune.enabled is False  # as held rows'
         trainer.train(3, progress=False)
         if change == "append":  # another program writes the file
             path.write_bytes(path.read_bytes() + b"\0")

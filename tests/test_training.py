@@ -525,6 +525,26 @@ def test_held_rows_train_exactly_like_a_dataset_of_the_rows(seeded_run, small_Y)
     np.testing.assert_allclose(trainer.train(25, progress=False).elbo, reference.elbo, rtol=1e-12)
 
 
+def test_the_package_s_batch_pipelines_run_untuned_and_a_user_s_as_given(small_Y):
+    """tf.data's autotuning keeps a thread per iterator that only a garbage collection joins,
+    seconds at a time on loaded cores; the package's pipelines (held rows, dense or sparse, and
+    make_dataset's) have nothing to tune and start none. A user's own dataset keeps its options,
+    and each pipeline still yields batches."""
+    import scipy.sparse
+
+    from gpflow_svi_gplvm.rows.sparse import SparseRows
+
+    model = stochastic_bsvi(small_Y)
+    csr = SparseRows.from_matrix(scipy.sparse.csr_matrix(small_Y))
+    sparse = sg.RowShard(csr, np.arange(len(small_Y)), len(small_Y))
+    for data in (small_Y, sparse, make_dataset(model, small_Y, 5)):
+        batches = sg.Trainer(model, data, batch_size=BATCH).rows.batches()
+        assert batches.options().autotune.enabled is False
+        assert next(iter(batches)) is not None
+    own = tf.data.Dataset.from_tensors((tf.range(3, dtype=tf.int64), tf.constant(small_Y[:3])))
+    assert sg.Trainer(model, own.repeat()).rows.batches().options().autotune.enabled is not False
+
+
 def test_the_held_rows_are_the_data_and_stay_out_of_the_model_and_checkpoints(small_Y, tmp_path):
     Y = small_Y.copy()
     Y[3, 1] = np.nan

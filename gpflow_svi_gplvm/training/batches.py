@@ -57,7 +57,17 @@ def minibatch_indices(
         return tf.data.Dataset.from_tensor_slices(batches)
 
     batches = tf.data.Dataset.counter(first_epoch).flat_map(epoch)
-    return (batches.skip(skipped) if skipped else batches).prefetch(tf.data.AUTOTUNE)
+    return untuned((batches.skip(skipped) if skipped else batches).prefetch(2))
+
+
+def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """``dataset`` without tf.data's autotuning. Its thread, one per iterator, lives until a
+    garbage collection frees the traced graphs that hold the iterator, and joining it there
+    took seconds at a time (the collection waiting, not computing); the package's pipelines, a
+    few operations per batch into fixed buffers, have nothing to tune."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
 
 
 def make_dataset(
@@ -155,7 +165,7 @@ class TrainingRows:
         if self.shard is not None:
             return self._held_batches(first_step)
         if self.on_disk is not None:  # read from where the rows are stored
-            dataset = self.on_disk.batches(self.replica_batch, self.seed, start=first_step)
+            dataset = untuned(self.on_disk.batches(self.replica_batch, self.seed, start=first_step))
         else:
             dataset = cast(tf.data.Dataset, self.dataset)
         if self.workers.strategy is None:
