@@ -4,6 +4,7 @@ every replica of every worker, applied by Adam and, for q(u), natural-gradient s
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -65,16 +66,22 @@ class TrainingStep:
         as input signature (so it traces once), and the loop of steps."""
         self.iterator = iter(dataset)
         self.step = GraphFunction(self._step, [self.iterator.element_spec], self.jit_compile)
-        # The loop is an explicit tf.while_loop: nothing in it is left to AutoGraph.
-        self.run = tf.function(
-            self._run, input_signature=[tf.TensorSpec([], tf.int32)], autograph=False
-        )
+        # The loop is an explicit tf.while_loop: nothing in it is left to AutoGraph. The iterator
+        # is its argument, not a capture: a traced graph frees what it captures only in a garbage
+        # collection, and an iterator's tf.data threads (a user's dataset's autotuning) with it.
+        signature = [tf.TensorSpec([], tf.int32), tf.type_spec_from_value(self.iterator)]
+        self._loop = tf.function(self._run, input_signature=signature, autograph=False)
+
+    def run(self, num_steps: int) -> tf.Tensor:
+        """Up to ``num_steps`` compiled steps from the iterator; their ELBOs [<= num_steps]."""
+        return self._loop(tf.constant(num_steps, tf.int32), self.iterator)
 
     def release(self) -> None:
-        """Drop the compiled step and loop: they hold this object, and with it the optimisers'
-        state, in reference cycles that would wait for a garbage collection (about a second in
-        a process holding TensorFlow). :meth:`start` compiles them again."""
-        del self.step, self.run
+        """Drop the compiled step and loop, and the iterator: they hold this object, and with it
+        the optimisers' state, in reference cycles that would wait for a garbage collection
+        (about a second in a process holding TensorFlow, and the join of the iterator's
+        threads). :meth:`start` compiles them again."""
+        del self.step, self._loop, self.iterator
 
     def _build_optimizers(
         self,
@@ -192,7 +199,7 @@ class TrainingStep:
         # The same decision on every worker: it reads the same sums.
         return tf.cond(tf.reduce_all(finite), apply, lambda: tf.constant(np.nan, loss.dtype))
 
-    def _run(self, num_steps: tf.Tensor) -> tf.Tensor:
+    def _run(self, num_steps: tf.Tensor, iterator: Iterator) -> tf.Tensor:
         """Up to ``num_steps`` steps; returns their ELBOs [<= num_steps], stopping after a
         non-finite one."""
 
@@ -202,7 +209,7 @@ class TrainingStep:
         def step(
             i: tf.Tensor, elbos: tf.TensorArray, finite: tf.Tensor
         ) -> tuple[tf.Tensor, tf.TensorArray, tf.Tensor]:
-            loss = self.step(next(self.iterator))
+            loss = self.step(next(iterator))
             return i + 1, elbos.write(i, -loss), tf.math.is_finite(loss)
 
         start = (
@@ -216,6 +223,10 @@ class TrainingStep:
     @property
     def tracing_count(self) -> int:
         return self.step.experimental_get_tracing_count()
+
+    @property
+    def loop_tracing_count(self) -> int:
+        return self._loop.experimental_get_tracing_count()
 
     def rejected_natural_steps(self) -> int:
         if self.natural_gradient is None:

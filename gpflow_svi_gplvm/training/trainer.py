@@ -311,7 +311,7 @@ class Trainer:
         state, and no checkpoint is written)."""
         try:
             with nullcontext() if self.device is None else tf.device(self.device):
-                values = self.steps.run(tf.constant(num_steps, tf.int32)).numpy()
+                values = self.steps.run(num_steps).numpy()
         except LOST_WORKER_ERRORS as error:
             if self.workers.count == 1:
                 raise
