@@ -59,11 +59,11 @@ QUICK_RUNS: dict[str, dict[str, list[str]]] = {
         "flows": ["flows.py", "demo", "--quick", "--families", "gaussian", "joint"]
     },
     # Two of the five contenders, one process each, on the hard atlas, whose rare types are
-    # scored too: the scoring and table of every one; scib-metrics' table where it is installed.
+    # scored too: the scoring and table of every one. Its --scib table is test_metrics.py's, in
+    # the process that has compiled scib-metrics' numba functions already.
     "test_single_cell_benchmark_quick": {
         "single cell": ["single_cell.py", "atlas", "--quick", "--hard", "--contenders", "PCA"]
         + ["B-SVI NB + batch"]
-        + ["--scib"] * (importlib.util.find_spec("scib_metrics") is not None)
     },
     # The package against the Wilcoxon test (scVI runs where $SCVI_PYTHON is set): each table.
     "test_expression_benchmark_quick": {

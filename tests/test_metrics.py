@@ -137,6 +137,32 @@ def test_scib_scores_rank_mixed_batches_above_split_ones(scib_table):
     assert table.loc["mixed", "Leiden ARI"] == 1.0 > table.loc["split", "Leiden ARI"]
 
 
+def test_the_single_cell_benchmark_prints_scib_metrics_table(
+    scib_table, tmp_path, monkeypatch, capsys
+):
+    """benchmarks/single_cell.py's --scib table, run here, where scib-metrics has compiled its
+    numba functions for the fixture (about 60 CPU s a process), not in the benchmark's quick run:
+    a row per contender, scIB's Total of each in [0, 1]."""
+    anndata = pytest.importorskip("anndata")
+    pytest.importorskip("scanpy")
+    import pandas as pd
+    from benchmark_quick import benchmark_module, table
+
+    _, embeddings = scib_table
+    _, cell_type, batch = _cells(batch_apart=False)
+    rng = np.random.default_rng(1)
+    counts = rng.poisson(np.exp(1.0 + (cell_type[:, None] == np.arange(20) % 3))).astype(float)
+    obs = pd.DataFrame({"cell_type": cell_type.astype(str), "batch": batch.astype(str)})
+    cells = anndata.AnnData(X=counts, obs=obs, layers={"counts": counts})
+    cells.write_h5ad(tmp_path / "cells.h5ad")
+    single_cell = benchmark_module("single_cell", monkeypatch)
+    single_cell._scib_table(embeddings, obs, tmp_path / "cells.h5ad")
+    rows = table(capsys.readouterr().out, "| contender |")
+    assert [row["contender"] for row in rows] == list(embeddings)
+    for row in rows:
+        assert 0.0 <= float(row["Total"]) <= 1.0, row
+
+
 def test_labels_that_cannot_be_scored_are_refused_or_warned_of():
     embedding, cell_type, batch = _cells(batch_apart=False)
     unlabelled = cell_type.astype(object)
