@@ -96,7 +96,7 @@ def exchanges(monkeypatch) -> list[str]:
 # rewrites its tests' entries and keeps the other's).
 DURATIONS = Path(__file__).with_name("durations.json")
 # --quick: the tests measured under this many seconds, marked neither slow nor processes (a few
-# minutes on two cores; README's "Tests").
+# minutes on two cores; docs/howto.md, "Running the tests").
 QUICK_SECONDS = 3.0
 
 
