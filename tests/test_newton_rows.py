@@ -6,7 +6,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpflow_svi_gplvm.latents.new_rows import newton_rows
+from gpflow_svi_gplvm.latents.new_rows import INITIAL_DAMPING, newton_minimum, newton_rows
 
 
 def _run(loss, start, tolerance=1e-10, iterations=100):
@@ -70,6 +70,26 @@ def test_where_the_loss_is_concave_the_step_still_goes_downhill():
 
     (fitted,), _ = _run(loss, [np.array([[0.05], [-0.2], [3.0]])])
     np.testing.assert_allclose(fitted[:, 0], [1.0, -1.0, 1.0], atol=1e-4)
+
+
+def test_a_refused_step_is_tried_again_at_half_its_length():
+    """sqrt(1 + x^2) from x = 2: Newton's step, -x (1 + x^2) = -10, overshoots to -8 (a higher
+    loss) and so does its half, to -3; a quarter of it, to -0.5, lowers the loss. The points
+    evaluated are those, the step shortened by the row's damping (its start kept: a third of
+    the initial damping)."""
+    tried = []
+
+    def derivatives(theta, rows):
+        tried.append(float(theta[0, 0]))
+        x = theta[:, 0]
+        value = tf.sqrt(1.0 + x**2)
+        return value, (x / value)[:, None], (1.0 / value**3)[:, None, None]
+
+    start = tf.constant([[2.0]], tf.float64)
+    found = newton_minimum(derivatives, start, tolerance=1e-12, iterations=4)
+    step = -10.0 / (1.0 + INITIAL_DAMPING / 3.0)
+    np.testing.assert_allclose(tried, [2.0, 2.0 + step, 2.0 + step / 2, 2.0 + step / 4])
+    np.testing.assert_allclose(found.point.numpy(), [[2.0 + step / 4]])
 
 
 def test_a_row_whose_loss_is_not_finite_keeps_its_start_and_the_others_converge():

@@ -17,10 +17,11 @@ P x P block :math:`H_n` per row, computed for all rows at once by differentiatin
 with the absolute eigenvalues (a descent direction where the loss is not convex) and a per-row
 damping :math:`\lambda_n` relative to the block's scale, and is kept only where it lowers that
 row's loss: :math:`\lambda_n` falls 3-fold after a kept step and grows 4-fold after a refused one
-(Levenberg-Marquardt). A row stops once its Newton decrement :math:`-g_n^\top \delta_n` (about the
-loss the next step would remove) falls below ``tolerance`` :math:`(1 + |\ell_n|)`, or when its
-damping passes :data:`MAX_DAMPING` (no step of any length lowers its loss); a step computes only
-the rows still moving. Near the optimum the steps converge quadratically, so most rows stop
+(Levenberg-Marquardt), and a refused step is tried again at half its length (backtracking). A
+row stops once its Newton decrement :math:`-g_n^\top \delta_n` (about the loss the next step
+would remove) falls below ``tolerance`` :math:`(1 + |\ell_n|)`, or when its damping passes
+:data:`MAX_DAMPING` (no step of any length lowers its loss); a step computes only the rows still
+moving. Near the optimum the steps converge quadratically, so most rows stop
 within a handful of steps, where first-order steps take tens.
 """
 
@@ -169,12 +170,13 @@ def newton_minimum(
 
     def step(count, theta, proposal, value, gradient, hessian, damping, done):
         moving = tf.where(tf.logical_not(done))[:, 0]  # [A]
-        new = derivatives(tf.gather(proposal, moving), moving)
+        tried = tf.gather(proposal, moving)
+        new = derivatives(tried, moving)
         old = [tf.gather(t, moving) for t in (theta, value, gradient, hessian)]
         kept = new[0] < old[1]  # NaN is never kept
         theta_a, value_a, gradient_a, hessian_a = (
             tf.where(tf.reshape(kept, [-1] + [1] * (o.shape.rank - 1)), n, o)
-            for n, o in zip((tf.gather(proposal, moving), *new), old)
+            for n, o in zip((tried, *new), old)
         )
         damping_a = tf.gather(damping, moving)
         damping_a = tf.where(kept, damping_a / 3.0, damping_a * 4.0)
@@ -182,6 +184,9 @@ def newton_minimum(
         decrement = -tf.reduce_sum(gradient_a * delta, axis=1)
         converged = kept & (decrement < tolerance * (1.0 + tf.abs(value_a)))
         stopped = converged | (damping_a > MAX_DAMPING)
+        # A refused step is halved (backtracking along it): a fresh step with the damping
+        # grown 4-fold points almost the same way, and took several refusals to shorten.
+        delta = tf.where(kept[:, None], delta, 0.5 * (tried - theta_a))
         updates = (theta_a, theta_a + delta, value_a, gradient_a, hessian_a, damping_a, stopped)
         state = (theta, proposal, value, gradient, hessian, damping, done)
         at = moving[:, None]

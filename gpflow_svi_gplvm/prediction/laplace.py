@@ -31,7 +31,8 @@ the largest piece; the likelihood's terms are D elementwise expressions. So:
 
 - Rows start at their encoder's mean (amortised families) or at the mean of the latents of the
   fitted rows whose decoded rates fit the row's values best (taken in the rates' leading
-  principal directions, :class:`_RateSummary`): no :math:`\phi` is evaluated to start, and the
+  principal directions, :class:`_RateSummary`, the values brought to the rates' scale: a size
+  factor of one and no offset): no :math:`\phi` is evaluated to start, and the
   start lies nearer the mode than any one of those latents, so fewer steps follow.
 - The steps use a Hessian whose Gauss-Newton part sums the outputs that carry most of it
   (:func:`hessian_outputs`, scaled for the rest); the gradient is exact, so the steps still go
@@ -55,7 +56,12 @@ from gpflow.inducing_variables import InducingPoints
 from ..compiled import GraphFunction
 from ..latents import GaussianLatent, MAPLatent, PointLatent
 from ..latents.new_rows import Derivatives, NewtonResult, newton_decrement, newton_minimum
-from ..likelihoods import ExpectationDerivatives, expectation_derivatives, masked
+from ..likelihoods import (
+    ExpectationDerivatives,
+    expectation_derivatives,
+    likelihood_facts,
+    masked,
+)
 from ..validation import check_integer, check_seed
 from .frozen_gp import LOW, LaplaceModel, frozen_gp
 from .latent_inference import TOLERANCE
@@ -153,6 +159,7 @@ class LaplaceLatents(tf.Module):
         self.point = isinstance(latent, PointLatent)
         self.mean_field = isinstance(latent, GaussianLatent)
         self.likelihood = masked(model.likelihood)
+        self.link = likelihood_facts(model.likelihood).inverse_link
         Q, D = model.latent_dim, model.data_dim
         width = 0 if model.row_inputs is None else int(model.row_inputs.shape[1])
         self.width = width
@@ -354,11 +361,23 @@ class LaplaceLatents(tf.Module):
             idx = tf.zeros(tf.shape(rows.values)[:1], tf.int64)
             Y = tf.cast(rows.targets(), default_float())
             return cast(tf.Tensor, model.latent.moments(idx, Y)[0])
-        scale = tf.cast(tf.exp(_log_size(model, rows.inputs)), LOW)
-        errors = self._rates.distances(rows.values / scale, rows.observed)  # [B, C]
+        errors = self._rates.distances(self._unit_rates(rows), rows.observed)  # [B, C]
         count = min(STARTS_AVERAGED, int(self._candidates_at.shape[0]))
         nearest = tf.gather(self._candidates_at, tf.math.top_k(-errors, count).indices)  # [B, K, Q]
         return tf.reduce_mean(nearest, axis=1)
+
+    def _unit_rates(self, rows: _Rows) -> tf.Tensor:
+        r"""The rows' values [B, D] on the scale of the candidates' rates (a size factor of one,
+        no offset): under a log link :math:`y / (s\, e^{o})`, under the identity :math:`y - o`
+        (a new batch's offsets o on f, zero for fitted batches; without them a strong batch
+        effect sent a new batch's cells to distant starts, ``benchmarks/results/mapping.md``),
+        else the values as they are."""
+        values = rows.values / tf.cast(tf.exp(_log_size(self.model, rows.inputs)), LOW)
+        if self.link == "exp":
+            return values * tf.exp(-rows.offsets)
+        if self.link == "identity":
+            return values - rows.offsets
+        return values
 
     def _log_prior(self, x: tf.Tensor) -> tf.Tensor:
         latent = self.model.latent
