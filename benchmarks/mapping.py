@@ -292,15 +292,14 @@ def embed_timing(mode: str, model: str, query: str, cells: str, out: str) -> Non
     face = SingleCellGPLVM.load(model)
     adata = anndata.read_h5ad(query)[: int(cells)].copy()
     first = adata[:100].copy()
-    start = time.process_time()
+    embed = face.map_query if mode == "map_query" else face.transform
     if mode == "map_query":
         first.obs["batch"] = "warm-up"
-        face.map_query(first, progress=False)
-    else:
-        face.transform(first)
+    start = time.process_time()
+    embed(first, progress=False)
     traces = time.process_time() - start
     start, wall = time.process_time(), time.perf_counter()
-    (face.map_query if mode == "map_query" else face.transform)(adata, progress=False)
+    embed(adata, progress=False)
     cpu, wall = time.process_time() - start, time.perf_counter() - wall
     np.savez(
         out,
@@ -310,28 +309,6 @@ def embed_timing(mode: str, model: str, query: str, cells: str, out: str) -> Non
         wall=wall,
         traces=traces,
     )
-
-
-def new_batch_data(folder: Path, cells: int, iterations: int) -> tuple[Path, Path, Path]:
-    """``versus --new-batch``'s model (B-SVI NB, batch as covariate, fitted to batches 0-2 of a
-    hard atlas of ``cells`` cells), its cells with their embedding, and batch 3 (the query),
-    made once in ``folder`` and reused."""
-    stem = folder / f"new_batch_{cells}"
-    model, reference, query = stem, Path(f"{stem}_ref.h5ad"), Path(f"{stem}_query.h5ad")
-    if model.exists() and reference.exists() and query.exists():
-        return model, reference, query
-    import anndata
-
-    from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
-
-    data = Path(f"{stem}_atlas.h5ad")
-    hard_atlas(data, cells)
-    fitted, new = split(anndata.read_h5ad(data), QUERY_BATCH["atlas"])
-    face = SingleCellGPLVM(batch_key="batch").fit(fitted, iterations, progress=False)
-    face.save(model, adata=fitted, overwrite=True)
-    fitted.write_h5ad(reference)
-    new.write_h5ad(query)
-    return model, reference, query
 
 
 def default_atlas(total: int):
@@ -395,11 +372,14 @@ def versus(args: argparse.Namespace) -> None:
     folder = Path(args.folder or tempfile.mkdtemp())
     folder.mkdir(parents=True, exist_ok=True)
     if args.new_batch:
-        model, reference, query = new_batch_data(folder, args.cells, args.iterations)
-        cells, mode = anndata.read_h5ad(query, backed="r").n_obs, "map_query"
+        model, reference, query = reference_data(folder, "atlas", args.iterations, cells=args.cells)
+        mode = "map_query"  # of every cell of the query
     else:
         model, query = versus_data(folder, args.reference, args.cells, args.iterations)
-        cells, mode = args.cells, "transform"
+        mode = "transform"  # of the first --cells cells
+    obs = anndata.read_h5ad(query, backed="r").obs
+    obs = obs if args.new_batch else obs.iloc[: args.cells]
+    cells = len(obs)
     before = folder / f"package_{args.before}"
     if not before.exists():
         before.mkdir()
@@ -426,7 +406,6 @@ def versus(args: argparse.Namespace) -> None:
                 f"{cells / float(run['wall']):.0f} cells/s wall; first call on 100 cells "
                 f"{float(run['traces']):.1f} CPU s"
             )
-    obs = anndata.read_h5ad(query, backed="r").obs.iloc[:cells]
     types, batches = obs["cell_type"].to_numpy(), obs["batch"].astype(str).to_numpy()
     # A new batch's own batch ASW is not defined: its place among the reference cells is.
     columns = "label transfer | joint batch ASW" if args.new_batch else "k-means ARI | batch ASW"
@@ -461,23 +440,30 @@ QUERY_BATCH = {"atlas": "batch3", "kang": "stimulated"}
 
 
 def reference_data(
-    folder: Path, name: str, iterations: int, held_out: str | None = None
+    folder: Path, name: str, iterations: int, held_out: str | None = None, cells: int | None = None
 ) -> tuple[Path, Path, Path]:
     """The reference model of data set ``name`` (fitted to all batches but the query's, without
     the cells of type ``held_out`` if given), its cells with their embedding, and the query's
-    cells (every type), made once in ``folder`` and reused (by ``missing`` and ``novelty``)."""
-    stem = name if held_out is None else f"{name}_without_{held_out}"
+    cells (every type), made once in ``folder`` and reused (by ``missing``, ``novelty`` and
+    ``versus --new-batch``); ``cells``: the atlas's size, if not the default."""
+    label = name if cells is None else f"{name}_{cells}"  # the files' names
+    stem = label if held_out is None else f"{label}_without_{held_out}"
     model, reference = folder / stem, folder / f"{stem}_ref.h5ad"
-    query = folder / f"{name}_query.h5ad"
+    query = folder / f"{label}_query.h5ad"
     if model.exists() and reference.exists() and query.exists():
         return model, reference, query
     import anndata
 
     from gpflow_svi_gplvm.singlecell import SingleCellGPLVM
 
-    data = folder / f"{name}.h5ad"
+    data = folder / f"{label}.h5ad"
     if not data.exists():
-        (hard_atlas if name == "atlas" else kang)(data)
+        if name != "atlas":
+            kang(data)
+        elif cells is None:
+            hard_atlas(data)
+        else:
+            hard_atlas(data, cells)
     fitted, new = split(anndata.read_h5ad(data), QUERY_BATCH[name])
     if held_out is not None:
         fitted = fitted[(fitted.obs["cell_type"].astype(str) != held_out).to_numpy()].copy()
